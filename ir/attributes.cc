@@ -1,0 +1,117 @@
+#include "ir/attributes.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace loom::ir {
+namespace {
+
+std::string FormatFloat(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::isnan(v)) return "nan";
+  char buf[64];
+  // Shortest representation that parses back to the same double.
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string out = buf;
+  if (out.find_first_of(".en") == std::string::npos) out += ".0";
+  return out;
+}
+
+std::string EscapeString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += "\"";
+  return out;
+}
+
+absl::Status Missing(absl::string_view name) {
+  return absl::InvalidArgumentError(absl::StrCat("missing attribute '", name, "'"));
+}
+
+absl::Status WrongType(absl::string_view name, absl::string_view want) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("attribute '", name, "' must be ", want));
+}
+
+}  // namespace
+
+std::string AttrValueToString(const AttrValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
+  if (const auto* f = std::get_if<double>(&value)) return FormatFloat(*f);
+  if (const auto* l = std::get_if<std::vector<int64_t>>(&value)) {
+    return absl::StrCat("[", absl::StrJoin(*l, ","), "]");
+  }
+  return EscapeString(std::get<std::string>(value));
+}
+
+absl::StatusOr<int64_t> AttrMap::GetInt(absl::string_view name) const {
+  auto it = values_.find(std::string(name));
+  if (it == values_.end()) return Missing(name);
+  if (const auto* i = std::get_if<int64_t>(&it->second)) return *i;
+  return WrongType(name, "an integer");
+}
+
+absl::StatusOr<double> AttrMap::GetFloat(absl::string_view name) const {
+  auto it = values_.find(std::string(name));
+  if (it == values_.end()) return Missing(name);
+  if (const auto* f = std::get_if<double>(&it->second)) return *f;
+  if (const auto* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  return WrongType(name, "a number");
+}
+
+absl::StatusOr<std::vector<int64_t>> AttrMap::GetInts(absl::string_view name) const {
+  auto it = values_.find(std::string(name));
+  if (it == values_.end()) return Missing(name);
+  if (const auto* l = std::get_if<std::vector<int64_t>>(&it->second)) return *l;
+  return WrongType(name, "an integer list");
+}
+
+absl::StatusOr<std::string> AttrMap::GetString(absl::string_view name) const {
+  auto it = values_.find(std::string(name));
+  if (it == values_.end()) return Missing(name);
+  if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
+  return WrongType(name, "a string");
+}
+
+absl::StatusOr<int64_t> AttrMap::GetInt(absl::string_view name,
+                                        int64_t default_value) const {
+  if (!Has(name)) return default_value;
+  return GetInt(name);
+}
+
+absl::StatusOr<double> AttrMap::GetFloat(absl::string_view name,
+                                         double default_value) const {
+  if (!Has(name)) return default_value;
+  return GetFloat(name);
+}
+
+absl::StatusOr<std::string> AttrMap::GetString(absl::string_view name,
+                                               absl::string_view default_value) const {
+  if (!Has(name)) return std::string(default_value);
+  return GetString(name);
+}
+
+std::string AttrMap::ToString() const {
+  if (values_.empty()) return "";
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [name, value] : values_) {
+    if (!first) out += ", ";
+    first = false;
+    absl::StrAppend(&out, name, "=", AttrValueToString(value));
+  }
+  out += "}";
+  return out;
+}
+
+}  // namespace loom::ir

@@ -1,0 +1,120 @@
+#ifndef LOOM_IR_OP_SCHEMA_H_
+#define LOOM_IR_OP_SCHEMA_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ir/attributes.h"
+#include "ir/graph.h"
+#include "ir/host_tensor.h"
+#include "ir/op_kind.h"
+
+namespace loom::ir {
+
+// ---------------------------------------------------------------------------
+// Partition signature: an einsum-like labelling of every input and output dim.
+// `matmul`: "m k, k n -> m n" with k a reduction label (splitting it yields partial
+// sums of the output). A label that appears in several places must be split the
+// same way everywhere.
+enum class DimKind {
+  kSpatial,    // split it and every tensor carrying it is sliced, outputs too
+  kReduction,  // summed away: split it and outputs become partial sums
+  kFixed,      // may not be split (softmax axis, normalised axis, ...)
+};
+
+struct DimSignature {
+  std::vector<std::vector<std::string>> inputs;   // labels per input dim
+  std::vector<std::vector<std::string>> outputs;  // labels per output dim
+  std::map<std::string, DimKind> kinds;           // every label used
+  // Labels that must be split by the same factor (e.g. query and kv heads in GQA).
+  std::vector<std::vector<std::string>> coupled;
+
+  // "b s k, n k -> b s n | k:reduce" (fixed labels are listed as `x:fixed`).
+  std::string ToString() const;
+};
+
+// ---------------------------------------------------------------------------
+// Gradient rules emit backward ops through a GradBuilder.
+class GradBuilder {
+ public:
+  virtual ~GradBuilder() = default;
+
+  virtual const Graph& graph() const = 0;
+  // The forward op whose gradient is being built.
+  virtual const Op& op() const = 0;
+  // Gradient of the op's i-th output, if any consumer of it needed one.
+  virtual std::optional<TensorId> grad_output(int i) const = 0;
+
+  // Emits a backward op (phase backward, the forward op's layer and micro-batch).
+  // `name` is a hint made unique. Outputs get role gradient.
+  virtual absl::StatusOr<std::vector<TensorId>> Emit(OpKind kind,
+                                                     std::vector<TensorId> inputs,
+                                                     AttrMap attrs,
+                                                     absl::string_view name) = 0;
+
+  // Conveniences built on the interface above.
+  TensorId input(int i) const { return op().inputs[i]; }
+  TensorId output(int i) const { return op().outputs[i]; }
+  const TensorType input_type(int i) const { return graph().tensor(input(i)).type(); }
+  absl::StatusOr<TensorId> Emit1(OpKind kind, std::vector<TensorId> inputs,
+                                 AttrMap attrs, absl::string_view name);
+  // Name hint for the gradient of input i: "d.<input name>".
+  std::string GradName(int i) const;
+  // The gradient of output i, or a zero tensor of its type when it has none.
+  absl::StatusOr<TensorId> GradOutputOrZeros(int i);
+};
+
+// Returns one entry per op input: the tensor holding d(loss)/d(input), or nullopt
+// when the input gets no gradient (integer data, indices, stop-gradient).
+using GradFn = absl::StatusOr<std::vector<std::optional<TensorId>>> (*)(GradBuilder& b);
+
+// ---------------------------------------------------------------------------
+using InferFn = absl::StatusOr<std::vector<TensorType>> (*)(absl::Span<const TensorType> in,
+                                                            const AttrMap& attrs);
+using SignatureFn = absl::StatusOr<DimSignature> (*)(absl::Span<const TensorType> in,
+                                                     const AttrMap& attrs);
+// Reference CPU kernel. `out` arrives shaped (as inferred) and zero-filled.
+using KernelFn = absl::Status (*)(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
+                                  absl::Span<HostTensor> out);
+// Floating-point operations of one execution (a multiply-add counts 2).
+using FlopsFn = double (*)(absl::Span<const TensorType> in, absl::Span<const TensorType> out,
+                           const AttrMap& attrs);
+
+// Everything an op kind knows, in one place. Adding an op = one list entry in
+// ir/op_kind.h and one schema.
+struct OpSchema {
+  OpKind kind = OpKind::kAdd;
+  InferFn infer = nullptr;          // required
+  SignatureFn signature = nullptr;  // required
+  KernelFn kernel = nullptr;        // required
+  FlopsFn flops = nullptr;          // required
+  GradFn grad = nullptr;            // nullptr: the op has no backward rule
+  std::string doc;                  // one line: inputs, outputs, attributes
+};
+
+// The registry: every OpKind has exactly one schema.
+const OpSchema& GetOpSchema(OpKind kind);
+
+// Checks arity against ir/op_kind.h, then runs the schema's shape inference.
+absl::StatusOr<std::vector<TensorType>> InferOutputTypes(OpKind kind,
+                                                         absl::Span<const TensorType> in,
+                                                         const AttrMap& attrs);
+
+// Per-family registration (ir/ops/*.cc), called once by the registry.
+class SchemaTable {
+ public:
+  void Register(OpSchema schema);
+  const OpSchema* Find(OpKind kind) const;
+
+ private:
+  std::vector<std::optional<OpSchema>> schemas_ =
+      std::vector<std::optional<OpSchema>>(kNumOpKinds);
+};
+
+}  // namespace loom::ir
+
+#endif  // LOOM_IR_OP_SCHEMA_H_

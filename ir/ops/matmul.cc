@@ -1,0 +1,11 @@
+// MatMul, linear and embedding.
+
+#include "ir/ops/op_util.h"
+#include "ir/ops/ops.h"
+#include "ir/status_macros.h"
+
+namespace loom::ir {
+
+void RegisterMatMulOps(SchemaTable& table) {}
+
+}  // namespace loom::ir

@@ -1,0 +1,11 @@
+// LayerNorm and RMSNorm.
+
+#include "ir/ops/op_util.h"
+#include "ir/ops/ops.h"
+#include "ir/status_macros.h"
+
+namespace loom::ir {
+
+void RegisterNormOps(SchemaTable& table) {}
+
+}  // namespace loom::ir

@@ -1,0 +1,7 @@
+#include "tests/ir/op_samples.h"
+
+namespace loom::ir::testing {
+
+void AddNormSamples(std::mt19937_64& rng, std::vector<OpSample>& out) {}
+
+}  // namespace loom::ir::testing
