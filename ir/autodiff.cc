@@ -1,1 +1,386 @@
 #include "ir/autodiff.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "ir/op_schema.h"
+#include "ir/status_macros.h"
+
+namespace loom::ir {
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
+#define LOOM_OPTIMIZER_PARSE_(e, text) \
+  if (name == text) return OptimizerKind::e;
+  LOOM_OPTIMIZER_LIST(LOOM_OPTIMIZER_PARSE_)
+#undef LOOM_OPTIMIZER_PARSE_
+  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", name, "'"));
+}
+
+absl::string_view OptimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+#define LOOM_OPTIMIZER_NAME_(e, text) \
+  case OptimizerKind::e:              \
+    return text;
+    LOOM_OPTIMIZER_LIST(LOOM_OPTIMIZER_NAME_)
+#undef LOOM_OPTIMIZER_NAME_
+  }
+  return "?";
+}
+
+namespace {
+
+// Emits one op with a unique name for each output and returns its outputs.
+absl::StatusOr<std::vector<TensorId>> EmitOp(Graph& graph, OpKind kind,
+                                             std::vector<TensorId> inputs, AttrMap attrs,
+                                             OpInfo info, absl::string_view name,
+                                             TensorRole role) {
+  int num_outputs = GetOpArity(kind).num_outputs;
+  if (num_outputs < 0) {
+    std::vector<TensorType> types;
+    for (TensorId in : inputs) types.push_back(graph.tensor(in).type());
+    LOOM_ASSIGN_OR_RETURN(auto out_types, InferOutputTypes(kind, types, attrs));
+    num_outputs = static_cast<int>(out_types.size());
+  }
+  std::vector<OutputSpec> outputs;
+  for (int i = 0; i < num_outputs; ++i) {
+    std::string base = num_outputs == 1 ? std::string(name) : absl::StrCat(name, ".", i);
+    outputs.push_back({graph.UniqueName(base), role});
+  }
+  return graph.AddOp(kind, std::move(inputs), std::move(attrs), info, std::move(outputs));
+}
+
+absl::StatusOr<TensorId> EmitOp1(Graph& graph, OpKind kind, std::vector<TensorId> inputs,
+                                 AttrMap attrs, OpInfo info, absl::string_view name,
+                                 TensorRole role) {
+  LOOM_ASSIGN_OR_RETURN(auto outs,
+                        EmitOp(graph, kind, std::move(inputs), std::move(attrs), info, name, role));
+  LOOM_RET_CHECK(outs.size() == 1);
+  return outs[0];
+}
+
+// Sums gradient contributions: one is used as is, two are added, more accumulated.
+absl::StatusOr<TensorId> SumContributions(Graph& graph, const std::vector<TensorId>& parts,
+                                          OpInfo info, absl::string_view name) {
+  LOOM_RET_CHECK(!parts.empty());
+  if (parts.size() == 1) return parts[0];
+  OpKind kind = parts.size() == 2 ? OpKind::kAdd : OpKind::kAccumulate;
+  return EmitOp1(graph, kind, parts, {}, info, name, TensorRole::kGradient);
+}
+
+class GradBuilderImpl : public GradBuilder {
+ public:
+  GradBuilderImpl(Graph& graph, OpId op, std::vector<std::optional<TensorId>> grad_outputs)
+      : graph_(graph), op_(graph.op(op)), grad_outputs_(std::move(grad_outputs)) {}
+
+  const Graph& graph() const override { return graph_; }
+  // A copy: emitting ops grows the graph and would move the original.
+  const Op& op() const override { return op_; }
+  std::optional<TensorId> grad_output(int i) const override { return grad_outputs_[i]; }
+
+  absl::StatusOr<std::vector<TensorId>> Emit(OpKind kind, std::vector<TensorId> inputs,
+                                             AttrMap attrs, absl::string_view name) override {
+    OpInfo info = op().info;
+    info.phase = Phase::kBackward;
+    return EmitOp(graph_, kind, std::move(inputs), std::move(attrs), info, name,
+                  TensorRole::kGradient);
+  }
+
+ private:
+  Graph& graph_;
+  Op op_;
+  std::vector<std::optional<TensorId>> grad_outputs_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::optional<TensorId>>> AppendBackward(
+    Graph& graph, TensorId loss, absl::Span<const TensorId> wrt) {
+  if (loss < 0 || loss >= graph.num_tensors()) {
+    return absl::InvalidArgumentError(absl::StrCat("loss tensor id ", loss, " does not exist"));
+  }
+  const Tensor& loss_tensor = graph.tensor(loss);
+  if (loss_tensor.shape.rank() != 0 || !IsFloat(loss_tensor.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("loss '", loss_tensor.name, "' is ",
+                                                   loss_tensor.type().ToString(),
+                                                   ", expected a float scalar"));
+  }
+  // Tensors that depend on some `wrt` tensor: only their gradients are needed.
+  absl::flat_hash_set<TensorId> depends;
+  for (TensorId w : wrt) depends.insert(w);
+  const OpId last_op = loss_tensor.producer;
+  for (OpId id = 0; id <= last_op; ++id) {
+    const Op& op = graph.op(id);
+    bool any = std::any_of(op.inputs.begin(), op.inputs.end(),
+                           [&](TensorId in) { return depends.contains(in); });
+    if (any) {
+      for (TensorId out : op.outputs) {
+        if (IsFloat(graph.tensor(out).dtype)) depends.insert(out);
+      }
+    }
+  }
+
+  absl::flat_hash_map<TensorId, std::vector<TensorId>> contributions;
+  OpInfo seed_info;
+  seed_info.phase = Phase::kBackward;
+  if (last_op != kNoId) seed_info.microbatch = graph.op(last_op).info.microbatch;
+  AttrMap seed_attrs;
+  seed_attrs.Set("shape", std::vector<int64_t>{});
+  seed_attrs.Set("value", 1.0);
+  seed_attrs.Set("dtype", std::string(DTypeName(loss_tensor.dtype)));
+  LOOM_ASSIGN_OR_RETURN(TensorId seed,
+                        EmitOp1(graph, OpKind::kFill, {}, std::move(seed_attrs), seed_info,
+                                absl::StrCat("d.", loss_tensor.name), TensorRole::kGradient));
+  contributions[loss].push_back(seed);
+
+  for (OpId id = last_op; id >= 0; --id) {
+    // Copy what we need: emitting ops may reallocate the graph's op vector.
+    const Op op = graph.op(id);
+    bool has_grad = std::any_of(op.outputs.begin(), op.outputs.end(),
+                                [&](TensorId out) { return contributions.contains(out); });
+    bool wants_grad = std::any_of(op.inputs.begin(), op.inputs.end(),
+                                  [&](TensorId in) { return depends.contains(in); });
+    if (!has_grad || !wants_grad) continue;
+    const OpSchema& schema = GetOpSchema(op.kind);
+    if (schema.grad == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(DescribeOp(graph, op),
+                                                     ": no gradient rule, but the loss "
+                                                     "depends on it"));
+    }
+    OpInfo info = op.info;
+    info.phase = Phase::kBackward;
+    std::vector<std::optional<TensorId>> grad_outputs;
+    for (TensorId out : op.outputs) {
+      auto it = contributions.find(out);
+      if (it == contributions.end()) {
+        grad_outputs.push_back(std::nullopt);
+        continue;
+      }
+      LOOM_ASSIGN_OR_RETURN(TensorId g,
+                            SumContributions(graph, it->second, info,
+                                             absl::StrCat("d.", graph.tensor(out).name)));
+      grad_outputs.push_back(g);
+    }
+    GradBuilderImpl builder(graph, id, std::move(grad_outputs));
+    auto grads = schema.grad(builder);
+    if (!grads.ok()) {
+      return absl::Status(grads.status().code(),
+                          absl::StrCat(DescribeOp(graph, op), ": gradient rule: ",
+                                       grads.status().message()));
+    }
+    LOOM_RET_CHECK(grads->size() == op.inputs.size())
+        << DescribeOp(graph, op) << " gradient rule returned " << grads->size()
+        << " gradients";
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const std::optional<TensorId>& g = (*grads)[i];
+      if (!g.has_value() || !depends.contains(op.inputs[i])) continue;
+      LOOM_RET_CHECK(graph.tensor(*g).shape.SameDims(graph.tensor(op.inputs[i]).shape))
+          << DescribeOp(graph, op) << " gradient of input " << i << " is "
+          << graph.tensor(*g).type().ToString();
+      contributions[op.inputs[i]].push_back(*g);
+    }
+  }
+
+  std::vector<std::optional<TensorId>> result;
+  for (TensorId w : wrt) {
+    auto it = contributions.find(w);
+    if (it == contributions.end()) {
+      result.push_back(std::nullopt);
+      continue;
+    }
+    OpInfo info;
+    info.phase = Phase::kBackward;
+    info.microbatch = seed_info.microbatch;
+    LOOM_ASSIGN_OR_RETURN(TensorId g,
+                          SumContributions(graph, it->second, info,
+                                           absl::StrCat("d.", graph.tensor(w).name)));
+    result.push_back(g);
+  }
+  return result;
+}
+
+namespace {
+
+// Layer of the first forward op reading `param` (-1 if none).
+int ParamLayer(const Graph& forward, TensorId param) {
+  for (OpId op : forward.consumers(param)) return forward.op(op).info.layer;
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOptions& options) {
+  if (options.microbatches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batches must be >= 1, got ", options.microbatches));
+  }
+  if (forward.outputs().size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "forward graph '", forward.name(), "' must have exactly one output (the loss), has ",
+        forward.outputs().size()));
+  }
+  const TensorId fwd_loss = forward.outputs()[0];
+  const Tensor& fwd_loss_t = forward.tensor(fwd_loss);
+  if (fwd_loss_t.shape.rank() != 0 || !IsFloat(fwd_loss_t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("forward output '", fwd_loss_t.name,
+                                                   "' is ", fwd_loss_t.type().ToString(),
+                                                   ", expected a float scalar loss"));
+  }
+  const int m_count = options.microbatches;
+  Graph g(forward.name());
+
+  // Parameters first, then optimizer states, shared by every micro-batch.
+  std::vector<TensorId> fwd_params;
+  for (TensorId id : forward.InputIds()) {
+    if (forward.tensor(id).role == TensorRole::kParameter) fwd_params.push_back(id);
+  }
+  std::vector<TensorId> params, moments1, moments2;
+  absl::flat_hash_map<TensorId, TensorId> shared;  // forward id -> training id
+  for (TensorId id : fwd_params) {
+    const Tensor& t = forward.tensor(id);
+    LOOM_ASSIGN_OR_RETURN(TensorId p, g.AddInput(t.name, t.shape, t.dtype, t.role));
+    params.push_back(p);
+    shared[id] = p;
+  }
+  if (options.optimizer == OptimizerKind::kAdamW) {
+    for (TensorId p : params) {
+      const Tensor& t = g.tensor(p);
+      LOOM_ASSIGN_OR_RETURN(TensorId m, g.AddInput(absl::StrCat(t.name, ".m"), t.shape, t.dtype,
+                                                   TensorRole::kOptimizerState));
+      LOOM_ASSIGN_OR_RETURN(TensorId v, g.AddInput(absl::StrCat(t.name, ".v"), t.shape, t.dtype,
+                                                   TensorRole::kOptimizerState));
+      moments1.push_back(m);
+      moments2.push_back(v);
+    }
+  }
+
+  // Forward and backward of each micro-batch.
+  std::vector<std::vector<TensorId>> param_grads(params.size());
+  std::vector<TensorId> losses;
+  for (int mb = 0; mb < m_count; ++mb) {
+    const std::string suffix = m_count > 1 ? absl::StrCat(".mb", mb) : "";
+    absl::flat_hash_map<TensorId, TensorId> map = shared;
+    for (TensorId id : forward.InputIds()) {
+      const Tensor& t = forward.tensor(id);
+      if (t.role == TensorRole::kParameter) continue;
+      LOOM_ASSIGN_OR_RETURN(map[id], g.AddInput(absl::StrCat(t.name, suffix), t.shape, t.dtype,
+                                                t.role));
+    }
+    for (const Op& op : forward.ops()) {
+      std::vector<TensorId> inputs;
+      for (TensorId in : op.inputs) inputs.push_back(map.at(in));
+      std::vector<OutputSpec> outs;
+      for (TensorId out : op.outputs) {
+        const Tensor& t = forward.tensor(out);
+        outs.push_back({absl::StrCat(t.name, suffix), t.role});
+      }
+      OpInfo info = op.info;
+      info.microbatch = mb;
+      LOOM_ASSIGN_OR_RETURN(auto new_outs, g.AddOp(op.kind, inputs, op.attrs, info, outs));
+      for (size_t i = 0; i < op.outputs.size(); ++i) map[op.outputs[i]] = new_outs[i];
+    }
+    TensorId loss = map.at(fwd_loss);
+    if (m_count > 1) {
+      OpInfo info{Phase::kForward, -1, mb};
+      LOOM_ASSIGN_OR_RETURN(
+          loss, EmitOp1(g, OpKind::kScale, {loss}, {{"factor", 1.0 / m_count}}, info,
+                        absl::StrCat(fwd_loss_t.name, suffix, ".scaled"), TensorRole::kLoss));
+    }
+    losses.push_back(loss);
+    LOOM_ASSIGN_OR_RETURN(auto grads, AppendBackward(g, loss, params));
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (grads[i].has_value()) param_grads[i].push_back(*grads[i]);
+    }
+  }
+  TensorId total_loss = losses[0];
+  if (m_count > 1) {
+    LOOM_ASSIGN_OR_RETURN(total_loss, EmitOp1(g, OpKind::kAccumulate, losses, {},
+                                              OpInfo{Phase::kForward, -1, -1},
+                                              absl::StrCat(fwd_loss_t.name, ".total"),
+                                              TensorRole::kLoss));
+  }
+
+  // Gradient accumulation across micro-batches.
+  std::vector<TensorId> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = g.tensor(params[i]);
+    OpInfo info{Phase::kBackward, ParamLayer(forward, fwd_params[i]), -1};
+    if (param_grads[i].empty()) {
+      // The loss does not depend on this parameter: its gradient is zero.
+      AttrMap attrs{{"shape", p.shape.dims()},
+                    {"value", 0.0},
+                    {"dtype", std::string(DTypeName(p.dtype))}};
+      LOOM_ASSIGN_OR_RETURN(TensorId zero, EmitOp1(g, OpKind::kFill, {}, attrs, info,
+                                                   absl::StrCat("grad.", p.name),
+                                                   TensorRole::kGradient));
+      grads.push_back(zero);
+    } else if (param_grads[i].size() == 1) {
+      grads.push_back(param_grads[i][0]);
+    } else {
+      LOOM_ASSIGN_OR_RETURN(TensorId acc,
+                            EmitOp1(g, OpKind::kAccumulate, param_grads[i], {}, info,
+                                    absl::StrCat("grad.", p.name), TensorRole::kGradient));
+      grads.push_back(acc);
+    }
+  }
+
+  // Global grad-norm clipping.
+  if (options.max_grad_norm > 0 && !params.empty()) {
+    std::vector<TensorId> squares;
+    for (size_t i = 0; i < params.size(); ++i) {
+      OpInfo info{Phase::kOptimizer, ParamLayer(forward, fwd_params[i]), -1};
+      LOOM_ASSIGN_OR_RETURN(TensorId sq,
+                            EmitOp1(g, OpKind::kSumSquares, {grads[i]}, {}, info,
+                                    absl::StrCat("grad_sq.", g.tensor(params[i]).name),
+                                    TensorRole::kGradient));
+      squares.push_back(sq);
+    }
+    OpInfo info{Phase::kOptimizer, -1, -1};
+    TensorId total = squares[0];
+    if (squares.size() > 1) {
+      LOOM_ASSIGN_OR_RETURN(total, EmitOp1(g, OpKind::kAccumulate, squares, {}, info,
+                                           "grad_sq.total", TensorRole::kGradient));
+    }
+    LOOM_ASSIGN_OR_RETURN(TensorId coef,
+                          EmitOp1(g, OpKind::kClipCoef, {total},
+                                  {{"max_norm", options.max_grad_norm}}, info, "clip_coef",
+                                  TensorRole::kGradient));
+    for (size_t i = 0; i < params.size(); ++i) {
+      OpInfo pinfo{Phase::kOptimizer, ParamLayer(forward, fwd_params[i]), -1};
+      LOOM_ASSIGN_OR_RETURN(grads[i],
+                            EmitOp1(g, OpKind::kMulScalar, {grads[i], coef}, {}, pinfo,
+                                    absl::StrCat("grad_clipped.", g.tensor(params[i]).name),
+                                    TensorRole::kGradient));
+    }
+  }
+
+  // Optimizer update.
+  g.AddOutput(total_loss);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string name = g.tensor(params[i]).name;
+    OpInfo info{Phase::kOptimizer, ParamLayer(forward, fwd_params[i]), -1};
+    if (options.optimizer == OptimizerKind::kSgd) {
+      AttrMap attrs{{"lr", options.lr}, {"weight_decay", options.weight_decay}};
+      LOOM_ASSIGN_OR_RETURN(
+          auto outs, g.AddOp(OpKind::kSgd, {params[i], grads[i]}, attrs, info,
+                             {{g.UniqueName(name + ".new"), TensorRole::kParameter}}));
+      g.AddOutput(outs[0]);
+    } else {
+      AttrMap attrs{{"lr", options.lr},     {"beta1", options.beta1},
+                    {"beta2", options.beta2}, {"eps", options.eps},
+                    {"weight_decay", options.weight_decay}, {"step", options.step}};
+      LOOM_ASSIGN_OR_RETURN(
+          auto outs,
+          g.AddOp(OpKind::kAdamW, {params[i], grads[i], moments1[i], moments2[i]}, attrs, info,
+                  {{g.UniqueName(name + ".new"), TensorRole::kParameter},
+                   {g.UniqueName(name + ".m.new"), TensorRole::kOptimizerState},
+                   {g.UniqueName(name + ".v.new"), TensorRole::kOptimizerState}}));
+      for (TensorId out : outs) g.AddOutput(out);
+    }
+  }
+  return g;
+}
+
+}  // namespace loom::ir

@@ -1,1 +1,313 @@
 #include "tools/cli.h"
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ir/autodiff.h"
+#include "ir/graph_stats.h"
+#include "ir/json_format.h"
+#include "ir/text_format.h"
+#include "models/models.h"
+#include "tools/flags.h"
+
+namespace loom::tools {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kUnimplemented:
+      return kExitBadInput;
+    default:
+      return kExitFailure;
+  }
+}
+
+int Fail(std::ostream& err, absl::string_view command, const absl::Status& status) {
+  err << "loom " << command << ": error: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+// "8.03B", "124.4M", "12.0K".
+std::string Compact(double n) {
+  if (n >= 1e12) return absl::StrFormat("%.2fT", n / 1e12);
+  if (n >= 1e9) return absl::StrFormat("%.2fB", n / 1e9);
+  if (n >= 1e6) return absl::StrFormat("%.1fM", n / 1e6);
+  if (n >= 1e3) return absl::StrFormat("%.1fK", n / 1e3);
+  return absl::StrFormat("%.0f", n);
+}
+
+std::string Grouped(int64_t n) {
+  std::string digits = absl::StrCat(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string Bytes(double b) {
+  if (b >= 1e12) return absl::StrFormat("%.2f TB", b / 1e12);
+  if (b >= 1e9) return absl::StrFormat("%.2f GB", b / 1e9);
+  if (b >= 1e6) return absl::StrFormat("%.2f MB", b / 1e6);
+  if (b >= 1e3) return absl::StrFormat("%.2f KB", b / 1e3);
+  return absl::StrFormat("%.0f B", b);
+}
+
+// Flags shared by commands that build a model.
+void AddModelFlags(FlagSet& flags) {
+  flags.AddString("--model", "NAME", "model to build (see 'loom models')");
+  flags.AddString("--layers", "N", "number of layers (default: the configuration's)");
+  flags.AddBool("--tiny", "build the model at a tiny size (same structure, small dims)");
+  flags.AddString("--batch", "B", "sequences per micro-batch");
+  flags.AddString("--seq", "S", "tokens per sequence");
+  flags.AddString("--dtype", "T", "parameter and activation dtype: f32 (default), bf16, f16, f64");
+  flags.AddBool("--forward", "the forward graph only, not the whole training step");
+  flags.AddString("--microbatches", "M", "micro-batches in the training step (default 1)");
+  flags.AddString("--optimizer", "NAME", "adamw (default) or sgd");
+}
+
+// Builds the graph a model flag set asks for: the training step unless --forward.
+absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
+  auto name = flags.GetString("--model");
+  if (!name.has_value()) return absl::InvalidArgumentError("missing --model NAME");
+  models::ModelOptions options;
+  options.tiny = flags.GetBool("--tiny");
+  auto layers = flags.GetInt("--layers", 0, 1, 100000);
+  if (!layers.ok()) return layers.status();
+  options.layers = static_cast<int>(*layers);
+  auto batch = flags.GetInt("--batch", 0, 1, int64_t{1} << 30);
+  if (!batch.ok()) return batch.status();
+  options.batch = *batch;
+  auto seq = flags.GetInt("--seq", 0, 1, int64_t{1} << 30);
+  if (!seq.ok()) return seq.status();
+  options.seq = *seq;
+  if (auto dtype = flags.GetString("--dtype")) {
+    auto parsed = ir::ParseDType(*dtype);
+    if (!parsed.ok() || !ir::IsFloat(*parsed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag '--dtype' expects f32, f64, bf16 or f16, got '", *dtype, "'"));
+    }
+    options.dtype = *parsed;
+  }
+  auto forward = models::BuildForward(*name, options);
+  if (!forward.ok() || flags.GetBool("--forward")) return forward;
+  ir::TrainingOptions training;
+  auto microbatches = flags.GetInt("--microbatches", 1, 1, 4096);
+  if (!microbatches.ok()) return microbatches.status();
+  training.microbatches = static_cast<int>(*microbatches);
+  if (auto opt = flags.GetString("--optimizer")) {
+    auto kind = ir::ParseOptimizerKind(*opt);
+    if (!kind.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag '--optimizer' expects adamw or sgd, got '", *opt, "'"));
+    }
+    training.optimizer = *kind;
+  }
+  return ir::BuildTrainingStep(*forward, training);
+}
+
+using Command = std::function<int(const std::vector<std::string>&, std::ostream&, std::ostream&)>;
+
+// Parses flags, handling --help. Returns -1 to continue, else an exit code.
+int ParseOrExit(FlagSet& flags, const std::vector<std::string>& args, std::ostream& out,
+                std::ostream& err) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      out << flags.Help();
+      return kExitOk;
+    }
+  }
+  absl::Status s = flags.Parse(args);
+  if (!s.ok()) {
+    err << "loom " << flags.command() << ": error: " << s.message() << " (see 'loom "
+        << flags.command() << " --help')\n";
+    return kExitBadInput;
+  }
+  return -1;
+}
+
+int CmdModels(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("models", "Lists the models Loom can build.");
+  if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  out << absl::StrFormat("%-22s %-10s %-12s %s\n", "model", "family", "published", "description");
+  for (const auto& m : models::ListModels()) {
+    out << absl::StrFormat("%-22s %-10s %-12s %s\n", m.name, m.family,
+                           m.published_params > 0 ? Compact(m.published_params) : "-",
+                           m.description);
+  }
+  return kExitOk;
+}
+
+void PrintSummary(const ir::Graph& g, double build_seconds, std::ostream& out) {
+  const ir::GraphStats s = ir::ComputeStats(g);
+  auto phase_ops = [&](ir::Phase p) {
+    auto it = s.ops_by_phase.find(p);
+    return it == s.ops_by_phase.end() ? int64_t{0} : it->second;
+  };
+  auto phase_flops = [&](ir::Phase p) {
+    auto it = s.flops_by_phase.find(p);
+    return it == s.flops_by_phase.end() ? 0.0 : it->second;
+  };
+  auto role_count = [&](ir::TensorRole r) {
+    auto it = s.tensors_by_role.find(r);
+    return it == s.tensors_by_role.end() ? int64_t{0} : it->second;
+  };
+  out << "graph:        " << g.name() << "\n";
+  out << "layers:       " << s.num_layers << "\n";
+  if (s.num_microbatches > 0) out << "micro-batches: " << s.num_microbatches << "\n";
+  out << "tensors:      " << s.num_tensors << " (inputs " << role_count(ir::TensorRole::kInput)
+      << ", parameters " << role_count(ir::TensorRole::kParameter) << ", states "
+      << role_count(ir::TensorRole::kOptimizerState) << ", activations "
+      << role_count(ir::TensorRole::kActivation) << ", gradients "
+      << role_count(ir::TensorRole::kGradient) << ", losses "
+      << role_count(ir::TensorRole::kLoss) << ")\n";
+  out << "ops:          " << s.num_ops << " (forward " << phase_ops(ir::Phase::kForward)
+      << ", backward " << phase_ops(ir::Phase::kBackward) << ", optimizer "
+      << phase_ops(ir::Phase::kOptimizer) << ")\n";
+  out << "parameters:   " << Grouped(s.parameters) << " (" << Compact(s.parameters) << ", "
+      << Bytes(static_cast<double>(s.parameter_bytes)) << ")\n";
+  if (s.optimizer_state_bytes > 0) {
+    out << "optimizer:    " << Bytes(static_cast<double>(s.optimizer_state_bytes))
+        << " of state\n";
+  }
+  const double fwd = phase_flops(ir::Phase::kForward);
+  const double train = fwd + phase_flops(ir::Phase::kBackward);
+  if (s.tokens > 0) {
+    out << "tokens:       " << Grouped(s.tokens) << "\n";
+    out << absl::StrFormat("flops/token:  forward %.2f GFLOP, forward+backward %.2f GFLOP\n",
+                           fwd / s.tokens / 1e9, train / s.tokens / 1e9);
+  } else {
+    out << absl::StrFormat("flops:        forward %.3g, forward+backward %.3g\n", fwd, train);
+  }
+  out << "op kinds:    ";
+  int column = 0;
+  for (const auto& [kind, count] : s.ops_by_kind) {
+    if (column++ % 6 == 0) out << "\n ";
+    out << " " << kind << " " << count;
+  }
+  out << "\n";
+  out << absl::StrFormat("built in:     %.3f s\n", build_seconds);
+}
+
+int CmdShow(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("show", "Prints a summary of a model's training graph (or of a graph file):\n"
+                        "ops, tensors, parameter count, FLOPs per token.");
+  AddModelFlags(flags);
+  flags.AddString("--graph", "FILE", "summarise a graph file (text or JSON) instead of a model");
+  if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<ir::Graph> graph;
+  if (auto file = flags.GetString("--graph")) {
+    if (flags.Has("--model")) {
+      return Fail(err, "show", absl::InvalidArgumentError("give --model or --graph, not both"));
+    }
+    graph = ir::LoadGraphFile(*file);
+  } else {
+    graph = BuildModelGraph(flags);
+  }
+  if (!graph.ok()) return Fail(err, "show", graph.status());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (auto name = flags.GetString("--model")) out << "model:        " << *name << "\n";
+  PrintSummary(*graph, seconds, out);
+  return kExitOk;
+}
+
+int CmdGraph(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("graph", "Writes a model's training graph (or forward graph) as text IR or JSON.");
+  AddModelFlags(flags);
+  flags.AddString("--output", "FILE", "where to write ('-' or absent: standard output)");
+  flags.AddAlias("-o", "--output");
+  flags.AddString("--format", "FMT", "text or json (default: from the file name, else text)");
+  if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  std::string path = flags.GetString("--output").value_or("-");
+  std::string format = flags.GetString("--format").value_or("");
+  if (!format.empty() && format != "text" && format != "json") {
+    return Fail(err, "graph", absl::InvalidArgumentError(absl::StrCat(
+                                  "flag '--format' expects text or json, got '", format, "'")));
+  }
+  auto graph = BuildModelGraph(flags);
+  if (!graph.ok()) return Fail(err, "graph", graph.status());
+  if (path == "-") {
+    out << (format == "json" ? ir::GraphToJson(*graph) + "\n" : ir::PrintGraph(*graph));
+    return kExitOk;
+  }
+  absl::Status s;
+  if (format.empty()) {
+    s = ir::SaveGraphFile(*graph, path);
+  } else {
+    // An explicit format wins over the file name: write through a temporary name
+    // with the matching extension, then rename.
+    const std::string tmp = path + (format == "json" ? ".tmp.json" : ".tmp.loom");
+    s = ir::SaveGraphFile(*graph, tmp);
+    if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      s = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+    }
+  }
+  if (!s.ok()) return Fail(err, "graph", s);
+  out << "wrote " << path << " (" << graph->num_ops() << " ops, " << graph->num_tensors()
+      << " tensors)\n";
+  return kExitOk;
+}
+
+const std::vector<std::pair<std::string, std::string>>& Summaries() {
+  static const auto* list = new std::vector<std::pair<std::string, std::string>>{
+      {"models", "list the models Loom can build"},
+      {"show", "summarise a model's training graph or a graph file"},
+      {"graph", "write a model's training graph as text IR or JSON"},
+  };
+  return *list;
+}
+
+std::string TopHelp() {
+  std::string out =
+      "usage: loom <command> [flags]\n\n"
+      "Loom builds, plans, schedules and verifies distributed training steps.\n\ncommands:\n";
+  for (const auto& [name, summary] : Summaries()) {
+    absl::StrAppend(&out, absl::StrFormat("  %-10s %s\n", name, summary));
+  }
+  absl::StrAppend(&out, "\n'loom <command> --help' describes a command's flags.\n");
+  return out;
+}
+
+}  // namespace
+
+int RunLoom(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << TopHelp();
+    return kExitBadInput;
+  }
+  const std::string& command = args[0];
+  if (command == "--help" || command == "-h" || command == "help") {
+    out << TopHelp();
+    return kExitOk;
+  }
+  if (command == "--version" || command == "version") {
+    out << "loom " << kVersion << "\n";
+    return kExitOk;
+  }
+  static const auto* commands = new std::vector<std::pair<std::string, Command>>{
+      {"models", CmdModels}, {"show", CmdShow}, {"graph", CmdGraph}};
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  for (const auto& [name, fn] : *commands) {
+    if (name == command) return fn(rest, out, err);
+  }
+  err << "loom: error: unknown command '" << command << "' (see 'loom --help')\n";
+  return kExitBadInput;
+}
+
+}  // namespace loom::tools

@@ -1,11 +1,617 @@
 // Reductions, softmax and losses.
+// Reduced dims are removed from the result (no keepdim). A sum may be split along a
+// reduced dim into partial sums; a mean, a max, a softmax axis and a loss may not.
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
 
 namespace loom::ir {
+namespace {
 
-void RegisterReduceOps(SchemaTable& table) {}
+using ops::DefaultSpatial;
+using ops::DimLabels;
+using ops::ElementCount;
+using ops::ExpectDims;
+using ops::ExpectFloat;
+using ops::ExpectInteger;
+using ops::ExpectMinRank;
+using ops::ExpectSameType;
+using ops::ExpectScalar;
+using ops::FlopsPerOutputElement;
+using ops::Like;
+
+// ---- shared helpers -----------------------------------------------------------
+
+// Which dims of `t` the attribute `dims` reduces: each in [-rank, rank), none twice.
+absl::StatusOr<std::vector<bool>> ReducedDims(const TensorType& t, const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dims"));
+  std::vector<bool> reduced(t.shape.rank(), false);
+  for (int64_t d : dims) {
+    auto n = NormalizeDim(d, t.shape.rank());
+    if (!n.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute 'dims': ", n.status().message()));
+    }
+    if (reduced[*n]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute 'dims' names dim ", *n, " more than once"));
+    }
+    reduced[*n] = true;
+  }
+  return reduced;
+}
+
+// The attribute `dim` of `t`, normalised.
+absl::StatusOr<int> AxisAttr(const TensorType& t, const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
+  auto n = NormalizeDim(dim, t.shape.rank());
+  if (!n.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'dim': ", n.status().message()));
+  }
+  return *n;
+}
+
+std::vector<int64_t> KeptDims(const Shape& shape, const std::vector<bool>& reduced) {
+  std::vector<int64_t> kept;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (!reduced[d]) kept.push_back(shape.dim(d));
+  }
+  return kept;
+}
+
+std::vector<bool> OnlyDim(int rank, int dim) {
+  std::vector<bool> reduced(rank, false);
+  reduced[dim] = true;
+  return reduced;
+}
+
+// Number of elements folded into each output element.
+double ReducedCount(const Shape& shape, const std::vector<bool>& reduced) {
+  double count = 1.0;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (reduced[d]) count *= static_cast<double>(shape.dim(d));
+  }
+  return count;
+}
+
+// Product of every dim but the last: the number of rows of a last-dim op.
+int64_t Rows(const Shape& shape) {
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < shape.rank(); ++d) rows *= shape.dim(d);
+  return rows;
+}
+
+// For each element of `shape` in row-major order, its flat index in the tensor
+// obtained by removing the dims marked in `reduced`.
+std::vector<int64_t> ProjectIndices(const Shape& shape, const std::vector<bool>& reduced) {
+  const int rank = shape.rank();
+  std::vector<int64_t> stride(rank, 0);
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (reduced[d]) continue;
+    stride[d] = s;
+    s *= shape.dim(d);
+  }
+  std::vector<int64_t> index(static_cast<size_t>(shape.num_elements()));
+  std::vector<int64_t> coord(rank, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(index.size()); ++i) {
+    int64_t o = 0;
+    for (int d = 0; d < rank; ++d) o += coord[d] * stride[d];
+    index[i] = o;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++coord[d] < shape.dim(d)) break;
+      coord[d] = 0;
+    }
+  }
+  return index;
+}
+
+// A tensor seen as [outer, n, inner] around one dim.
+struct AxisView {
+  int64_t outer = 1;
+  int64_t n = 1;
+  int64_t inner = 1;
+  int64_t at(int64_t o, int64_t k, int64_t i) const { return (o * n + k) * inner + i; }
+};
+
+AxisView ViewAround(const Shape& shape, int dim) {
+  AxisView v;
+  for (int d = 0; d < dim; ++d) v.outer *= shape.dim(d);
+  v.n = shape.dim(dim);
+  for (int d = dim + 1; d < shape.rank(); ++d) v.inner *= shape.dim(d);
+  return v;
+}
+
+// "[1,2]": the multi-index of flat element `flat` of `shape`.
+std::string Position(const Shape& shape, int64_t flat) {
+  std::vector<int64_t> coord(shape.rank());
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    coord[d] = flat % shape.dim(d);
+    flat /= shape.dim(d);
+  }
+  return absl::StrCat("[", absl::StrJoin(coord, ","), "]");
+}
+
+// The class index of target `r`, checked against the vocabulary size `v`.
+absl::StatusOr<int64_t> Target(const HostTensor& targets, int64_t r, int64_t v) {
+  double t = targets[r];
+  if (!(t >= 0 && t < static_cast<double>(v) && t == std::floor(t))) {
+    return absl::InvalidArgumentError(absl::StrCat("target ", t, " at position ",
+                                                   Position(targets.shape, r),
+                                                   " is outside the vocabulary [0, ", v, ")"));
+  }
+  return static_cast<int64_t>(t);
+}
+
+double RowMax(const double* x, int64_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// log(sum(exp(x))) over one row, shifted by the row max for stability.
+double LogSumExp(const double* x, int64_t n) {
+  double m = RowMax(x, n);
+  double s = 0.0;
+  for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
+  return m + std::log(s);
+}
+
+// ---- shape rules ----------------------------------------------------------------
+
+absl::StatusOr<std::vector<TensorType>> InferReduce(absl::Span<const TensorType> in,
+                                                    const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  return std::vector<TensorType>{Like(in[0], KeptDims(in[0].shape, reduced))};
+}
+
+absl::StatusOr<std::vector<TensorType>> InferMax(absl::Span<const TensorType> in,
+                                                 const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
+  LOOM_RETURN_IF_ERROR(ExpectMinRank(in, 0, 1));
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0], attrs));
+  if (in[0].shape.dim(dim) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input 0 has size 0 along dim ", dim, "; max needs an element"));
+  }
+  const int rank = in[0].shape.rank();
+  return std::vector<TensorType>{Like(in[0], KeptDims(in[0].shape, OnlyDim(rank, dim)))};
+}
+
+// max_grad(a, dy): dy has the dims of max(a).
+absl::StatusOr<std::vector<TensorType>> InferMaxGrad(absl::Span<const TensorType> in,
+                                                     const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> reduced, InferMax(in.subspan(0, 1), attrs));
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 1));
+  LOOM_RETURN_IF_ERROR(ExpectDims(in, 1, reduced[0].shape.dims()));
+  return std::vector<TensorType>{in[0]};
+}
+
+absl::StatusOr<std::vector<TensorType>> InferSumSquares(absl::Span<const TensorType> in,
+                                                        const AttrMap&) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
+  return std::vector<TensorType>{Like(in[0], {})};
+}
+
+// softmax, log_softmax and their gradients: same-typed inputs of rank >= 1.
+absl::StatusOr<std::vector<TensorType>> InferLastDim(absl::Span<const TensorType> in,
+                                                     const AttrMap&) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
+  LOOM_RETURN_IF_ERROR(ExpectMinRank(in, 0, 1));
+  for (size_t i = 1; i < in.size(); ++i) {
+    LOOM_RETURN_IF_ERROR(ExpectSameType(in, 0, static_cast<int>(i)));
+  }
+  return std::vector<TensorType>{in[0]};
+}
+
+// logits [..., V] float and targets [...] integer with the same leading dims.
+absl::Status CheckLogitsAndTargets(absl::Span<const TensorType> in) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
+  LOOM_RETURN_IF_ERROR(ExpectMinRank(in, 0, 1));
+  LOOM_RETURN_IF_ERROR(ExpectInteger(in, 1));
+  const std::vector<int64_t>& dims = in[0].shape.dims();
+  LOOM_RETURN_IF_ERROR(ExpectDims(in, 1, std::vector<int64_t>(dims.begin(), dims.end() - 1)));
+  if (in[1].shape.num_elements() == 0) {
+    return absl::InvalidArgumentError(
+        "input 1 has no elements; the mean loss needs at least one position");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TensorType>> InferCrossEntropy(absl::Span<const TensorType> in,
+                                                          const AttrMap&) {
+  LOOM_RETURN_IF_ERROR(CheckLogitsAndTargets(in));
+  return std::vector<TensorType>{Like(in[0], {})};
+}
+
+// cross_entropy_grad(logits, targets, dloss) -> dlogits.
+absl::StatusOr<std::vector<TensorType>> InferCrossEntropyGrad(absl::Span<const TensorType> in,
+                                                              const AttrMap&) {
+  LOOM_RETURN_IF_ERROR(CheckLogitsAndTargets(in));
+  LOOM_RETURN_IF_ERROR(ExpectScalar(in, 2));
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 2));
+  return std::vector<TensorType>{in[0]};
+}
+
+// ---- signatures -----------------------------------------------------------------
+
+// Input labels d0..dn; output keeps the labels not reduced; reduced ones get `kind`.
+DimSignature ReduceSignature(int rank, const std::vector<bool>& reduced, DimKind kind) {
+  DimSignature sig;
+  std::vector<std::string> labels = DimLabels(rank);
+  std::vector<std::string> kept;
+  for (int d = 0; d < rank; ++d) {
+    if (reduced[d]) {
+      sig.kinds[labels[d]] = kind;
+    } else {
+      kept.push_back(labels[d]);
+    }
+  }
+  sig.inputs = {labels};
+  sig.outputs = {kept};
+  DefaultSpatial(sig);
+  return sig;
+}
+
+absl::StatusOr<DimSignature> SignatureSum(absl::Span<const TensorType> in,
+                                          const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kReduction);
+}
+
+// A partial mean is not a partial sum: the reduced dims may not be split.
+absl::StatusOr<DimSignature> SignatureMean(absl::Span<const TensorType> in,
+                                           const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kFixed);
+}
+
+absl::StatusOr<DimSignature> SignatureMax(absl::Span<const TensorType> in,
+                                          const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0], attrs));
+  const int rank = in[0].shape.rank();
+  return ReduceSignature(rank, OnlyDim(rank, dim), DimKind::kFixed);
+}
+
+// max_grad(a, dy) -> da: `dim` fixed, every other dim spatial.
+absl::StatusOr<DimSignature> SignatureMaxGrad(absl::Span<const TensorType> in,
+                                              const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(DimSignature sig, SignatureMax(in, attrs));
+  sig.inputs.push_back(sig.outputs[0]);
+  sig.outputs = {sig.inputs[0]};
+  return sig;
+}
+
+absl::StatusOr<DimSignature> SignatureSumSquares(absl::Span<const TensorType> in,
+                                                 const AttrMap&) {
+  const int rank = in[0].shape.rank();
+  return ReduceSignature(rank, std::vector<bool>(rank, true), DimKind::kReduction);
+}
+
+// Every input and the output carry the same labels; the last one is fixed.
+absl::StatusOr<DimSignature> SignatureLastDimFixed(absl::Span<const TensorType> in,
+                                                   const AttrMap&) {
+  const int rank = in[0].shape.rank();
+  DimSignature sig = ops::ElementwiseSignature(rank, static_cast<int>(in.size()));
+  sig.kinds[DimLabels(rank).back()] = DimKind::kFixed;
+  return sig;
+}
+
+// Losses: logits, targets (and dloss) with every label fixed. Splitting the vocabulary
+// or the tokens is a decomposition of the loss, not a partition of this op.
+absl::StatusOr<DimSignature> SignatureCrossEntropy(absl::Span<const TensorType> in,
+                                                   const AttrMap&) {
+  std::vector<std::string> labels = DimLabels(in[0].shape.rank());
+  DimSignature sig;
+  sig.inputs = {labels, std::vector<std::string>(labels.begin(), labels.end() - 1)};
+  if (in.size() == 3) sig.inputs.push_back({});
+  sig.outputs = {in.size() == 3 ? labels : std::vector<std::string>{}};
+  for (const auto& l : labels) sig.kinds[l] = DimKind::kFixed;
+  return sig;
+}
+
+// ---- FLOPs ------------------------------------------------------------------------
+
+template <int kPerElement>
+double FlopsPerInput(absl::Span<const TensorType> in, absl::Span<const TensorType>,
+                     const AttrMap&) {
+  return ElementCount(in[0]) * kPerElement;
+}
+
+template <int kPerElement>
+double Flops(absl::Span<const TensorType>, absl::Span<const TensorType> out, const AttrMap&) {
+  return FlopsPerOutputElement(out, kPerElement);
+}
+
+// One add per input element, one divide per output element.
+double FlopsMean(absl::Span<const TensorType> in, absl::Span<const TensorType> out,
+                 const AttrMap&) {
+  return ElementCount(in[0]) + ElementCount(out[0]);
+}
+
+// ---- kernels ------------------------------------------------------------------------
+
+absl::Status KernelSum(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
+                       absl::Span<HostTensor> out) {
+  const HostTensor& a = *in[0];
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced,
+                        ReducedDims(TensorType{a.shape, a.dtype}, attrs));
+  std::vector<int64_t> index = ProjectIndices(a.shape, reduced);
+  for (int64_t i = 0; i < a.size(); ++i) out[0][index[i]] += a[i];
+  return absl::OkStatus();
+}
+
+absl::Status KernelMean(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
+                        absl::Span<HostTensor> out) {
+  LOOM_RETURN_IF_ERROR(KernelSum(in, attrs, out));
+  const HostTensor& a = *in[0];
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced,
+                        ReducedDims(TensorType{a.shape, a.dtype}, attrs));
+  double count = ReducedCount(a.shape, reduced);
+  for (double& x : out[0].data) x /= count;
+  return absl::OkStatus();
+}
+
+absl::Status KernelMax(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
+                       absl::Span<HostTensor> out) {
+  const HostTensor& a = *in[0];
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(TensorType{a.shape, a.dtype}, attrs));
+  AxisView v = ViewAround(a.shape, dim);
+  for (int64_t o = 0; o < v.outer; ++o) {
+    for (int64_t i = 0; i < v.inner; ++i) {
+      double m = a[v.at(o, 0, i)];
+      for (int64_t k = 1; k < v.n; ++k) m = std::max(m, a[v.at(o, k, i)]);
+      out[0][o * v.inner + i] = m;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// da = dy at the first position of the max along `dim`, 0 elsewhere.
+absl::Status KernelMaxGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
+                           absl::Span<HostTensor> out) {
+  const HostTensor& a = *in[0];
+  const HostTensor& dy = *in[1];
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(TensorType{a.shape, a.dtype}, attrs));
+  AxisView v = ViewAround(a.shape, dim);
+  for (int64_t o = 0; o < v.outer; ++o) {
+    for (int64_t i = 0; i < v.inner; ++i) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < v.n; ++k) {
+        if (a[v.at(o, k, i)] > a[v.at(o, best, i)]) best = k;
+      }
+      out[0][v.at(o, best, i)] = dy[o * v.inner + i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelSumSquares(absl::Span<const HostTensor* const> in, const AttrMap&,
+                              absl::Span<HostTensor> out) {
+  const HostTensor& a = *in[0];
+  for (int64_t i = 0; i < a.size(); ++i) out[0][0] += a[i] * a[i];
+  return absl::OkStatus();
+}
+
+absl::Status KernelSoftmax(absl::Span<const HostTensor* const> in, const AttrMap&,
+                           absl::Span<HostTensor> out) {
+  const HostTensor& x = *in[0];
+  const int64_t n = x.shape.dim(x.shape.rank() - 1);
+  for (int64_t r = 0; r < Rows(x.shape); ++r) {
+    const double* row = &x.data[r * n];
+    double m = RowMax(row, n);
+    double s = 0.0;
+    for (int64_t j = 0; j < n; ++j) s += std::exp(row[j] - m);
+    for (int64_t j = 0; j < n; ++j) out[0][r * n + j] = std::exp(row[j] - m) / s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelLogSoftmax(absl::Span<const HostTensor* const> in, const AttrMap&,
+                              absl::Span<HostTensor> out) {
+  const HostTensor& x = *in[0];
+  const int64_t n = x.shape.dim(x.shape.rank() - 1);
+  for (int64_t r = 0; r < Rows(x.shape); ++r) {
+    const double* row = &x.data[r * n];
+    double lse = LogSumExp(row, n);
+    for (int64_t j = 0; j < n; ++j) out[0][r * n + j] = row[j] - lse;
+  }
+  return absl::OkStatus();
+}
+
+// dx = y * (dy - sum_last(y * dy)), y the softmax output.
+absl::Status KernelSoftmaxGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+                               absl::Span<HostTensor> out) {
+  const HostTensor& y = *in[0];
+  const HostTensor& dy = *in[1];
+  const int64_t n = y.shape.dim(y.shape.rank() - 1);
+  for (int64_t r = 0; r < Rows(y.shape); ++r) {
+    double dot = 0.0;
+    for (int64_t j = 0; j < n; ++j) dot += y[r * n + j] * dy[r * n + j];
+    for (int64_t j = 0; j < n; ++j) out[0][r * n + j] = y[r * n + j] * (dy[r * n + j] - dot);
+  }
+  return absl::OkStatus();
+}
+
+// dx = dy - exp(y) * sum_last(dy), y the log_softmax output.
+absl::Status KernelLogSoftmaxGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+                                  absl::Span<HostTensor> out) {
+  const HostTensor& y = *in[0];
+  const HostTensor& dy = *in[1];
+  const int64_t n = y.shape.dim(y.shape.rank() - 1);
+  for (int64_t r = 0; r < Rows(y.shape); ++r) {
+    double total = 0.0;
+    for (int64_t j = 0; j < n; ++j) total += dy[r * n + j];
+    for (int64_t j = 0; j < n; ++j) {
+      out[0][r * n + j] = dy[r * n + j] - std::exp(y[r * n + j]) * total;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Mean over positions of logsumexp(logits) - logits[target].
+absl::Status KernelCrossEntropy(absl::Span<const HostTensor* const> in, const AttrMap&,
+                                absl::Span<HostTensor> out) {
+  const HostTensor& logits = *in[0];
+  const HostTensor& targets = *in[1];
+  const int64_t v = logits.shape.dim(logits.shape.rank() - 1);
+  double total = 0.0;
+  for (int64_t r = 0; r < targets.size(); ++r) {
+    LOOM_ASSIGN_OR_RETURN(int64_t t, Target(targets, r, v));
+    const double* row = &logits.data[r * v];
+    total += LogSumExp(row, v) - row[t];
+  }
+  out[0][0] = total / static_cast<double>(targets.size());
+  return absl::OkStatus();
+}
+
+// dlogits = (softmax(logits) - onehot(target)) * dloss / N.
+absl::Status KernelCrossEntropyGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+                                    absl::Span<HostTensor> out) {
+  const HostTensor& logits = *in[0];
+  const HostTensor& targets = *in[1];
+  const double scale = (*in[2])[0] / static_cast<double>(targets.size());
+  const int64_t v = logits.shape.dim(logits.shape.rank() - 1);
+  for (int64_t r = 0; r < targets.size(); ++r) {
+    LOOM_ASSIGN_OR_RETURN(int64_t t, Target(targets, r, v));
+    const double* row = &logits.data[r * v];
+    double lse = LogSumExp(row, v);
+    for (int64_t j = 0; j < v; ++j) {
+      double p = std::exp(row[j] - lse);
+      out[0][r * v + j] = (p - (j == t ? 1.0 : 0.0)) * scale;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- gradient rules -----------------------------------------------------------------
+
+using Grads = absl::StatusOr<std::vector<std::optional<TensorId>>>;
+
+// Broadcasts dy, shaped like the reduction of input 0, back to input 0's shape:
+// reshape to 1 at each reduced dim, then expand each of them. The last op is named
+// `name`; with nothing reduced, dy itself is returned.
+absl::StatusOr<TensorId> BroadcastToInput(GradBuilder& b, TensorId dy,
+                                          const std::vector<bool>& reduced,
+                                          absl::string_view name) {
+  const TensorType in = b.input_type(0);
+  std::vector<int64_t> ones = in.shape.dims();
+  std::vector<int> expand;
+  for (int d = 0; d < in.shape.rank(); ++d) {
+    if (!reduced[d]) continue;
+    ones[d] = 1;
+    expand.push_back(d);
+  }
+  if (expand.empty()) return dy;
+  LOOM_ASSIGN_OR_RETURN(TensorId t,
+                        b.Emit1(OpKind::kReshape, {dy}, {{"shape", ones}}, "reduce_grad_keep"));
+  for (size_t i = 0; i < expand.size(); ++i) {
+    int d = expand[i];
+    AttrMap attrs{{"dim", int64_t{d}}, {"size", in.shape.dim(d)}};
+    LOOM_ASSIGN_OR_RETURN(t, b.Emit1(OpKind::kExpand, {t}, std::move(attrs),
+                                     i + 1 == expand.size() ? name : "reduce_grad_expand"));
+  }
+  return t;
+}
+
+Grads GradSum(GradBuilder& b) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(b.input_type(0), b.op().attrs));
+  LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
+  LOOM_ASSIGN_OR_RETURN(TensorId dx, BroadcastToInput(b, dy, reduced, b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dx};
+}
+
+Grads GradMean(GradBuilder& b) {
+  const TensorType in = b.input_type(0);
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in, b.op().attrs));
+  LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
+  if (std::find(reduced.begin(), reduced.end(), true) == reduced.end()) {
+    return std::vector<std::optional<TensorId>>{dy};  // a mean over no dims is the identity
+  }
+  LOOM_ASSIGN_OR_RETURN(TensorId spread, BroadcastToInput(b, dy, reduced, "mean_grad_spread"));
+  double count = ReducedCount(in.shape, reduced);
+  // A reduction over an empty dim leaves no elements to scale; avoid an infinite factor.
+  double factor = count > 0 ? 1.0 / count : 0.0;
+  LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(OpKind::kScale, {spread}, {{"factor", factor}},
+                                             b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dx};
+}
+
+Grads GradMax(GradBuilder& b) {
+  LOOM_ASSIGN_OR_RETURN(int64_t dim, b.op().attrs.GetInt("dim"));
+  LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
+  LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(OpKind::kMaxGrad, {b.input(0), dy},
+                                             {{"dim", dim}}, b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dx};
+}
+
+// d/da sum(a^2) = 2a, times the scalar upstream gradient.
+Grads GradSumSquares(GradBuilder& b) {
+  LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
+  LOOM_ASSIGN_OR_RETURN(TensorId twice, b.Emit1(OpKind::kScale, {b.input(0)},
+                                                {{"factor", 2.0}}, "sum_squares_slope"));
+  LOOM_ASSIGN_OR_RETURN(TensorId dx,
+                        b.Emit1(OpKind::kMulScalar, {twice, dy}, {}, b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dx};
+}
+
+// softmax and log_softmax: the gradient op reads the forward output and dy.
+template <OpKind kGradKind>
+Grads GradFromOutput(GradBuilder& b) {
+  LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
+  LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(kGradKind, {b.output(0), dy}, {}, b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dx};
+}
+
+Grads GradCrossEntropy(GradBuilder& b) {
+  LOOM_ASSIGN_OR_RETURN(TensorId dloss, b.GradOutputOrZeros(0));
+  LOOM_ASSIGN_OR_RETURN(TensorId dlogits,
+                        b.Emit1(OpKind::kCrossEntropyGrad, {b.input(0), b.input(1), dloss}, {},
+                                b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dlogits, std::nullopt};
+}
+
+}  // namespace
+
+void RegisterReduceOps(SchemaTable& table) {
+  auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
+                 GradFn grad, const char* doc) {
+    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
+  };
+  reg(OpKind::kCrossEntropy, InferCrossEntropy, SignatureCrossEntropy, KernelCrossEntropy,
+      FlopsPerInput<6>, GradCrossEntropy,
+      "cross_entropy(logits [..., V], targets [...] int) -> mean of -log_softmax[target]");
+  reg(OpKind::kCrossEntropyGrad, InferCrossEntropyGrad, SignatureCrossEntropy,
+      KernelCrossEntropyGrad, Flops<12>, nullptr,
+      "cross_entropy_grad(logits, targets, dloss) -> (softmax - onehot) * dloss / N");
+  reg(OpKind::kLogSoftmax, InferLastDim, SignatureLastDimFixed, KernelLogSoftmax, Flops<5>,
+      GradFromOutput<OpKind::kLogSoftmaxGrad>, "log_softmax(x) over the last dim");
+  reg(OpKind::kLogSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelLogSoftmaxGrad,
+      Flops<10>, nullptr, "log_softmax_grad(y, dy) -> dy - exp(y) * sum_last(dy)");
+  reg(OpKind::kMax, InferMax, SignatureMax, KernelMax, FlopsPerInput<1>, GradMax,
+      "max(a) {dim} -> largest value along dim (dim removed)");
+  reg(OpKind::kMaxGrad, InferMaxGrad, SignatureMaxGrad, KernelMaxGrad, FlopsPerInput<1>,
+      nullptr, "max_grad(a, dy) {dim} -> dy at the first argmax along dim, 0 elsewhere");
+  reg(OpKind::kMean, InferReduce, SignatureMean, KernelMean, FlopsMean, GradMean,
+      "mean(a) {dims} -> a averaged over dims (dims removed)");
+  reg(OpKind::kSoftmax, InferLastDim, SignatureLastDimFixed, KernelSoftmax, Flops<5>,
+      GradFromOutput<OpKind::kSoftmaxGrad>, "softmax(x) over the last dim");
+  reg(OpKind::kSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelSoftmaxGrad,
+      Flops<10>, nullptr, "softmax_grad(y, dy) -> y * (dy - sum_last(y * dy))");
+  reg(OpKind::kSum, InferReduce, SignatureSum, KernelSum, FlopsPerInput<1>, GradSum,
+      "sum(a) {dims} -> a summed over dims (dims removed)");
+  reg(OpKind::kSumSquares, InferSumSquares, SignatureSumSquares, KernelSumSquares,
+      FlopsPerInput<2>, GradSumSquares, "sum_squares(a) -> scalar sum of a^2");
+}
 
 }  // namespace loom::ir

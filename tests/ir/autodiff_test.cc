@@ -1,0 +1,173 @@
+#include "ir/autodiff.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "ir/interpreter.h"
+#include "ir/op_schema.h"
+#include "ir/status_macros.h"
+
+namespace loom::ir {
+namespace {
+
+constexpr int64_t kVocab = 7;
+constexpr int64_t kHidden = 5;
+
+// tokens -> embedding -> linear -> cross_entropy, with `batch` sequences of 3 tokens.
+Graph TinyForward(int64_t batch) {
+  Graph g("tiny");
+  TensorId tokens = *g.AddInput("tokens", Shape({batch, 3}), DType::kI64, TensorRole::kInput);
+  TensorId targets = *g.AddInput("targets", Shape({batch, 3}), DType::kI64, TensorRole::kInput);
+  TensorId table = *g.AddInput("embed", Shape({kVocab, kHidden}), DType::kF64,
+                               TensorRole::kParameter);
+  TensorId head = *g.AddInput("head", Shape({kVocab, kHidden}), DType::kF64,
+                              TensorRole::kParameter);
+  TensorId h = (*g.AddOp(OpKind::kEmbedding, {tokens, table}, {}, OpInfo{}, {{"h"}}))[0];
+  TensorId a = (*g.AddOp(OpKind::kGelu, {h}, {}, OpInfo{Phase::kForward, 0, -1}, {{"a"}}))[0];
+  TensorId logits = (*g.AddOp(OpKind::kLinear, {a, head}, {}, OpInfo{}, {{"logits"}}))[0];
+  TensorId loss = (*g.AddOp(OpKind::kCrossEntropy, {logits, targets}, {}, OpInfo{},
+                            {{"loss", TensorRole::kLoss}}))[0];
+  g.AddOutput(loss);
+  return g;
+}
+
+// Feeds by name so that graphs with different ids get the same values.
+absl::flat_hash_map<TensorId, HostTensor> Feed(
+    const Graph& g, const absl::flat_hash_map<std::string, HostTensor>& by_name) {
+  absl::flat_hash_map<TensorId, HostTensor> feeds;
+  for (TensorId id : g.InputIds()) feeds[id] = by_name.at(g.tensor(id).name);
+  return feeds;
+}
+
+HostTensor Random(Shape shape, std::mt19937_64& rng, double lo, double hi) {
+  HostTensor t(std::move(shape), DType::kF64);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (double& x : t.data) x = dist(rng);
+  return t;
+}
+
+HostTensor Tokens(int64_t batch, std::mt19937_64& rng) {
+  HostTensor t(Shape({batch, 3}), DType::kI64);
+  std::uniform_int_distribution<int64_t> dist(0, kVocab - 1);
+  for (double& x : t.data) x = static_cast<double>(dist(rng));
+  return t;
+}
+
+// Splits rows [begin, begin + rows) of a [batch, 3] tensor.
+HostTensor Rows(const HostTensor& t, int64_t begin, int64_t rows) {
+  HostTensor out(Shape({rows, 3}), t.dtype);
+  for (int64_t i = 0; i < rows * 3; ++i) out[i] = t[begin * 3 + i];
+  return out;
+}
+
+// The training step holds forward, backward and optimizer phases and the expected outputs.
+TEST(AutodiffTest, TrainingStepHasAllPhasesAndOutputs) {
+  TrainingOptions options;
+  options.microbatches = 2;
+  auto step = BuildTrainingStep(TinyForward(2), options);
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(step->Validate().ok()) << step->Validate();
+  int forward = 0, backward = 0, optimizer = 0, adamw = 0, accumulate = 0;
+  for (const Op& op : step->ops()) {
+    forward += op.info.phase == Phase::kForward;
+    backward += op.info.phase == Phase::kBackward;
+    optimizer += op.info.phase == Phase::kOptimizer;
+    adamw += op.kind == OpKind::kAdamW;
+    accumulate += op.kind == OpKind::kAccumulate;
+  }
+  EXPECT_EQ(forward, 2 * 4 + 2 + 1);  // two copies, two loss scalings, the total
+  EXPECT_GT(backward, 0);
+  EXPECT_EQ(adamw, 2);
+  EXPECT_GE(accumulate, 3);  // loss total, two parameter gradients (+ clip norm)
+  // total loss + (param, m, v) per parameter
+  ASSERT_EQ(step->outputs().size(), 1u + 2 * 3);
+  EXPECT_EQ(step->tensor(step->outputs()[0]).role, TensorRole::kLoss);
+  EXPECT_EQ(step->tensor(step->outputs()[1]).name, "embed.new");
+  EXPECT_TRUE(step->FindTensor("tokens.mb1").has_value());
+  EXPECT_TRUE(step->FindTensor("embed.m").has_value());
+}
+
+// Two micro-batches of B sequences give the same loss and update as one batch of 2B:
+// loss normalisation and gradient accumulation are exact.
+TEST(AutodiffTest, MicrobatchesMatchFullBatch) {
+  std::mt19937_64 rng(42);
+  HostTensor tokens = Tokens(4, rng), targets = Tokens(4, rng);
+  absl::flat_hash_map<std::string, HostTensor> values = {
+      {"embed", Random(Shape({kVocab, kHidden}), rng, -1, 1)},
+      {"head", Random(Shape({kVocab, kHidden}), rng, -1, 1)},
+      {"embed.m", Random(Shape({kVocab, kHidden}), rng, -0.1, 0.1)},
+      {"head.m", Random(Shape({kVocab, kHidden}), rng, -0.1, 0.1)},
+      {"embed.v", Random(Shape({kVocab, kHidden}), rng, 0, 0.01)},
+      {"head.v", Random(Shape({kVocab, kHidden}), rng, 0, 0.01)},
+  };
+  for (double clip : {0.0, 0.05}) {
+    TrainingOptions options;
+    options.max_grad_norm = clip;
+    options.lr = 0.01;
+    auto one = BuildTrainingStep(TinyForward(4), options);
+    options.microbatches = 2;
+    auto two = BuildTrainingStep(TinyForward(2), options);
+    ASSERT_TRUE(one.ok() && two.ok());
+    auto v1 = values, v2 = values;
+    v1["tokens"] = tokens;
+    v1["targets"] = targets;
+    v2["tokens.mb0"] = Rows(tokens, 0, 2);
+    v2["tokens.mb1"] = Rows(tokens, 2, 2);
+    v2["targets.mb0"] = Rows(targets, 0, 2);
+    v2["targets.mb1"] = Rows(targets, 2, 2);
+    auto r1 = Evaluate(*one, Feed(*one, v1));
+    auto r2 = Evaluate(*two, Feed(*two, v2));
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    ASSERT_TRUE(r2.ok()) << r2.status();
+    ASSERT_EQ(one->outputs().size(), two->outputs().size());
+    for (size_t i = 0; i < one->outputs().size(); ++i) {
+      const HostTensor& a = *(*r1)[one->outputs()[i]];
+      const HostTensor& b = *(*r2)[two->outputs()[i]];
+      ASSERT_EQ(a.size(), b.size());
+      for (int64_t e = 0; e < a.size(); ++e) {
+        EXPECT_NEAR(a[e], b[e], 1e-12) << one->tensor(one->outputs()[i]).name << "[" << e
+                                       << "] clip " << clip;
+      }
+    }
+  }
+}
+
+// A parameter used twice (tied weights) receives the sum of both contributions.
+TEST(AutodiffTest, SumsContributionsOfTiedParameter) {
+  Graph g("tied");
+  TensorId x = *g.AddInput("x", Shape({2, 3}), DType::kF64, TensorRole::kParameter);
+  TensorId y = (*g.AddOp(OpKind::kMul, {x, x}, {}, OpInfo{}, {{"y"}}))[0];
+  TensorId s = (*g.AddOp(OpKind::kSum, {y}, {{"dims", std::vector<int64_t>{0, 1}}}, OpInfo{},
+                         {{"s", TensorRole::kLoss}}))[0];
+  auto grads = AppendBackward(g, s, {x});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  ASSERT_TRUE((*grads)[0].has_value());
+  EXPECT_EQ(g.op(g.tensor(*(*grads)[0]).producer).kind, OpKind::kAdd);
+  HostTensor xv(Shape({2, 3}), DType::kF64);
+  for (int i = 0; i < 6; ++i) xv[i] = i - 2.5;
+  auto r = Evaluate(g, {{x, xv}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int i = 0; i < 6; ++i) EXPECT_DOUBLE_EQ((*(*r)[*(*grads)[0]])[i], 2 * xv[i]);
+}
+
+// A loss that is not a float scalar is rejected with its name.
+TEST(AutodiffTest, RejectsNonScalarLoss) {
+  Graph g("bad");
+  TensorId x = *g.AddInput("x", Shape({2}), DType::kF64, TensorRole::kParameter);
+  auto grads = AppendBackward(g, x, {x});
+  ASSERT_FALSE(grads.ok());
+  EXPECT_NE(grads.status().message().find("'x'"), std::string::npos);
+}
+
+// A graph without a single loss output is rejected before anything is built.
+TEST(AutodiffTest, TrainingStepNeedsOneLossOutput) {
+  Graph g("no_loss");
+  *g.AddInput("x", Shape({2}), DType::kF64, TensorRole::kParameter);
+  auto step = BuildTrainingStep(g, TrainingOptions{});
+  ASSERT_FALSE(step.ok());
+  EXPECT_NE(step.status().message().find("exactly one output"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::ir

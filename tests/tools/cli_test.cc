@@ -1,0 +1,146 @@
+#include "tools/cli.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+
+namespace loom::tools {
+namespace {
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result Run(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  int code = RunLoom(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+// Error output is exactly one line.
+int Lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+std::string WriteTemp(const std::string& name, const std::string& content) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+// `loom models` lists every model of the zoo.
+TEST(CliTest, ModelsListsTheZoo) {
+  Result r = Run({"models"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  for (const char* name : {"mlp", "gpt2", "llama3-8b", "llama3-70b", "llama3-405b",
+                           "deepseek-v2-lite-16b", "deepseek-v2-236b", "deepseek-v3-671b"}) {
+    EXPECT_TRUE(absl::StrContains(r.out, name)) << name;
+  }
+}
+
+// `loom show` prints the parameter line and FLOPs per token of a tiny model.
+TEST(CliTest, ShowPrintsParametersAndFlops) {
+  Result r = Run({"show", "--model", "llama3-8b", "--tiny"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "\nparameters:")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "flops/token:")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "adamw")) << r.out;
+}
+
+// An unknown model is one error line naming it, exit 2.
+TEST(CliTest, UnknownModelIsOneLineExit2) {
+  Result r = Run({"show", "--model", "llama9-1t"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "llama9-1t")) << r.err;
+}
+
+// Unknown flags and bad values are one error line, exit 2, on every subcommand.
+TEST(CliTest, BadFlagsAreOneLineExit2) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"show", "--modle", "gpt2"},
+           {"show", "--model", "gpt2", "--layers", "zero"},
+           {"show", "--model", "gpt2", "--layers", "0"},
+           {"show", "--model"},
+           {"graph", "--model", "gpt2", "--format", "yaml"},
+           {"graph", "--model", "gpt2", "--tiny", "--optimizer", "lion"},
+           {"models", "--all"},
+           {"frobnicate"},
+       }) {
+    Result r = Run(args);
+    EXPECT_EQ(r.code, kExitBadInput) << absl::StrJoin(args, " ");
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+  }
+}
+
+// `--help` works on every subcommand and exits 0.
+TEST(CliTest, HelpOnEverySubcommand) {
+  for (const char* cmd : {"models", "show", "graph"}) {
+    Result r = Run({cmd, "--help"});
+    EXPECT_EQ(r.code, kExitOk) << cmd;
+    EXPECT_TRUE(absl::StrContains(r.out, "usage: loom")) << cmd;
+  }
+  EXPECT_EQ(Run({"--help"}).code, kExitOk);
+}
+
+// A malformed graph file gets file:line:column, one line, exit 2.
+TEST(CliTest, MalformedGraphFileNamesLineAndColumn) {
+  std::string path = WriteTemp("bad.loom", "graph \"g\" {\n  %x = input f32[2,3]\n  %y = matmull(%x, %x) : f32[2,2] @forward\n}\n");
+  Result r = Run({"show", "--graph", path});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "bad.loom:3:")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "matmull")) << r.err;
+}
+
+// An op whose input shapes do not fit is reported with its place, exit 2.
+TEST(CliTest, MismatchedShapesNameTheOp) {
+  std::string path = WriteTemp("shapes.loom", "graph \"g\" {\n  %a = input f32[2,3]\n  %b = input f32[2,4]\n  %c = add(%a, %b) : f32[2,3] @forward\n}\n");
+  Result r = Run({"show", "--graph", path});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "shapes.loom:4:")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "add")) << r.err;
+}
+
+// A graph written by `loom graph` reads back in `loom show --graph`, text and JSON.
+TEST(CliTest, GraphWritesFilesThatShowReads) {
+  for (const char* ext : {".loom", ".json"}) {
+    std::string path = ::testing::TempDir() + "tiny_gpt2" + ext;
+    Result w = Run({"graph", "--model", "gpt2", "--tiny", "-o", path});
+    ASSERT_EQ(w.code, kExitOk) << w.err;
+    Result r = Run({"show", "--graph", path});
+    ASSERT_EQ(r.code, kExitOk) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.out, "\nparameters:")) << r.out;
+  }
+}
+
+// A missing graph file is NotFound: one line naming the path, exit 2.
+TEST(CliTest, MissingGraphFileNamesPath) {
+  Result r = Run({"show", "--graph", "/nonexistent/g.loom"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/g.loom")) << r.err;
+}
+
+#ifdef LOOM_BINARY
+// The installed binary maps errors to exit code 2 (checks main() end to end).
+TEST(CliBinaryTest, ExitCodeTwoFromProcess) {
+  std::string cmd = std::string(LOOM_BINARY) + " show --model nope 2>/dev/null";
+  int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+}
+#endif
+
+}  // namespace
+}  // namespace loom::tools

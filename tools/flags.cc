@@ -1,0 +1,114 @@
+#include "tools/flags.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace loom::tools {
+
+void FlagSet::AddString(std::string name, std::string value_name, std::string help) {
+  flags_.push_back({std::move(name), std::move(value_name), std::move(help)});
+}
+
+void FlagSet::AddBool(std::string name, std::string help) {
+  flags_.push_back({std::move(name), "", std::move(help)});
+}
+
+void FlagSet::AddAlias(std::string alias, std::string name) {
+  aliases_[std::move(alias)] = std::move(name);
+}
+
+const FlagSet::Flag* FlagSet::Find(absl::string_view name) const {
+  std::string key(name);
+  auto alias = aliases_.find(key);
+  if (alias != aliases_.end()) key = alias->second;
+  for (const Flag& f : flags_) {
+    if (f.name == key) return &f;
+  }
+  return nullptr;
+}
+
+absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    std::string name = arg;
+    std::optional<std::string> value;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    const Flag* flag = Find(name);
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", name, "'"));
+    }
+    if (flag->value_name.empty()) {
+      if (value.has_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag '", flag->name, "' takes no value"));
+      }
+      values_[flag->name] = "true";
+      continue;
+    }
+    if (!value.has_value()) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("flag '", flag->name, "' needs a value (",
+                                                       flag->value_name, ")"));
+      }
+      value = args[++i];
+    }
+    values_[flag->name] = *value;
+  }
+  return absl::OkStatus();
+}
+
+bool FlagSet::Has(absl::string_view name) const { return values_.count(std::string(name)) > 0; }
+
+std::optional<std::string> FlagSet::GetString(absl::string_view name) const {
+  auto it = values_.find(std::string(name));
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::StatusOr<int64_t> FlagSet::GetInt(absl::string_view name, int64_t fallback, int64_t min,
+                                        int64_t max) const {
+  auto text = GetString(name);
+  if (!text.has_value()) return fallback;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(*text, &v) || v < min || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat("flag '", name, "' expects an integer in [",
+                                                   min, ", ", max, "], got '", *text, "'"));
+  }
+  return v;
+}
+
+absl::StatusOr<double> FlagSet::GetDouble(absl::string_view name, double fallback, double min,
+                                          double max) const {
+  auto text = GetString(name);
+  if (!text.has_value()) return fallback;
+  double v = 0;
+  if (!absl::SimpleAtod(*text, &v) || !(v >= min && v <= max)) {
+    return absl::InvalidArgumentError(absl::StrCat("flag '", name, "' expects a number in [",
+                                                   min, ", ", max, "], got '", *text, "'"));
+  }
+  return v;
+}
+
+std::string FlagSet::Help() const {
+  std::string out = absl::StrCat("usage: loom ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  for (const Flag& f : flags_) {
+    std::string left = f.name;
+    for (const auto& [alias, target] : aliases_) {
+      if (target == f.name) left = absl::StrCat(alias, ", ", left);
+    }
+    if (!f.value_name.empty()) absl::StrAppend(&left, " ", f.value_name);
+    absl::StrAppend(&out, absl::StrFormat("  %-28s %s\n", left, f.help));
+  }
+  absl::StrAppend(&out, absl::StrFormat("  %-28s %s\n", "--help", "show this help"));
+  return out;
+}
+
+}  // namespace loom::tools

@@ -1,0 +1,59 @@
+#ifndef LOOM_TOOLS_FLAGS_H_
+#define LOOM_TOOLS_FLAGS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace loom::tools {
+
+// Flags of one subcommand. Accepts `--name value`, `--name=value` and bare
+// boolean `--name`; `-o` is an alias declared like any other name.
+class FlagSet {
+ public:
+  FlagSet(std::string command, std::string summary)
+      : command_(std::move(command)), summary_(std::move(summary)) {}
+
+  void AddString(std::string name, std::string value_name, std::string help);
+  void AddBool(std::string name, std::string help);
+  void AddAlias(std::string alias, std::string name);
+
+  // Parses `args` (after the subcommand). Errors name the flag:
+  // "unknown flag '--foo'", "flag '--layers' needs a value".
+  absl::Status Parse(const std::vector<std::string>& args);
+
+  bool Has(absl::string_view name) const;
+  bool GetBool(absl::string_view name) const { return Has(name); }
+  std::optional<std::string> GetString(absl::string_view name) const;
+  // A present flag must hold an integer within [min, max]; absent gives `fallback`.
+  absl::StatusOr<int64_t> GetInt(absl::string_view name, int64_t fallback, int64_t min,
+                                 int64_t max) const;
+  absl::StatusOr<double> GetDouble(absl::string_view name, double fallback, double min,
+                                   double max) const;
+
+  std::string Help() const;
+  const std::string& command() const { return command_; }
+
+ private:
+  struct Flag {
+    std::string name;
+    std::string value_name;  // empty for booleans
+    std::string help;
+  };
+  const Flag* Find(absl::string_view name) const;
+
+  std::string command_;
+  std::string summary_;
+  std::vector<Flag> flags_;
+  std::map<std::string, std::string> aliases_;
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace loom::tools
+
+#endif  // LOOM_TOOLS_FLAGS_H_
