@@ -115,9 +115,9 @@ absl::StatusOr<TensorId> GraphBuilder::Expand(TensorId x, int64_t dim, int64_t s
   return Op(OpKind::kExpand, {x}, {{"dim", dim}, {"size", size}}, std::move(name));
 }
 
-absl::StatusOr<TensorId> GraphBuilder::Slice(TensorId x, int64_t dim, int64_t start,
+absl::StatusOr<TensorId> GraphBuilder::Slice(TensorId x, int64_t dim, int64_t begin,
                                              int64_t end, std::string name) {
-  return Op(OpKind::kSlice, {x}, {{"dim", dim}, {"start", start}, {"end", end}},
+  return Op(OpKind::kSlice, {x}, {{"dim", dim}, {"begin", begin}, {"end", end}},
             std::move(name));
 }
 

@@ -81,8 +81,8 @@ class GraphBuilder {
   // Broadcasts size-1 dim `dim` to `size`.
   absl::StatusOr<ir::TensorId> Expand(ir::TensorId x, int64_t dim, int64_t size,
                                       std::string name);
-  // Elements [start, end) of dim `dim`.
-  absl::StatusOr<ir::TensorId> Slice(ir::TensorId x, int64_t dim, int64_t start, int64_t end,
+  // Elements [begin, end) of dim `dim`.
+  absl::StatusOr<ir::TensorId> Slice(ir::TensorId x, int64_t dim, int64_t begin, int64_t end,
                                      std::string name);
   absl::StatusOr<ir::TensorId> RmsNorm(ir::TensorId x, ir::TensorId gamma, double eps,
                                        std::string name);

@@ -169,7 +169,8 @@ absl::StatusOr<TensorId> Moe(GraphBuilder& b, TensorId x, const std::string& p,
                          {"normalize", int64_t{c.normalize ? 1 : 0}}};
   LOOM_ASSIGN_OR_RETURN(std::vector<TensorId> gate,
                         b.OpN(OpKind::kTopKGate, {logits}, std::move(gate_attrs),
-                              {absl::StrCat(p, ".gate_weights"), absl::StrCat(p, ".gate_indices")}));
+                              {absl::StrCat(p, ".gate_weights"),
+                               absl::StrCat(p, ".gate_indices")}));
   const int64_t capacity = ExpertCapacity(T, c.top_k, E);
   LOOM_ASSIGN_OR_RETURN(TensorId dispatched,
                         b.Op(OpKind::kMoeDispatch, {xt, gate[1]},

@@ -96,7 +96,7 @@ absl::StatusOr<ir::Graph> BuildGpt2(absl::string_view name, const ModelOptions& 
   LOOM_ASSIGN_OR_RETURN(TensorId tok, b.Op(OpKind::kEmbedding, {tokens, wte}, {}, "h.tok"));
   // Positions 0..seq-1 are the same for every sequence: the first `seq` rows of wpe,
   // broadcast over the batch.
-  LOOM_ASSIGN_OR_RETURN(TensorId pos_rows, b.Slice(wpe, /*dim=*/0, /*start=*/0,
+  LOOM_ASSIGN_OR_RETURN(TensorId pos_rows, b.Slice(wpe, /*dim=*/0, /*begin=*/0,
                                                    /*end=*/size.seq, "h.pos_rows"));
   LOOM_ASSIGN_OR_RETURN(TensorId pos_1, b.Reshape(pos_rows, {1, size.seq, c.d}, "h.pos_1"));
   LOOM_ASSIGN_OR_RETURN(TensorId pos, b.Expand(pos_1, /*dim=*/0, size.batch, "h.pos"));
