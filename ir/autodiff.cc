@@ -246,7 +246,7 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
   }
   if (options.optimizer == OptimizerKind::kAdamW) {
     for (TensorId p : params) {
-      const Tensor& t = g.tensor(p);
+      const Tensor t = g.tensor(p);  // a copy: AddInput grows the tensor list
       LOOM_ASSIGN_OR_RETURN(TensorId m, g.AddInput(absl::StrCat(t.name, ".m"), t.shape, t.dtype,
                                                    TensorRole::kOptimizerState));
       LOOM_ASSIGN_OR_RETURN(TensorId v, g.AddInput(absl::StrCat(t.name, ".v"), t.shape, t.dtype,
@@ -305,7 +305,7 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
   // Gradient accumulation across micro-batches.
   std::vector<TensorId> grads;
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& p = g.tensor(params[i]);
+    const Tensor p = g.tensor(params[i]);
     OpInfo info{Phase::kBackward, ParamLayer(forward, fwd_params[i]), -1};
     if (param_grads[i].empty()) {
       // The loss does not depend on this parameter: its gradient is zero.

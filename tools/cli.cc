@@ -11,6 +11,7 @@
 #include "ir/autodiff.h"
 #include "ir/graph_stats.h"
 #include "ir/json_format.h"
+#include "ir/op_schema.h"
 #include "ir/text_format.h"
 #include "models/models.h"
 #include "tools/flags.h"
@@ -151,6 +152,18 @@ int CmdModels(const std::vector<std::string>& args, std::ostream& out, std::ostr
   return kExitOk;
 }
 
+int CmdOps(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("ops", "Lists the op kinds of the IR with their inputs, outputs and attributes,\n"
+                       "and whether each has a gradient rule.");
+  if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  for (int i = 0; i < ir::kNumOpKinds; ++i) {
+    const ir::OpSchema& schema = ir::GetOpSchema(static_cast<ir::OpKind>(i));
+    out << absl::StrFormat("%-20s %-5s %s\n", ir::OpKindName(schema.kind),
+                           schema.grad != nullptr ? "grad" : "-", schema.doc);
+  }
+  return kExitOk;
+}
+
 void PrintSummary(const ir::Graph& g, double build_seconds, std::ostream& out) {
   const ir::GraphStats s = ir::ComputeStats(g);
   auto phase_ops = [&](ir::Phase p) {
@@ -165,9 +178,22 @@ void PrintSummary(const ir::Graph& g, double build_seconds, std::ostream& out) {
     auto it = s.tensors_by_role.find(r);
     return it == s.tensors_by_role.end() ? int64_t{0} : it->second;
   };
-  out << "graph:        " << g.name() << "\n";
+  auto kind_count = [&](const char* kind) {
+    auto it = s.ops_by_kind.find(kind);
+    return it == s.ops_by_kind.end() ? int64_t{0} : it->second;
+  };
+  std::string what = "forward graph";
+  if (phase_ops(ir::Phase::kBackward) > 0) {
+    std::vector<std::string> parts = {
+        absl::StrCat(std::max(s.num_microbatches, 1), " micro-batch",
+                     s.num_microbatches > 1 ? "es" : "")};
+    if (kind_count("adamw") > 0) parts.push_back("adamw");
+    if (kind_count("sgd") > 0) parts.push_back("sgd");
+    if (kind_count("clip_coef") > 0) parts.push_back("global grad-norm clipping");
+    what = absl::StrCat("training step (", absl::StrJoin(parts, ", "), ")");
+  }
+  out << "graph:        " << g.name() << ", " << what << "\n";
   out << "layers:       " << s.num_layers << "\n";
-  if (s.num_microbatches > 0) out << "micro-batches: " << s.num_microbatches << "\n";
   out << "tensors:      " << s.num_tensors << " (inputs " << role_count(ir::TensorRole::kInput)
       << ", parameters " << role_count(ir::TensorRole::kParameter) << ", states "
       << role_count(ir::TensorRole::kOptimizerState) << ", activations "
@@ -221,7 +247,6 @@ int CmdShow(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!graph.ok()) return Fail(err, "show", graph.status());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (auto name = flags.GetString("--model")) out << "model:        " << *name << "\n";
   PrintSummary(*graph, seconds, out);
   return kExitOk;
 }
@@ -267,6 +292,7 @@ int CmdGraph(const std::vector<std::string>& args, std::ostream& out, std::ostre
 const std::vector<std::pair<std::string, std::string>>& Summaries() {
   static const auto* list = new std::vector<std::pair<std::string, std::string>>{
       {"models", "list the models Loom can build"},
+      {"ops", "list the op kinds of the IR"},
       {"show", "summarise a model's training graph or a graph file"},
       {"graph", "write a model's training graph as text IR or JSON"},
   };
@@ -301,7 +327,7 @@ int RunLoom(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return kExitOk;
   }
   static const auto* commands = new std::vector<std::pair<std::string, Command>>{
-      {"models", CmdModels}, {"show", CmdShow}, {"graph", CmdGraph}};
+      {"models", CmdModels}, {"ops", CmdOps}, {"show", CmdShow}, {"graph", CmdGraph}};
   std::vector<std::string> rest(args.begin() + 1, args.end());
   for (const auto& [name, fn] : *commands) {
     if (name == command) return fn(rest, out, err);

@@ -279,8 +279,9 @@ absl::Status KernelAttentionGrad(absl::Span<const HostTensor* const> in, const A
         double row_dot = 0;
         for (int64_t j = 0; j < n; ++j) {
           dp[j] = 0;
-          for (int64_t x = 0; x < d.dv; ++x)
+          for (int64_t x = 0; x < d.dv; ++x) {
             dp[j] += dout[At(dout, b, i, h, x)] * v[At(v, b, j, g, x)];
+          }
           row_dot += p[j] * dp[j];
         }
         for (int64_t j = 0; j < n; ++j) {

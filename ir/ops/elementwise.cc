@@ -27,6 +27,16 @@ absl::StatusOr<std::vector<TensorType>> InferUnary(absl::Span<const TensorType> 
   return std::vector<TensorType>{in[0]};
 }
 
+// Unary op with a required float attribute (scale: factor, pow: exponent).
+template <const char* kAttr>
+absl::StatusOr<std::vector<TensorType>> InferUnaryWithFloat(absl::Span<const TensorType> in,
+                                                            const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(attrs.GetFloat(kAttr).status());
+  return InferUnary(in, attrs);
+}
+constexpr char kFactor[] = "factor";
+constexpr char kExponent[] = "exponent";
+
 // All inputs share one type (add, sub, mul, accumulate, gelu_grad, ...).
 absl::StatusOr<std::vector<TensorType>> InferSameType(absl::Span<const TensorType> in,
                                                       const AttrMap&) {
@@ -359,11 +369,11 @@ void RegisterElementwiseOps(SchemaTable& table) {
   reg(OpKind::kMulScalar, InferTensorScalar, SignatureTensorScalar, KernelMulScalar, Flops<1>,
       GradMulScalar, "mul_scalar(a, s) -> a * s, s a scalar tensor");
   reg(OpKind::kNeg, InferUnary, SignatureAll, KernelNeg, Flops<1>, GradNeg, "neg(x) -> -x");
-  reg(OpKind::kPow, InferUnary, SignatureAll, KernelPow, Flops<4>, GradPow,
+  reg(OpKind::kPow, InferUnaryWithFloat<kExponent>, SignatureAll, KernelPow, Flops<4>, GradPow,
       "pow(x) {exponent} -> x^exponent");
   reg(OpKind::kRsqrt, InferUnary, SignatureAll, KernelRsqrt, Flops<2>, GradRsqrt,
       "rsqrt(x) -> 1/sqrt(x)");
-  reg(OpKind::kScale, InferUnary, SignatureAll, KernelScale, Flops<1>, GradScale,
+  reg(OpKind::kScale, InferUnaryWithFloat<kFactor>, SignatureAll, KernelScale, Flops<1>, GradScale,
       "scale(x) {factor} -> x * factor");
   reg(OpKind::kSilu, InferUnary, SignatureAll, KernelSilu, Flops<5>,
       GradActivation<OpKind::kSiluGrad>, "silu(x) -> x * sigmoid(x)");

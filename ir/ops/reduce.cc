@@ -307,17 +307,26 @@ absl::StatusOr<DimSignature> SignatureLastDimFixed(absl::Span<const TensorType> 
   return sig;
 }
 
-// Losses: logits, targets (and dloss) with every label fixed. Splitting the vocabulary
-// or the tokens is a decomposition of the loss, not a partition of this op.
-absl::StatusOr<DimSignature> SignatureCrossEntropy(absl::Span<const TensorType> in,
-                                                   const AttrMap&) {
-  std::vector<std::string> labels = DimLabels(in[0].shape.rank());
+// Losses: every label fixed. Splitting the vocabulary or the tokens is a
+// decomposition of the loss, not a partition of this op (N is the global count).
+DimSignature CrossEntropySignature(int rank, bool grad) {
+  std::vector<std::string> labels = DimLabels(rank);
   DimSignature sig;
   sig.inputs = {labels, std::vector<std::string>(labels.begin(), labels.end() - 1)};
-  if (in.size() == 3) sig.inputs.push_back({});
-  sig.outputs = {in.size() == 3 ? labels : std::vector<std::string>{}};
+  if (grad) sig.inputs.push_back({});  // dloss, a scalar
+  sig.outputs = {grad ? labels : std::vector<std::string>{}};
   for (const auto& l : labels) sig.kinds[l] = DimKind::kFixed;
   return sig;
+}
+
+absl::StatusOr<DimSignature> SignatureCrossEntropy(absl::Span<const TensorType> in,
+                                                   const AttrMap&) {
+  return CrossEntropySignature(in[0].shape.rank(), /*grad=*/false);
+}
+
+absl::StatusOr<DimSignature> SignatureCrossEntropyGrad(absl::Span<const TensorType> in,
+                                                       const AttrMap&) {
+  return CrossEntropySignature(in[0].shape.rank(), /*grad=*/true);
 }
 
 // ---- FLOPs ------------------------------------------------------------------------
@@ -591,7 +600,7 @@ void RegisterReduceOps(SchemaTable& table) {
   reg(OpKind::kCrossEntropy, InferCrossEntropy, SignatureCrossEntropy, KernelCrossEntropy,
       FlopsPerInput<6>, GradCrossEntropy,
       "cross_entropy(logits [..., V], targets [...] int) -> mean of -log_softmax[target]");
-  reg(OpKind::kCrossEntropyGrad, InferCrossEntropyGrad, SignatureCrossEntropy,
+  reg(OpKind::kCrossEntropyGrad, InferCrossEntropyGrad, SignatureCrossEntropyGrad,
       KernelCrossEntropyGrad, Flops<12>, nullptr,
       "cross_entropy_grad(logits, targets, dloss) -> (softmax - onehot) * dloss / N");
   reg(OpKind::kLogSoftmax, InferLastDim, SignatureLastDimFixed, KernelLogSoftmax, Flops<5>,

@@ -1,6 +1,7 @@
 #include "ir/autodiff.h"
 
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"

@@ -1,0 +1,445 @@
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "ir/graph.h"
+#include "ir/interpreter.h"
+#include "ir/op_schema.h"
+#include "ir/status_macros.h"
+#include "tests/ir/op_samples.h"
+
+namespace loom::ir {
+namespace {
+
+using ::loom::ir::testing::F64;
+using ::loom::ir::testing::RunOp;
+
+HostTensor RandomTensor(const Shape& shape, std::mt19937_64& rng) {
+  HostTensor t(shape, DType::kF64);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  for (double& x : t.data) x = dist(rng);
+  return t;
+}
+
+double Dot(const HostTensor& a, const HostTensor& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double sum = 0.0;
+  for (int64_t i = 0; i < a.size() && i < b.size(); ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Runs `kind` on `inputs` and returns its only output (failing the test otherwise).
+HostTensor Run1(OpKind kind, const std::vector<HostTensor>& inputs, const AttrMap& attrs) {
+  auto out = RunOp(kind, inputs, attrs);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok() || out->size() != 1) return HostTensor();
+  return (*out)[0];
+}
+
+absl::Status InferError(OpKind kind, std::vector<TensorType> in, const AttrMap& attrs) {
+  return InferOutputTypes(kind, in, attrs).status();
+}
+
+std::string Signature(OpKind kind, std::vector<TensorType> in, const AttrMap& attrs) {
+  auto sig = GetOpSchema(kind).signature(in, attrs);
+  EXPECT_TRUE(sig.ok()) << sig.status();
+  return sig.ok() ? sig->ToString() : "";
+}
+
+// Emits gradient ops into a graph holding one forward op.
+class TestGradBuilder : public GradBuilder {
+ public:
+  TestGradBuilder(Graph& graph, OpId op, std::vector<std::optional<TensorId>> grad_outputs)
+      : graph_(graph), op_(op), grad_outputs_(std::move(grad_outputs)) {}
+
+  const Graph& graph() const override { return graph_; }
+  const Op& op() const override { return graph_.op(op_); }
+  std::optional<TensorId> grad_output(int i) const override { return grad_outputs_[i]; }
+
+  absl::StatusOr<std::vector<TensorId>> Emit(OpKind kind, std::vector<TensorId> inputs,
+                                             AttrMap attrs, absl::string_view name) override {
+    std::vector<TensorType> types;
+    for (TensorId id : inputs) types.push_back(graph_.tensor(id).type());
+    LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> out, InferOutputTypes(kind, types, attrs));
+    std::vector<OutputSpec> specs;
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::string base = out.size() == 1 ? std::string(name) : absl::StrCat(name, ".", i);
+      specs.push_back({graph_.UniqueName(base), TensorRole::kGradient});
+    }
+    return graph_.AddOp(kind, std::move(inputs), std::move(attrs), OpInfo{Phase::kBackward},
+                        std::move(specs));
+  }
+
+ private:
+  Graph& graph_;
+  OpId op_;
+  std::vector<std::optional<TensorId>> grad_outputs_;
+};
+
+// The result of applying an op's gradient rule to concrete values.
+struct GradResult {
+  Graph graph;
+  std::vector<std::optional<HostTensor>> grads;  // per op input
+};
+
+// Builds `kind` over `inputs`, applies its gradient rule with `dys` as the output
+// gradients (nullopt: the output has none) and evaluates the gradients.
+absl::StatusOr<GradResult> ApplyGradRule(OpKind kind, const std::vector<HostTensor>& inputs,
+                                         const AttrMap& attrs,
+                                         const std::vector<std::optional<HostTensor>>& dys) {
+  GradResult r{Graph("grad_rule"), {}};
+  absl::flat_hash_map<TensorId, HostTensor> feeds;
+  std::vector<TensorId> ids;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(TensorId id, r.graph.AddInput(absl::StrCat("x", i), inputs[i].shape,
+                                                        inputs[i].dtype, TensorRole::kInput));
+    ids.push_back(id);
+    feeds[id] = inputs[i];
+  }
+  std::vector<OutputSpec> specs;
+  for (size_t i = 0; i < dys.size(); ++i) specs.push_back({absl::StrCat("y", i)});
+  LOOM_ASSIGN_OR_RETURN(std::vector<TensorId> outs,
+                        r.graph.AddOp(kind, ids, attrs, OpInfo{}, specs));
+  std::vector<std::optional<TensorId>> dy_ids;
+  for (size_t i = 0; i < dys.size(); ++i) {
+    if (!dys[i].has_value()) {
+      dy_ids.push_back(std::nullopt);
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(TensorId id, r.graph.AddInput(absl::StrCat("dy", i), dys[i]->shape,
+                                                        dys[i]->dtype, TensorRole::kGradient));
+    dy_ids.push_back(id);
+    feeds[id] = *dys[i];
+  }
+  TestGradBuilder builder(r.graph, r.graph.tensor(outs[0]).producer, dy_ids);
+  LOOM_ASSIGN_OR_RETURN(auto grad_ids, GetOpSchema(kind).grad(builder));
+  LOOM_RET_CHECK(grad_ids.size() == inputs.size());
+  LOOM_ASSIGN_OR_RETURN(TensorValues values, Evaluate(r.graph, feeds));
+  for (const auto& g : grad_ids) {
+    r.grads.push_back(g.has_value() ? values[*g] : std::nullopt);
+  }
+  return r;
+}
+
+void ExpectNear(const HostTensor& got, const HostTensor& want, double tol = 1e-12) {
+  ASSERT_TRUE(got.shape.SameDims(want.shape))
+      << got.shape.ToString() << " vs " << want.shape.ToString();
+  for (int64_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
+}
+
+// Offset of [b, pos, head, x] in a row-major [B, L, H, D] tensor.
+int64_t Index(const HostTensor& t, int64_t b, int64_t pos, int64_t head, int64_t x) {
+  const auto& d = t.shape.dims();
+  return ((b * d[1] + pos) * d[2] + head) * d[3] + x;
+}
+
+// softmax(scale q k^T + mask) v written out directly: the full score matrix per
+// (batch, query head), masked entries -inf, plain exp / sum (no max shift).
+HostTensor ReferenceAttention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                              bool causal, double scale) {
+  const int64_t batch = q.shape.dim(0), s = q.shape.dim(1), hq = q.shape.dim(2);
+  const int64_t dk = q.shape.dim(3), t = k.shape.dim(1), hkv = k.shape.dim(2);
+  const int64_t dv = v.shape.dim(3);
+  HostTensor out(Shape({batch, s, hq, dv}), DType::kF64);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t g = h / (hq / hkv);
+      std::vector<std::vector<double>> scores(s, std::vector<double>(t));
+      for (int64_t i = 0; i < s; ++i) {
+        for (int64_t j = 0; j < t; ++j) {
+          double dot = 0;
+          for (int64_t x = 0; x < dk; ++x) dot += q[Index(q, b, i, h, x)] * k[Index(k, b, j, g, x)];
+          scores[i][j] = causal && j > i ? -std::numeric_limits<double>::infinity() : scale * dot;
+        }
+      }
+      for (int64_t i = 0; i < s; ++i) {
+        double total = 0;
+        for (int64_t j = 0; j < t; ++j) total += std::exp(scores[i][j]);
+        for (int64_t j = 0; j < t; ++j) {
+          const double p = std::exp(scores[i][j]) / total;
+          for (int64_t x = 0; x < dv; ++x) {
+            out[Index(out, b, i, h, x)] += p * v[Index(v, b, j, g, x)];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+AttrMap AttentionAttrs(int64_t causal, double scale) {
+  return AttrMap{{"causal", causal}, {"scale", scale}};
+}
+
+// ---- attention ---------------------------------------------------------------------
+
+// Non-causal GQA equals softmax(scale q k^T) v with query head h reading kv head h / (hq/hkv).
+TEST(AttentionTest, MatchesExplicitSoftmaxOfScores) {
+  std::mt19937_64 rng(1);
+  HostTensor q = RandomTensor(Shape({2, 3, 4, 3}), rng);
+  HostTensor k = RandomTensor(Shape({2, 4, 2, 3}), rng);
+  HostTensor v = RandomTensor(Shape({2, 4, 2, 2}), rng);
+  ExpectNear(Run1(OpKind::kAttention, {q, k, v}, AttentionAttrs(0, 0.6)),
+             ReferenceAttention(q, k, v, /*causal=*/false, 0.6));
+}
+
+// With causal masking query i sees keys 0..i only: the first query returns v[0].
+TEST(AttentionTest, CausalQueryAttendsOnlyToEarlierKeys) {
+  std::mt19937_64 rng(2);
+  HostTensor q = RandomTensor(Shape({1, 4, 2, 3}), rng);
+  HostTensor k = RandomTensor(Shape({1, 4, 1, 3}), rng);
+  HostTensor v = RandomTensor(Shape({1, 4, 1, 2}), rng);
+  HostTensor y = Run1(OpKind::kAttention, {q, k, v}, AttentionAttrs(1, 0.8));
+  ExpectNear(y, ReferenceAttention(q, k, v, /*causal=*/true, 0.8));
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t x = 0; x < 2; ++x) {
+      EXPECT_NEAR(y[Index(y, 0, 0, h, x)], v[Index(v, 0, 0, 0, x)], 1e-15);
+    }
+  }
+  // Changing the last key and value leaves every earlier query unchanged.
+  HostTensor k2 = k;
+  HostTensor v2 = v;
+  for (int64_t x = 0; x < 3; ++x) k2[Index(k2, 0, 3, 0, x)] += 1.0;
+  for (int64_t x = 0; x < 2; ++x) v2[Index(v2, 0, 3, 0, x)] -= 1.0;
+  HostTensor y2 = Run1(OpKind::kAttention, {q, k2, v2}, AttentionAttrs(1, 0.8));
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t x = 0; x < 2; ++x) EXPECT_EQ(y2[Index(y2, 0, i, h, x)], y[Index(y, 0, i, h, x)]);
+    }
+  }
+}
+
+// Without attributes attention is causal with scale 1/sqrt(dk).
+TEST(AttentionTest, DefaultsToCausalWithInverseSqrtScale) {
+  std::mt19937_64 rng(3);
+  HostTensor q = RandomTensor(Shape({1, 3, 2, 4}), rng);
+  HostTensor k = RandomTensor(Shape({1, 3, 2, 4}), rng);
+  HostTensor v = RandomTensor(Shape({1, 3, 2, 2}), rng);
+  ExpectNear(Run1(OpKind::kAttention, {q, k, v}, {}),
+             ReferenceAttention(q, k, v, /*causal=*/true, 0.5));
+}
+
+// Scores in the thousands neither overflow nor produce NaN: the softmax is shifted.
+TEST(AttentionTest, StaysFiniteForLargeScores) {
+  HostTensor q(Shape({1, 1, 1, 1}), DType::kF64);
+  q[0] = 100.0;
+  HostTensor k(Shape({1, 3, 1, 1}), DType::kF64);
+  k.data = {10.0, 30.0, 20.0};
+  HostTensor v(Shape({1, 3, 1, 1}), DType::kF64);
+  v.data = {1.0, 2.0, 3.0};
+  HostTensor y = Run1(OpKind::kAttention, {q, k, v}, AttentionAttrs(0, 1.0));
+  ASSERT_EQ(y.size(), 1);
+  EXPECT_DOUBLE_EQ(y[0], 2.0);  // key 1 wins by e^1000
+}
+
+// Mismatched batch, head size, key length, head grouping and causal lengths are rejected.
+TEST(AttentionTest, RejectsInconsistentShapes) {
+  auto error = [](std::vector<int64_t> q, std::vector<int64_t> k, std::vector<int64_t> v,
+                  AttrMap attrs = {}) {
+    return std::string(InferError(OpKind::kAttention, {F64(q), F64(k), F64(v)}, attrs).message());
+  };
+  EXPECT_EQ(error({2, 3, 4, 8}, {1, 3, 2, 8}, {2, 3, 2, 8}),
+            "input 1 has size 1 at dim 0, expected 2 like dim 0 of input 0");
+  EXPECT_EQ(error({2, 3, 4, 8}, {2, 3, 2, 4}, {2, 3, 2, 8}),
+            "input 1 has size 4 at dim 3, expected 8 like dim 3 of input 0");
+  EXPECT_EQ(error({2, 3, 4, 8}, {2, 3, 2, 8}, {2, 2, 2, 8}),
+            "input 2 has size 2 at dim 1, expected 3 like dim 1 of input 1");
+  EXPECT_EQ(error({2, 3, 4, 8}, {2, 3, 3, 8}, {2, 3, 3, 8}),
+            "query heads (4) are not a multiple of key/value heads (3)");
+  EXPECT_EQ(error({2, 3, 4, 8}, {2, 5, 2, 8}, {2, 5, 2, 8}),
+            "causal attention needs as many queries (3) as keys (5)");
+  EXPECT_EQ(error({2, 3, 4, 8}, {2, 5, 2, 8}, {2, 5, 2, 8}, {{"causal", int64_t{2}}}),
+            "attribute 'causal' is 2, expected 0 or 1");
+  EXPECT_EQ(error({2, 3, 4}, {2, 3, 2, 8}, {2, 3, 2, 8}), "input 0 has 3 dims, expected 4");
+  EXPECT_TRUE(InferOutputTypes(OpKind::kAttention,
+                               {F64({2, 3, 4, 8}), F64({2, 5, 2, 8}), F64({2, 5, 2, 6})},
+                               {{"causal", int64_t{0}}})
+                  .ok());
+}
+
+// Query and kv heads split together; positions and the score head dim stay whole.
+TEST(AttentionTest, SignatureCouplesQueryAndKvHeads) {
+  EXPECT_EQ(
+      Signature(OpKind::kAttention, {F64({2, 3, 4, 8}), F64({2, 3, 2, 8}), F64({2, 3, 2, 6})}, {}),
+      "b s h dk, b t g dk, b t g dv -> b s h dv | dk:fixed s:fixed t:fixed coupled(h,g)");
+}
+
+// 2*b*hq*s*t*(dk+dv), times (t+1)/(2t) when causal; the backward costs 2.5x.
+TEST(AttentionTest, FlopsCountTheCausalFraction) {
+  std::vector<TensorType> in = {F64({1, 4, 2, 3}), F64({1, 4, 1, 3}), F64({1, 4, 1, 2})};
+  std::vector<TensorType> out = {F64({1, 4, 2, 2})};
+  const double full = 2.0 * 1 * 2 * 4 * 4 * (3 + 2);
+  EXPECT_EQ(GetOpSchema(OpKind::kAttention).flops(in, out, {{"causal", int64_t{0}}}), full);
+  EXPECT_EQ(GetOpSchema(OpKind::kAttention).flops(in, out, {}), full * 5.0 / 8.0);
+  in.push_back(out[0]);
+  EXPECT_EQ(GetOpSchema(OpKind::kAttentionGrad).flops(in, {in[0], in[1], in[2]}, {}),
+            2.5 * full * 5.0 / 8.0);
+}
+
+// ---- attention_grad ------------------------------------------------------------------
+
+// dq, dk, dv equal central differences of sum(dout * attention(q, k, v)).
+TEST(AttentionGradTest, MatchesFiniteDifferencesOfAttention) {
+  struct Case {
+    std::vector<int64_t> q, k, v;
+    AttrMap attrs;
+  };
+  std::vector<Case> cases = {
+      {{1, 3, 4, 2}, {1, 3, 2, 2}, {1, 3, 2, 3}, {}},
+      {{2, 2, 2, 3}, {2, 3, 1, 3}, {2, 3, 1, 2}, AttentionAttrs(0, 0.9)},
+  };
+  std::mt19937_64 rng(4);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.attrs.ToString());
+    std::vector<HostTensor> in = {RandomTensor(Shape(c.q), rng), RandomTensor(Shape(c.k), rng),
+                                  RandomTensor(Shape(c.v), rng)};
+    HostTensor dout = RandomTensor(Shape({c.q[0], c.q[1], c.q[2], c.v[3]}), rng);
+    auto loss = [&](const std::vector<HostTensor>& x) {
+      HostTensor y = Run1(OpKind::kAttention, x, c.attrs);
+      double sum = 0;
+      for (int64_t i = 0; i < y.size(); ++i) sum += y[i] * dout[i];
+      return sum;
+    };
+    auto grads = RunOp(OpKind::kAttentionGrad, {in[0], in[1], in[2], dout}, c.attrs);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    ASSERT_EQ(grads->size(), 3u);
+    constexpr double kStep = 1e-6;
+    for (int w = 0; w < 3; ++w) {
+      ASSERT_TRUE((*grads)[w].shape.SameDims(in[w].shape));
+      for (int64_t e = 0; e < in[w].size(); ++e) {
+        std::vector<HostTensor> up = in;
+        std::vector<HostTensor> down = in;
+        up[w][e] += kStep;
+        down[w][e] -= kStep;
+        EXPECT_NEAR((*grads)[w][e], (loss(up) - loss(down)) / (2 * kStep), 1e-8)
+            << "input " << w << " element " << e;
+      }
+    }
+  }
+}
+
+// The gradient rule emits one attention_grad with the forward op's attributes.
+TEST(AttentionGradTest, GradientRuleEmitsAttentionGradWithTheSameAttrs) {
+  std::mt19937_64 rng(5);
+  std::vector<HostTensor> in = {RandomTensor(Shape({1, 2, 2, 2}), rng),
+                                RandomTensor(Shape({1, 3, 1, 2}), rng),
+                                RandomTensor(Shape({1, 3, 1, 2}), rng)};
+  HostTensor dout = RandomTensor(Shape({1, 2, 2, 2}), rng);
+  AttrMap attrs = AttentionAttrs(0, 0.3);
+  auto r = ApplyGradRule(OpKind::kAttention, in, attrs, {dout});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->graph.num_ops(), 2);
+  EXPECT_EQ(r->graph.op(1).kind, OpKind::kAttentionGrad);
+  EXPECT_EQ(r->graph.op(1).attrs, attrs);
+  auto direct = RunOp(OpKind::kAttentionGrad, {in[0], in[1], in[2], dout}, attrs);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  for (int w = 0; w < 3; ++w) ExpectNear(*r->grads[w], (*direct)[w]);
+}
+
+// dout must have the output's shape; dv is fixed in the backward signature.
+TEST(AttentionGradTest, ChecksDoutAndFixesValueHeadDim) {
+  std::vector<TensorType> in = {F64({2, 3, 4, 8}), F64({2, 3, 2, 8}), F64({2, 3, 2, 6}),
+                                F64({2, 3, 4, 8})};
+  EXPECT_EQ(InferError(OpKind::kAttentionGrad, in, {}).message(),
+            "input 3 is f64[2,3,4,8], expected dims [2,3,4,6]");
+  in[3] = F64({2, 3, 4, 6});
+  auto out = InferOutputTypes(OpKind::kAttentionGrad, in, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0], in[0]);
+  EXPECT_EQ((*out)[1], in[1]);
+  EXPECT_EQ((*out)[2], in[2]);
+  EXPECT_EQ(Signature(OpKind::kAttentionGrad, in, {}),
+            "b s h dk, b t g dk, b t g dv, b s h dv -> b s h dk, b t g dk, b t g dv | dk:fixed "
+            "dv:fixed s:fixed t:fixed coupled(h,g)");
+}
+
+// ---- rope ----------------------------------------------------------------------------
+
+// Hugging Face Llama's formulation: x * cos + rotate_half(x) * sin with
+// cos/sin of pos * inv_freq repeated over both halves.
+HostTensor ReferenceRope(const HostTensor& x, double theta) {
+  const int64_t d = x.shape.dim(3);
+  const int64_t half = d / 2;
+  HostTensor out(x.shape, DType::kF64);
+  for (int64_t b = 0; b < x.shape.dim(0); ++b) {
+    for (int64_t pos = 0; pos < x.shape.dim(1); ++pos) {
+      std::vector<double> emb(d);
+      for (int64_t i = 0; i < d; ++i) {
+        emb[i] =
+            static_cast<double>(pos) / std::pow(theta, static_cast<double>(2 * (i % half)) / d);
+      }
+      for (int64_t h = 0; h < x.shape.dim(2); ++h) {
+        for (int64_t i = 0; i < d; ++i) {
+          const double rotated =
+              i < half ? -x[Index(x, b, pos, h, i + half)] : x[Index(x, b, pos, h, i - half)];
+          out[Index(out, b, pos, h, i)] =
+              x[Index(x, b, pos, h, i)] * std::cos(emb[i]) + rotated * std::sin(emb[i]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// rope matches the rotate-half reference for the default and a custom theta.
+TEST(RopeTest, MatchesRotateHalfReference) {
+  std::mt19937_64 rng(6);
+  HostTensor x = RandomTensor(Shape({2, 5, 2, 6}), rng);
+  ExpectNear(Run1(OpKind::kRope, {x}, {}), ReferenceRope(x, 10000.0));
+  ExpectNear(Run1(OpKind::kRope, {x}, {{"theta", 100.0}}), ReferenceRope(x, 100.0));
+}
+
+// inverse=1 rotates back: rope(rope(x), inverse=1) == x; position 0 is untouched.
+TEST(RopeTest, InverseUndoesTheRotation) {
+  std::mt19937_64 rng(7);
+  HostTensor x = RandomTensor(Shape({1, 4, 3, 4}), rng);
+  AttrMap forward{{"theta", 50.0}};
+  AttrMap backward{{"theta", 50.0}, {"inverse", int64_t{1}}};
+  HostTensor y = Run1(OpKind::kRope, {x}, forward);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(y[i], x[i]);  // position 0
+  EXPECT_GT(std::abs(y[Index(y, 0, 1, 0, 0)] - x[Index(x, 0, 1, 0, 0)]), 1e-3);
+  ExpectNear(Run1(OpKind::kRope, {y}, backward), x, 1e-14);
+}
+
+// The gradient is rope with inverse flipped and theta kept: the adjoint rotation.
+TEST(RopeTest, GradientIsTheInverseRotation) {
+  std::mt19937_64 rng(8);
+  HostTensor x = RandomTensor(Shape({1, 3, 2, 4}), rng);
+  HostTensor dy = RandomTensor(Shape({1, 3, 2, 4}), rng);
+  for (int64_t inverse : {0, 1}) {
+    AttrMap attrs{{"theta", 20.0}, {"inverse", inverse}};
+    auto r = ApplyGradRule(OpKind::kRope, {x}, attrs, {dy});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const Op& grad_op = r->graph.ops().back();
+    EXPECT_EQ(grad_op.kind, OpKind::kRope);
+    EXPECT_EQ(grad_op.attrs, (AttrMap{{"theta", 20.0}, {"inverse", 1 - inverse}}));
+    HostTensor y = Run1(OpKind::kRope, {x}, attrs);
+    EXPECT_NEAR(Dot(dy, y), Dot(*r->grads[0], x), 1e-12);
+  }
+}
+
+// Odd head sizes, other ranks and bad attributes are rejected.
+TEST(RopeTest, RejectsOddHeadSizeAndBadAttributes) {
+  EXPECT_EQ(InferError(OpKind::kRope, {F64({1, 2, 2, 3})}, {}).message(),
+            "input 0 has odd head size 3, expected an even one");
+  EXPECT_EQ(InferError(OpKind::kRope, {F64({2, 2, 4})}, {}).message(),
+            "input 0 has 3 dims, expected 4");
+  EXPECT_EQ(InferError(OpKind::kRope, {F64({1, 2, 2, 4})}, {{"inverse", int64_t{3}}}).message(),
+            "attribute 'inverse' is 3, expected 0 or 1");
+  EXPECT_EQ(InferError(OpKind::kRope, {F64({1, 2, 2, 4})}, {{"theta", -1.0}}).message(),
+            "attribute 'theta' is -1, expected a positive number");
+}
+
+// Batch and heads split freely; positions and the rotated dim do not.
+TEST(RopeTest, SignatureFixesPositionAndHeadDim) {
+  EXPECT_EQ(Signature(OpKind::kRope, {F64({2, 3, 4, 8})}, {}),
+            "b s h d -> b s h d | d:fixed s:fixed");
+}
+
+}  // namespace
+}  // namespace loom::ir
