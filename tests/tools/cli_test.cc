@@ -19,7 +19,7 @@ struct Result {
   std::string err;
 };
 
-Result Run(std::vector<std::string> args) {
+Result RunCli(std::vector<std::string> args) {
   std::ostringstream out, err;
   int code = RunLoom(args, out, err);
   return {code, out.str(), err.str()};
@@ -40,7 +40,7 @@ std::string WriteTemp(const std::string& name, const std::string& content) {
 
 // `loom models` lists every model of the zoo.
 TEST(CliTest, ModelsListsTheZoo) {
-  Result r = Run({"models"});
+  Result r = RunCli({"models"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   for (const char* name : {"mlp", "gpt2", "llama3-8b", "llama3-70b", "llama3-405b",
                            "deepseek-v2-lite-16b", "deepseek-v2-236b", "deepseek-v3-671b"}) {
@@ -50,7 +50,7 @@ TEST(CliTest, ModelsListsTheZoo) {
 
 // `loom show` prints the parameter line and FLOPs per token of a tiny model.
 TEST(CliTest, ShowPrintsParametersAndFlops) {
-  Result r = Run({"show", "--model", "llama3-8b", "--tiny"});
+  Result r = RunCli({"show", "--model", "llama3-8b", "--tiny"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "\nparameters:")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "flops/token:")) << r.out;
@@ -59,7 +59,7 @@ TEST(CliTest, ShowPrintsParametersAndFlops) {
 
 // An unknown model is one error line naming it, exit 2.
 TEST(CliTest, UnknownModelIsOneLineExit2) {
-  Result r = Run({"show", "--model", "llama9-1t"});
+  Result r = RunCli({"show", "--model", "llama9-1t"});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_EQ(Lines(r.err), 1) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "llama9-1t")) << r.err;
@@ -77,7 +77,7 @@ TEST(CliTest, BadFlagsAreOneLineExit2) {
            {"models", "--all"},
            {"frobnicate"},
        }) {
-    Result r = Run(args);
+    Result r = RunCli(args);
     EXPECT_EQ(r.code, kExitBadInput) << absl::StrJoin(args, " ");
     EXPECT_EQ(Lines(r.err), 1) << r.err;
   }
@@ -86,17 +86,17 @@ TEST(CliTest, BadFlagsAreOneLineExit2) {
 // `--help` works on every subcommand and exits 0.
 TEST(CliTest, HelpOnEverySubcommand) {
   for (const char* cmd : {"models", "ops", "show", "graph"}) {
-    Result r = Run({cmd, "--help"});
+    Result r = RunCli({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_TRUE(absl::StrContains(r.out, "usage: loom")) << cmd;
   }
-  EXPECT_EQ(Run({"--help"}).code, kExitOk);
+  EXPECT_EQ(RunCli({"--help"}).code, kExitOk);
 }
 
 // A malformed graph file gets file:line:column, one line, exit 2.
 TEST(CliTest, MalformedGraphFileNamesLineAndColumn) {
   std::string path = WriteTemp("bad.loom", "graph \"g\" {\n  %x = input f32[2,3]\n  %y = matmull(%x, %x) : f32[2,2] @forward\n}\n");
-  Result r = Run({"show", "--graph", path});
+  Result r = RunCli({"show", "--graph", path});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_EQ(Lines(r.err), 1) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "bad.loom:3:")) << r.err;
@@ -106,7 +106,7 @@ TEST(CliTest, MalformedGraphFileNamesLineAndColumn) {
 // An op whose input shapes do not fit is reported with its place, exit 2.
 TEST(CliTest, MismatchedShapesNameTheOp) {
   std::string path = WriteTemp("shapes.loom", "graph \"g\" {\n  %a = input f32[2,3]\n  %b = input f32[2,4]\n  %c = add(%a, %b) : f32[2,3] @forward\n}\n");
-  Result r = Run({"show", "--graph", path});
+  Result r = RunCli({"show", "--graph", path});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_EQ(Lines(r.err), 1) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "shapes.loom:4:")) << r.err;
@@ -117,9 +117,9 @@ TEST(CliTest, MismatchedShapesNameTheOp) {
 TEST(CliTest, GraphWritesFilesThatShowReads) {
   for (const char* ext : {".loom", ".json"}) {
     std::string path = ::testing::TempDir() + "tiny_gpt2" + ext;
-    Result w = Run({"graph", "--model", "gpt2", "--tiny", "-o", path});
+    Result w = RunCli({"graph", "--model", "gpt2", "--tiny", "-o", path});
     ASSERT_EQ(w.code, kExitOk) << w.err;
-    Result r = Run({"show", "--graph", path});
+    Result r = RunCli({"show", "--graph", path});
     ASSERT_EQ(r.code, kExitOk) << r.err;
     EXPECT_TRUE(absl::StrContains(r.out, "\nparameters:")) << r.out;
   }
@@ -127,7 +127,7 @@ TEST(CliTest, GraphWritesFilesThatShowReads) {
 
 // A missing graph file is NotFound: one line naming the path, exit 2.
 TEST(CliTest, MissingGraphFileNamesPath) {
-  Result r = Run({"show", "--graph", "/nonexistent/g.loom"});
+  Result r = RunCli({"show", "--graph", "/nonexistent/g.loom"});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/g.loom")) << r.err;
 }
