@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "ir/status_macros.h"
 #include "ir/text_format.h"
 #include "nlohmann/json.hpp"

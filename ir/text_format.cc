@@ -113,8 +113,8 @@ std::string DescribeChar(char c) {
   return absl::StrFormat("'\\x%02x'", static_cast<unsigned char>(c));
 }
 
-// Recursive-descent parser over a token list. Builds the graph through
-// Graph::AddInput / Graph::AddOp, so every op is shape-checked as it is read.
+// Parser over a token list. Builds the graph through Graph::AddInput /
+// Graph::AddOp, so every op is shape-checked as it is read.
 class Parser {
  public:
   Parser(absl::string_view text, absl::string_view filename)

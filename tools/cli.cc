@@ -267,7 +267,7 @@ int CmdGraph(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto graph = BuildModelGraph(flags);
   if (!graph.ok()) return Fail(err, "graph", graph.status());
   if (path == "-") {
-    out << (format == "json" ? ir::GraphToJson(*graph) + "\n" : ir::PrintGraph(*graph));
+    out << (format == "json" ? ir::GraphToJson(*graph) : ir::PrintGraph(*graph));
     return kExitOk;
   }
   absl::Status s;

@@ -366,6 +366,17 @@ TEST(JsonFormatRobustnessTest, TruncatedAndMutatedInputNeverThrow) {
   }
 }
 
+// Deeply nested JSON is rejected without exhausting the stack.
+TEST(JsonFormatRobustnessTest, DeeplyNestedInputIsRejected) {
+  std::string deep(200000, '[');
+  EXPECT_EQ(ErrorOf(deep).substr(0, 21), "g.json: parse error a");
+  deep += std::string(200000, ']');
+  EXPECT_EQ(ErrorOf(deep), "g.json: expected a JSON object");
+  EXPECT_EQ(ErrorOf(absl::StrCat(R"({"format": "loom.graph", "version": 1, "name": )", deep,
+                                 "}")),
+            "g.json: name: expected a string");
+}
+
 // ---- files -------------------------------------------------------------------------------
 
 // Saving picks the format from the extension, loading detects it, and both round-trip.

@@ -160,6 +160,54 @@ TEST(TextFormatTest, PrintsGoldenText) {
 )");
 }
 
+// The example of docs/formats.md parses and prints back as written.
+TEST(TextFormatTest, ParsesDocumentedExample) {
+  constexpr absl::string_view kExample = R"(graph "toy-lm" {
+  %tokens = input i64[b:2,s:4]
+  %targets = input i64[b:2,s:4]
+  %embed.weight = parameter f32[vocab:16,8]
+  %h = embedding(%tokens, %embed.weight) : f32[b:2,s:4,8] @forward layer=0 mb=0
+  %gate, %up = split(%h) {dim=2, sizes=[4,4]} : f32[2,4,4], f32[2,4,4] @forward layer=0 mb=0
+  %act = swiglu(%gate, %up) : f32[2,4,4] @forward layer=0 mb=0
+  %y = concat(%act, %act) {dim=2} : f32[b:2,s:4,8] @forward layer=0 mb=0
+  %logits = linear(%y, %embed.weight) : f32[2,4,16] @forward mb=0
+  %loss = cross_entropy(%logits, %targets) : f32[] loss @forward mb=0
+  %d.loss = fill() {dtype="f32", shape=[], value=1.0} : f32[] gradient @backward mb=0
+  %d.logits = cross_entropy_grad(%logits, %targets, %d.loss) : f32[2,4,16] gradient @backward mb=0
+  %d.embed.weight = linear_wgrad(%d.logits, %y) : f32[16,8] gradient @backward mb=0
+  %embed.weight.new = sgd(%embed.weight, %d.embed.weight) {lr=0.01} : f32[vocab:16,8] parameter @optimizer
+  output %loss, %embed.weight.new
+}
+)";
+  auto g = ParseGraph(absl::StrCat("# A toy language-model step.\n", kExample));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->num_tensors(), 14);
+  EXPECT_EQ(g->num_ops(), 10);
+  EXPECT_TRUE(g->Validate().ok());
+  const Op& split = g->op(1);
+  EXPECT_EQ(split.kind, OpKind::kSplit);
+  EXPECT_EQ(split.outputs, (std::vector<TensorId>{4, 5}));
+  EXPECT_EQ(*split.attrs.GetInts("sizes"), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(g->tensor(*g->FindTensor("loss")).role, TensorRole::kLoss);
+  EXPECT_EQ(g->op(9).info.phase, Phase::kOptimizer);
+  EXPECT_EQ(PrintGraph(*g), kExample);
+}
+
+// Names with spaces, quotes, backslashes and control characters survive quoting.
+TEST(TextFormatTest, RoundTripsNamesThatNeedQuoting) {
+  Graph g("name with \"quotes\"\n");
+  TensorId x = *g.AddInput("line\nbreak\t\\", Shape({2}, {"dim \"q\""}), DType::kF32,
+                           TensorRole::kInput);
+  ASSERT_TRUE(g.AddOp(OpKind::kNeg, {x}, {{"attr name", std::string("\n\"")}}, {},
+                      {{"#not a comment"}})
+                  .ok());
+  g.AddOutput(1);
+  std::string text = PrintGraph(g);
+  auto parsed = ParseGraph(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
+  EXPECT_TRUE(*parsed == g) << text;
+}
+
 // An empty graph prints with no output line and parses back.
 TEST(TextFormatTest, RoundTripsEmptyGraph) {
   Graph g("");
