@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,13 +19,26 @@
 namespace loom::ir::testing {
 
 struct OpSample {
+  using FillFn = std::function<void(int i, HostTensor& value, std::mt19937_64& rng)>;
+
+  // Samples are written as brace lists that stop after the last non-default field:
+  // {"rank3", OpKind::kSum, {t}, {{"dims", dims}}}.
+  OpSample(std::string label, OpKind kind, std::vector<TensorType> inputs, AttrMap attrs = {},
+           FillFn fill = nullptr, int64_t int_bound = 2)
+      : label(std::move(label)),
+        kind(kind),
+        inputs(std::move(inputs)),
+        attrs(std::move(attrs)),
+        fill(std::move(fill)),
+        int_bound(int_bound) {}
+
   std::string label;  // unique within its op kind, e.g. "rank3"
   OpKind kind = OpKind::kAdd;
   std::vector<TensorType> inputs;
   AttrMap attrs;
   // Fills the value of input `i`. Default: floats uniform in [-1, 1], integers
   // uniform in [0, int_bound).
-  std::function<void(int i, HostTensor& value, std::mt19937_64& rng)> fill;
+  FillFn fill;
   int64_t int_bound = 2;
 };
 

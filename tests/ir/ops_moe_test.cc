@@ -10,27 +10,20 @@
 #include "ir/graph.h"
 #include "ir/op_schema.h"
 #include "tests/ir/op_samples.h"
+#include "tests/ir/op_test_util.h"
 
 namespace loom::ir {
 namespace {
 
+using ::loom::ir::testing::Dot;
+using ::loom::ir::testing::ExpectNear;
 using ::loom::ir::testing::F64;
 using ::loom::ir::testing::I64;
+using ::loom::ir::testing::Make;
+using ::loom::ir::testing::RandomTensor;
 using ::loom::ir::testing::RunOp;
-
-HostTensor Make(std::vector<int64_t> dims, std::vector<double> values,
-                DType dtype = DType::kF64) {
-  HostTensor t(Shape(std::move(dims)), dtype);
-  t.data = std::move(values);
-  return t;
-}
-
-HostTensor RandomTensor(std::vector<int64_t> dims, std::mt19937_64& rng) {
-  HostTensor t(Shape(std::move(dims)), DType::kF64);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  for (double& x : t.data) x = dist(rng);
-  return t;
-}
+using ::loom::ir::testing::Signature;
+using ::loom::ir::testing::TestGradBuilder;
 
 // Expert indices in [0, experts), repeats within a row allowed.
 HostTensor RandomIndices(int64_t tokens, int64_t k, int64_t experts, std::mt19937_64& rng) {
@@ -38,18 +31,6 @@ HostTensor RandomIndices(int64_t tokens, int64_t k, int64_t experts, std::mt1993
   std::uniform_int_distribution<int64_t> dist(0, experts - 1);
   for (double& x : t.data) x = static_cast<double>(dist(rng));
   return t;
-}
-
-double Dot(const HostTensor& a, const HostTensor& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double sum = 0.0;
-  for (int64_t i = 0; i < a.size() && i < b.size(); ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-void ExpectNear(const HostTensor& got, const std::vector<double>& want, double tol = 1e-12) {
-  ASSERT_EQ(got.size(), static_cast<int64_t>(want.size()));
-  for (int64_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
 }
 
 AttrMap GateAttrs(int64_t k, std::string score, int64_t normalize) {
@@ -401,17 +382,12 @@ TEST(MoeOpsTest, ShapeInferenceGivesRoutingShapes) {
 
 // Only the feature dim of dispatch/combine and the token dim of the gate may be split.
 TEST(MoeOpsTest, SignaturesSplitOnlyFeaturesAndGateTokens) {
-  auto sig = [](OpKind kind, std::vector<TensorType> in, AttrMap attrs) {
-    auto s = GetOpSchema(kind).signature(in, attrs);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? s->ToString() : "";
-  };
-  EXPECT_EQ(sig(OpKind::kTopKGate, {F64({4, 3})}, GateAttrs(2, "softmax", 0)),
+  EXPECT_EQ(Signature(OpKind::kTopKGate, {F64({4, 3})}, GateAttrs(2, "softmax", 0)),
             "t e -> t j, t j | e:fixed j:fixed");
-  EXPECT_EQ(sig(OpKind::kMoeDispatch, {F64({4, 2}), I64({4, 2})},
-                {{"experts", 3}, {"capacity", 2}}),
+  EXPECT_EQ(Signature(OpKind::kMoeDispatch, {F64({4, 2}), I64({4, 2})},
+                      {{"experts", 3}, {"capacity", 2}}),
             "t d, t j -> e c d | c:fixed e:fixed j:fixed t:fixed");
-  EXPECT_EQ(sig(OpKind::kMoeCombine, {F64({3, 2, 5}), F64({4, 2}), I64({4, 2})}, {}),
+  EXPECT_EQ(Signature(OpKind::kMoeCombine, {F64({3, 2, 5}), F64({4, 2}), I64({4, 2})}, {}),
             "e c d, t j, t j -> t d | c:fixed e:fixed j:fixed t:fixed");
 }
 
@@ -427,32 +403,6 @@ TEST(MoeOpsTest, FlopsCountCombineMultiplyAdds) {
 
 // ---- gradient rules -------------------------------------------------------------------------
 
-// Runs a gradient rule against a real graph, emitting backward ops into it.
-class GraphGradBuilder : public GradBuilder {
- public:
-  GraphGradBuilder(Graph& graph, OpId op, std::vector<std::optional<TensorId>> grads)
-      : graph_(graph), op_(op), grads_(std::move(grads)) {}
-
-  const Graph& graph() const override { return graph_; }
-  const Op& op() const override { return graph_.op(op_); }
-  std::optional<TensorId> grad_output(int i) const override { return grads_[i]; }
-  absl::StatusOr<std::vector<TensorId>> Emit(OpKind kind, std::vector<TensorId> inputs,
-                                             AttrMap attrs, absl::string_view name) override {
-    std::vector<OutputSpec> outs;
-    for (int i = 0; i < GetOpArity(kind).num_outputs; ++i) {
-      std::string base = i == 0 ? std::string(name) : absl::StrCat(name, ".", i);
-      outs.push_back({graph_.UniqueName(base), TensorRole::kGradient});
-    }
-    return graph_.AddOp(kind, std::move(inputs), std::move(attrs),
-                        OpInfo{Phase::kBackward, -1, -1}, std::move(outs));
-  }
-
- private:
-  Graph& graph_;
-  OpId op_;
-  std::vector<std::optional<TensorId>> grads_;
-};
-
 // The gate's rule feeds the chosen indices to topk_gate_grad with the same attributes,
 // and uses zeros when the weights have no gradient.
 TEST(MoeOpsTest, TopKGateGradRuleEmitsGateGradWithSameAttributes) {
@@ -461,7 +411,7 @@ TEST(MoeOpsTest, TopKGateGradRuleEmitsGateGradWithSameAttributes) {
   AttrMap attrs = GateAttrs(2, "sigmoid", 1);
   auto outs = g.AddOp(OpKind::kTopKGate, {logits}, attrs, {}, {{"w"}, {"idx"}});
   ASSERT_TRUE(outs.ok()) << outs.status();
-  GraphGradBuilder b(g, /*op=*/0, {std::nullopt, std::nullopt});
+  TestGradBuilder b(g, /*op=*/0, {std::nullopt, std::nullopt});
   auto grads = GetOpSchema(OpKind::kTopKGate).grad(b);
   ASSERT_TRUE(grads.ok()) << grads.status();
   ASSERT_EQ(grads->size(), 1u);
@@ -485,7 +435,7 @@ TEST(MoeOpsTest, DispatchAndCombineGradRulesSkipIndices) {
   ASSERT_TRUE(g.AddOp(OpKind::kMoeDispatch, {x, idx}, {{"experts", 3}, {"capacity", 2}}, {},
                       {{"slots"}})
                   .ok());
-  GraphGradBuilder db(g, /*op=*/0, {dy});
+  TestGradBuilder db(g, /*op=*/0, {dy});
   auto dgrads = GetOpSchema(OpKind::kMoeDispatch).grad(db);
   ASSERT_TRUE(dgrads.ok()) << dgrads.status();
   ASSERT_EQ(dgrads->size(), 2u);
@@ -499,7 +449,7 @@ TEST(MoeOpsTest, DispatchAndCombineGradRulesSkipIndices) {
   auto y = g.AddOp(OpKind::kMoeCombine, {dy, w, idx}, {}, {}, {{"y"}});
   ASSERT_TRUE(y.ok()) << y.status();
   OpId combine = g.tensor((*y)[0]).producer;
-  GraphGradBuilder cb(g, combine, {x});
+  TestGradBuilder cb(g, combine, {x});
   auto cgrads = GetOpSchema(OpKind::kMoeCombine).grad(cb);
   ASSERT_TRUE(cgrads.ok()) << cgrads.status();
   ASSERT_EQ(cgrads->size(), 3u);

@@ -2,7 +2,6 @@
 // and the fused gradient ops against finite differences.
 
 #include <cmath>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,12 +10,15 @@
 #include "ir/autodiff.h"
 #include "ir/op_schema.h"
 #include "tests/ir/op_samples.h"
+#include "tests/ir/op_test_util.h"
 
 namespace loom::ir {
 namespace {
 
+using testing::Dot;
 using testing::F64;
 using testing::I64;
+using testing::NumericGradient;
 using testing::RunOp;
 
 using Ints = std::vector<int64_t>;
@@ -26,22 +28,6 @@ HostTensor Random(Ints dims, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
   for (double& x : t.data) x = dist(rng);
   return t;
-}
-
-// Central differences of the scalar function f at x.
-HostTensor NumericGradient(const std::function<double(const HostTensor&)>& f, HostTensor x) {
-  constexpr double kStep = 1e-6;
-  HostTensor g(x.shape, x.dtype);
-  for (int64_t e = 0; e < x.size(); ++e) {
-    const double saved = x[e];
-    x[e] = saved + kStep;
-    const double up = f(x);
-    x[e] = saved - kStep;
-    const double down = f(x);
-    x[e] = saved;
-    g[e] = (up - down) / (2 * kStep);
-  }
-  return g;
 }
 
 void ExpectAllNear(const HostTensor& actual, const HostTensor& expected, double tol) {
@@ -82,12 +68,6 @@ HostTensor NaiveNorm(const HostTensor& x, const HostTensor& gamma, const HostTen
     }
   }
   return y;
-}
-
-double Dot(const HostTensor& a, const HostTensor& b) {
-  double s = 0.0;
-  for (int64_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
 }
 
 // ---- forward kernels ---------------------------------------------------------------------

@@ -6,24 +6,16 @@
 #include "gtest/gtest.h"
 #include "ir/op_schema.h"
 #include "tests/ir/op_samples.h"
+#include "tests/ir/op_test_util.h"
 
 namespace loom::ir {
 namespace {
 
+using ::loom::ir::testing::ExpectNear;
 using ::loom::ir::testing::F64;
 using ::loom::ir::testing::I64;
+using ::loom::ir::testing::Make;
 using ::loom::ir::testing::RunOp;
-
-HostTensor Make(std::vector<int64_t> dims, std::vector<double> values) {
-  HostTensor t(Shape(std::move(dims)), DType::kF64);
-  t.data = std::move(values);
-  return t;
-}
-
-void ExpectNear(const HostTensor& got, const std::vector<double>& want, double tol = 1e-12) {
-  ASSERT_EQ(got.size(), static_cast<int64_t>(want.size()));
-  for (int64_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
-}
 
 AttrMap AdamWAttrs(double lr, double beta1, double beta2, double eps, double weight_decay,
                    int64_t step) {

@@ -2,7 +2,6 @@
 // naive references, and the gradient rules.
 
 #include <cmath>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,43 +11,24 @@
 #include "ir/interpreter.h"
 #include "ir/op_schema.h"
 #include "tests/ir/op_samples.h"
+#include "tests/ir/op_test_util.h"
 
 namespace loom::ir {
 namespace {
 
 using testing::F64;
 using testing::I64;
+using testing::Make;
+using testing::NumericGradient;
 using testing::RunOp;
 
 using Ints = std::vector<int64_t>;
-
-HostTensor Make(Ints dims, std::vector<double> data, DType dtype = DType::kF64) {
-  HostTensor t(Shape(std::move(dims)), dtype);
-  t.data = std::move(data);
-  return t;
-}
 
 HostTensor Random(Ints dims, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
   HostTensor t(Shape(std::move(dims)), DType::kF64);
   std::uniform_real_distribution<double> dist(lo, hi);
   for (double& x : t.data) x = dist(rng);
   return t;
-}
-
-// Central differences of the scalar function f at x.
-HostTensor NumericGradient(const std::function<double(const HostTensor&)>& f, HostTensor x) {
-  constexpr double kStep = 1e-6;
-  HostTensor g(x.shape, x.dtype);
-  for (int64_t e = 0; e < x.size(); ++e) {
-    const double saved = x[e];
-    x[e] = saved + kStep;
-    const double up = f(x);
-    x[e] = saved - kStep;
-    const double down = f(x);
-    x[e] = saved;
-    g[e] = (up - down) / (2 * kStep);
-  }
-  return g;
 }
 
 void ExpectAllNear(const HostTensor& actual, const HostTensor& expected, double tol) {

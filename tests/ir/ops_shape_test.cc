@@ -8,136 +8,29 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ir/graph.h"
-#include "ir/interpreter.h"
 #include "ir/op_schema.h"
-#include "ir/status_macros.h"
 #include "tests/ir/op_samples.h"
+#include "tests/ir/op_test_util.h"
 
 namespace loom::ir {
 namespace {
 
+using ::loom::ir::testing::ApplyGradRule;
+using ::loom::ir::testing::Dot;
 using ::loom::ir::testing::F64;
 using ::loom::ir::testing::I64;
+using ::loom::ir::testing::InferError;
+using ::loom::ir::testing::Make;
+using ::loom::ir::testing::RandomTensor;
+using ::loom::ir::testing::Run1;
 using ::loom::ir::testing::RunOp;
-
-HostTensor Make(std::vector<int64_t> dims, std::vector<double> values, DType dtype = DType::kF64) {
-  HostTensor t(Shape(std::move(dims)), dtype);
-  t.data = std::move(values);
-  return t;
-}
+using ::loom::ir::testing::Signature;
 
 // 0, 1, 2, ... in row-major order, so every element is identifiable.
 HostTensor Iota(std::vector<int64_t> dims) {
   HostTensor t(Shape(std::move(dims)), DType::kF64);
   for (int64_t i = 0; i < t.size(); ++i) t[i] = static_cast<double>(i);
   return t;
-}
-
-HostTensor RandomTensor(const Shape& shape, std::mt19937_64& rng) {
-  HostTensor t(shape, DType::kF64);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  for (double& x : t.data) x = dist(rng);
-  return t;
-}
-
-double Dot(const HostTensor& a, const HostTensor& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double sum = 0.0;
-  for (int64_t i = 0; i < a.size() && i < b.size(); ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// Runs `kind` on `inputs` and returns its only output (failing the test otherwise).
-HostTensor Run1(OpKind kind, const std::vector<HostTensor>& inputs, const AttrMap& attrs) {
-  auto out = RunOp(kind, inputs, attrs);
-  EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok() || out->size() != 1) return HostTensor();
-  return (*out)[0];
-}
-
-absl::Status InferError(OpKind kind, std::vector<TensorType> in, const AttrMap& attrs) {
-  return InferOutputTypes(kind, in, attrs).status();
-}
-
-std::string Signature(OpKind kind, std::vector<TensorType> in, const AttrMap& attrs) {
-  auto sig = GetOpSchema(kind).signature(in, attrs);
-  EXPECT_TRUE(sig.ok()) << sig.status();
-  return sig.ok() ? sig->ToString() : "";
-}
-
-// Emits gradient ops into a graph holding one forward op.
-class TestGradBuilder : public GradBuilder {
- public:
-  TestGradBuilder(Graph& graph, OpId op, std::vector<std::optional<TensorId>> grad_outputs)
-      : graph_(graph), op_(op), grad_outputs_(std::move(grad_outputs)) {}
-
-  const Graph& graph() const override { return graph_; }
-  const Op& op() const override { return graph_.op(op_); }
-  std::optional<TensorId> grad_output(int i) const override { return grad_outputs_[i]; }
-
-  absl::StatusOr<std::vector<TensorId>> Emit(OpKind kind, std::vector<TensorId> inputs,
-                                             AttrMap attrs, absl::string_view name) override {
-    std::vector<TensorType> types;
-    for (TensorId id : inputs) types.push_back(graph_.tensor(id).type());
-    LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> out, InferOutputTypes(kind, types, attrs));
-    std::vector<OutputSpec> specs;
-    for (size_t i = 0; i < out.size(); ++i) {
-      std::string base = out.size() == 1 ? std::string(name) : absl::StrCat(name, ".", i);
-      specs.push_back({graph_.UniqueName(base), TensorRole::kGradient});
-    }
-    return graph_.AddOp(kind, std::move(inputs), std::move(attrs), OpInfo{Phase::kBackward},
-                        std::move(specs));
-  }
-
- private:
-  Graph& graph_;
-  OpId op_;
-  std::vector<std::optional<TensorId>> grad_outputs_;
-};
-
-// The result of applying an op's gradient rule to concrete values.
-struct GradResult {
-  Graph graph;
-  std::vector<std::optional<HostTensor>> grads;  // per op input
-};
-
-// Builds `kind` over `inputs`, applies its gradient rule with `dys` as the output
-// gradients (nullopt: the output has none) and evaluates the gradients.
-absl::StatusOr<GradResult> ApplyGradRule(OpKind kind, const std::vector<HostTensor>& inputs,
-                                         const AttrMap& attrs,
-                                         const std::vector<std::optional<HostTensor>>& dys) {
-  GradResult r{Graph("grad_rule"), {}};
-  absl::flat_hash_map<TensorId, HostTensor> feeds;
-  std::vector<TensorId> ids;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    LOOM_ASSIGN_OR_RETURN(TensorId id, r.graph.AddInput(absl::StrCat("x", i), inputs[i].shape,
-                                                        inputs[i].dtype, TensorRole::kInput));
-    ids.push_back(id);
-    feeds[id] = inputs[i];
-  }
-  std::vector<OutputSpec> specs;
-  for (size_t i = 0; i < dys.size(); ++i) specs.push_back({absl::StrCat("y", i)});
-  LOOM_ASSIGN_OR_RETURN(std::vector<TensorId> outs,
-                        r.graph.AddOp(kind, ids, attrs, OpInfo{}, specs));
-  std::vector<std::optional<TensorId>> dy_ids;
-  for (size_t i = 0; i < dys.size(); ++i) {
-    if (!dys[i].has_value()) {
-      dy_ids.push_back(std::nullopt);
-      continue;
-    }
-    LOOM_ASSIGN_OR_RETURN(TensorId id, r.graph.AddInput(absl::StrCat("dy", i), dys[i]->shape,
-                                                        dys[i]->dtype, TensorRole::kGradient));
-    dy_ids.push_back(id);
-    feeds[id] = *dys[i];
-  }
-  TestGradBuilder builder(r.graph, r.graph.tensor(outs[0]).producer, dy_ids);
-  LOOM_ASSIGN_OR_RETURN(auto grad_ids, GetOpSchema(kind).grad(builder));
-  LOOM_RET_CHECK(grad_ids.size() == inputs.size());
-  LOOM_ASSIGN_OR_RETURN(TensorValues values, Evaluate(r.graph, feeds));
-  for (const auto& g : grad_ids) {
-    r.grads.push_back(g.has_value() ? values[*g] : std::nullopt);
-  }
-  return r;
 }
 
 bool IsShapeOp(OpKind kind) {

@@ -29,7 +29,9 @@ TEST(RegistryTest, OpNamesRoundTripAndAreSorted) {
     auto parsed = ParseOpKind(OpKindName(kind));
     ASSERT_TRUE(parsed.ok()) << OpKindName(kind);
     EXPECT_EQ(*parsed, kind);
-    if (i > 0) EXPECT_LT(OpKindName(static_cast<OpKind>(i - 1)), OpKindName(kind));
+    if (i > 0) {
+      EXPECT_LT(OpKindName(static_cast<OpKind>(i - 1)), OpKindName(kind));
+    }
   }
   EXPECT_FALSE(ParseOpKind("matmull").ok());
   EXPECT_EQ(ParseOpKind("matmull").status().message(), "unknown op 'matmull'");
