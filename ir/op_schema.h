@@ -12,6 +12,7 @@
 #include "ir/graph.h"
 #include "ir/host_tensor.h"
 #include "ir/op_kind.h"
+#include "ir/plan.h"
 
 namespace loom::ir {
 
@@ -32,6 +33,10 @@ struct DimSignature {
   std::map<std::string, DimKind> kinds;           // every label used
   // Labels that must be split by the same factor (e.g. query and kv heads in GQA).
   std::vector<std::vector<std::string>> coupled;
+  // Inputs added to the result outside the reduction (linear's bias): when a
+  // reduction label is split they must arrive as shares of a sum too (one piece
+  // keeps the value, the others hold zero), or the sum would count them n times.
+  std::vector<int> additive_inputs;
 
   // "b s k, n k -> b s n | k:reduce" (fixed labels are listed as `x:fixed`).
   std::string ToString() const;
@@ -84,6 +89,16 @@ using KernelFn = absl::Status (*)(absl::Span<const HostTensor* const> in, const 
 using FlopsFn = double (*)(absl::Span<const TensorType> in, absl::Span<const TensorType> out,
                            const AttrMap& attrs);
 
+// Attributes of one piece of a split op. `in` / `out` are the logical types and
+// `in_boxes` / `out_boxes` the index regions the piece reads and writes. Ops whose
+// attributes depend on sizes or offsets (reshape's shape, an embedding's vocabulary
+// range, the token count a loss divides by) rewrite them here.
+using ShardAttrsFn = absl::StatusOr<AttrMap> (*)(const AttrMap& attrs,
+                                                 absl::Span<const TensorType> in,
+                                                 absl::Span<const Box> in_boxes,
+                                                 absl::Span<const TensorType> out,
+                                                 absl::Span<const Box> out_boxes);
+
 // Everything an op kind knows, in one place. Adding an op = one list entry in
 // ir/op_kind.h and one schema.
 struct OpSchema {
@@ -94,6 +109,7 @@ struct OpSchema {
   FlopsFn flops = nullptr;          // required
   GradFn grad = nullptr;            // nullptr: the op has no backward rule
   std::string doc;                  // one line: inputs, outputs, attributes
+  ShardAttrsFn shard_attrs = nullptr;  // nullptr: a piece keeps the op's attributes
 };
 
 // The registry: every OpKind has exactly one schema.

@@ -36,9 +36,10 @@ constexpr Llama3Config kLlama3[] = {
      /*kv_heads=*/8, /*ffn=*/53248, /*rope_theta=*/500000.0, /*eps=*/1e-5, /*seq=*/4096},
 };
 
-// The same structure at interpreter size (4 query heads sharing 2 kv heads).
+// The same structure at interpreter size (8 query heads sharing 4 kv heads, so that
+// tensor parallelism up to 4 applies).
 constexpr Llama3Config kLlama3Tiny{"llama3-tiny", /*vocab=*/128, /*d=*/32,  /*layers=*/2,
-                                   /*heads=*/4,   /*kv_heads=*/2, /*ffn=*/64,
+                                   /*heads=*/8,   /*kv_heads=*/4, /*ffn=*/64,
                                    /*rope_theta=*/500000.0, /*eps=*/1e-5, /*seq=*/8};
 
 // Grouped-query self-attention: q [b,s,H,hd], k and v [b,s,KV,hd], rope on q and k.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,8 @@
 #include "ir/graph_stats.h"
 #include "ir/json_format.h"
 #include "ir/op_schema.h"
+#include "ir/plan_json.h"
+#include "transform/parallelize.h"
 #include "ir/text_format.h"
 #include "models/models.h"
 #include "tools/flags.h"
@@ -289,10 +292,103 @@ int CmdGraph(const std::vector<std::string>& args, std::ostream& out, std::ostre
   return kExitOk;
 }
 
+int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("plan",
+                "Splits a model's training step over a dp x pp x tp device mesh and writes the\n"
+                "distributed plan (tasks, collectives, lineage of every value) as JSON.");
+  flags.AddString("--model", "NAME", "model to build (see 'loom models')");
+  flags.AddString("--layers", "N", "number of layers (default: the configuration's)");
+  flags.AddBool("--tiny", "build the model at a tiny size");
+  flags.AddString("--batch", "B", "sequences per micro-batch (default: dp)");
+  flags.AddString("--seq", "S", "tokens per sequence");
+  flags.AddString("--dp", "D", "data-parallel replicas (default 1)");
+  flags.AddString("--tp", "T", "tensor-parallel degree (default 1)");
+  flags.AddString("--pp", "P", "pipeline stages (default 1)");
+  flags.AddString("--vpp", "V", "virtual stages per pipeline stage (default 1)");
+  flags.AddBool("--sp", "sequence parallelism over the tensor-parallel group");
+  flags.AddString("--ep", "E", "expert-parallel degree (default 1)");
+  flags.AddString("--zero", "Z", "ZeRO stage 0-3 over the data-parallel group (default 0)");
+  flags.AddString("--microbatches", "M", "micro-batches per step (default 1)");
+  flags.AddBool("--recompute", "recompute each layer's forward before its backward");
+  flags.AddBool("--explicit", "write every device and micro-batch (default: factored)");
+  flags.AddString("--output", "FILE", "where to write the plan (JSON)");
+  flags.AddAlias("-o", "--output");
+  if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  auto fail = [&](const absl::Status& s) { return Fail(err, "plan", s); };
+  auto name = flags.GetString("--model");
+  if (!name.has_value()) return fail(absl::InvalidArgumentError("missing --model NAME"));
+  transform::Strategy strategy;
+  struct IntFlag {
+    const char* name;
+    int* target;
+    int64_t max;
+  };
+  for (const IntFlag& f : {IntFlag{"--dp", &strategy.dp, 1 << 20}, IntFlag{"--tp", &strategy.tp, 4096},
+                           IntFlag{"--pp", &strategy.pp, 4096}, IntFlag{"--vpp", &strategy.vpp, 64},
+                           IntFlag{"--zero", &strategy.zero, 3},
+                           IntFlag{"--microbatches", &strategy.microbatches, 4096}}) {
+    auto v = flags.GetInt(f.name, *f.target, f.name == std::string("--zero") ? 0 : 1, f.max);
+    if (!v.ok()) return fail(v.status());
+    *f.target = static_cast<int>(*v);
+  }
+  auto ep = flags.GetInt("--ep", 1, 1, 4096);
+  if (!ep.ok()) return fail(ep.status());
+  if (*ep > 1) {
+    return fail(absl::UnimplementedError("expert parallelism (--ep) is not supported yet"));
+  }
+  strategy.sp = flags.GetBool("--sp");
+  strategy.recompute = flags.GetBool("--recompute");
+  strategy.factored = !flags.GetBool("--explicit");
+  models::ModelOptions options;
+  options.tiny = flags.GetBool("--tiny");
+  auto layers = flags.GetInt("--layers", 0, 1, 100000);
+  if (!layers.ok()) return fail(layers.status());
+  options.layers = static_cast<int>(*layers);
+  auto batch = flags.GetInt("--batch", strategy.dp, 1, int64_t{1} << 30);
+  if (!batch.ok()) return fail(batch.status());
+  options.batch = *batch;
+  auto seq = flags.GetInt("--seq", 0, 1, int64_t{1} << 30);
+  if (!seq.ok()) return fail(seq.status());
+  options.seq = *seq;
+  auto path = flags.GetString("--output");
+  if (!path.has_value()) return fail(absl::InvalidArgumentError("missing -o FILE"));
+  const auto start = std::chrono::steady_clock::now();
+  auto forward = models::BuildForward(*name, options);
+  if (!forward.ok()) return fail(forward.status());
+  ir::TrainingOptions training;
+  training.microbatches = strategy.microbatches;
+  auto spec = ir::BuildTrainingStep(*forward, training);
+  if (!spec.ok()) return fail(spec.status());
+  auto plan = transform::Parallelize(*spec, strategy);
+  if (!plan.ok()) return fail(plan.status());
+  absl::Status saved = ir::SavePlanFile(*plan, *path);
+  if (!saved.ok()) return fail(saved);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::map<std::string, int64_t> kinds;
+  for (const ir::Collective& c : plan->collectives) ++kinds[std::string(ir::CollectiveKindName(c.kind))];
+  std::vector<std::string> kind_text;
+  for (const auto& [k, n] : kinds) kind_text.push_back(absl::StrCat(k, " ", n));
+  out << "plan:         " << *name << ", " << strategy.ToString() << " on "
+      << plan->mesh.ToString() << " (" << plan->mesh.num_devices() << " devices)\n";
+  out << "form:         "
+      << (plan->is_factored() ? "factored (one scale unit, micro-batch 0, replication rules)"
+                              : "explicit")
+      << "\n";
+  out << "tasks:        " << plan->tasks.size() << "\n";
+  out << "collectives:  " << plan->collectives.size() << " (" << absl::StrJoin(kind_text, ", ")
+      << ")\n";
+  out << "values:       " << plan->values.size() << "\n";
+  out << absl::StrFormat("built in:     %.2f s\n", seconds);
+  out << "wrote " << *path << "\n";
+  return kExitOk;
+}
+
 const std::vector<std::pair<std::string, std::string>>& Summaries() {
   static const auto* list = new std::vector<std::pair<std::string, std::string>>{
       {"models", "list the models Loom can build"},
       {"ops", "list the op kinds of the IR"},
+      {"plan", "split a model's training step into a distributed plan"},
       {"show", "summarise a model's training graph or a graph file"},
       {"graph", "write a model's training graph as text IR or JSON"},
   };
@@ -327,7 +423,7 @@ int RunLoom(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return kExitOk;
   }
   static const auto* commands = new std::vector<std::pair<std::string, Command>>{
-      {"models", CmdModels}, {"ops", CmdOps}, {"show", CmdShow}, {"graph", CmdGraph}};
+      {"models", CmdModels}, {"ops", CmdOps}, {"plan", CmdPlan}, {"show", CmdShow}, {"graph", CmdGraph}};
   std::vector<std::string> rest(args.begin() + 1, args.end());
   for (const auto& [name, fn] : *commands) {
     if (name == command) return fn(rest, out, err);

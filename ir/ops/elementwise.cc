@@ -229,6 +229,21 @@ absl::Status KernelFill(absl::Span<const HostTensor* const>, const AttrMap& attr
   return absl::OkStatus();
 }
 
+// ---- pieces ---------------------------------------------------------------------
+
+// A piece of a fill produces its output box: `shape` becomes the box's dims.
+absl::StatusOr<AttrMap> ShardAttrsFill(const AttrMap& attrs, absl::Span<const TensorType>,
+                                       absl::Span<const Box>, absl::Span<const TensorType> out,
+                                       absl::Span<const Box> out_boxes) {
+  if (out_boxes.size() != 1 || static_cast<int>(out_boxes[0].size()) != out[0].shape.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fill piece needs one output box of ", out[0].shape.rank(), " dims"));
+  }
+  AttrMap piece = attrs;
+  piece.Set("shape", BoxDims(out_boxes[0]));
+  return piece;
+}
+
 // ---- gradient rules -----------------------------------------------------------
 
 using Grads = absl::StatusOr<std::vector<std::optional<TensorId>>>;
@@ -348,8 +363,8 @@ Grads GradSwiGlu(GradBuilder& b) {
 
 void RegisterElementwiseOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
+    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kAccumulate, InferSameType, SignatureAll, KernelAccumulate, FlopsAccumulate,
       GradAccumulate, "accumulate(x0, x1, ...) -> sum of the inputs (gradient accumulation)");
@@ -359,7 +374,7 @@ void RegisterElementwiseOps(SchemaTable& table) {
       GradDivScalar, "div_scalar(a, s) -> a / s, s a scalar tensor");
   reg(OpKind::kExp, InferUnary, SignatureAll, KernelExp, Flops<4>, GradExp, "exp(x)");
   reg(OpKind::kFill, InferFill, SignatureFill, KernelFill, Flops<0>, nullptr,
-      "fill() {shape, value, dtype} -> constant tensor");
+      "fill() {shape, value, dtype} -> constant tensor", ShardAttrsFill);
   reg(OpKind::kGelu, InferUnary, SignatureAll, KernelGelu, Flops<8>,
       GradActivation<OpKind::kGeluGrad>, "gelu(x), tanh approximation");
   reg(OpKind::kGeluGrad, InferSameType, SignatureAll, KernelGeluGrad, Flops<12>, nullptr,

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
@@ -49,17 +50,44 @@ absl::Status ExpectSameLeadingDims(absl::Span<const TensorType> in, int i, int j
   return absl::OkStatus();
 }
 
-// The values of `ids` as integers, each checked to lie in [0, vocab).
-absl::StatusOr<std::vector<int64_t>> CheckedIds(const HostTensor& ids, int64_t vocab) {
+// The optional `vocab_begin` attribute of embedding and embedding_grad: the id of
+// the first table row a vocabulary piece holds (nullopt: the table is the whole
+// vocabulary).
+absl::StatusOr<std::optional<int64_t>> VocabBegin(const AttrMap& attrs) {
+  if (!attrs.Has("vocab_begin")) return std::nullopt;
+  LOOM_ASSIGN_OR_RETURN(int64_t begin, attrs.GetInt("vocab_begin"));
+  if (begin < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'vocab_begin' is ", begin, ", expected at least 0"));
+  }
+  return begin;
+}
+
+// The table row of each id for a table of `rows` rows. Without `vocab_begin` every id
+// must lie in [0, rows) and names its row. With it the table holds ids
+// [vocab_begin, vocab_begin + rows): those map to id - vocab_begin, every other id to
+// -1 (no row here); ids must still be non-negative integers.
+absl::StatusOr<std::vector<int64_t>> TableRows(const HostTensor& ids, int64_t rows,
+                                               std::optional<int64_t> vocab_begin) {
   std::vector<int64_t> out;
   out.reserve(ids.size());
   for (int64_t p = 0; p < ids.size(); ++p) {
     double v = ids[p];
-    if (!(v >= 0 && v < static_cast<double>(vocab)) || v != std::floor(v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("id ", v, " at position ", p, " is out of range [0, ", vocab, ")"));
+    if (!vocab_begin.has_value()) {
+      if (!(v >= 0 && v < static_cast<double>(rows)) || v != std::floor(v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("id ", v, " at position ", p, " is out of range [0, ", rows, ")"));
+      }
+      out.push_back(static_cast<int64_t>(v));
+      continue;
     }
-    out.push_back(static_cast<int64_t>(v));
+    if (!(v >= 0) || v != std::floor(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("id ", v, " at position ", p, " is not a non-negative integer"));
+    }
+    const double local = v - static_cast<double>(*vocab_begin);
+    out.push_back(local >= 0 && local < static_cast<double>(rows) ? static_cast<int64_t>(local)
+                                                                  : -1);
   }
   return out;
 }
@@ -127,9 +155,10 @@ absl::StatusOr<std::vector<TensorType>> InferLinearWGrad(absl::Span<const Tensor
       Like(in[0], {in[0].shape.dim(rank - 1), in[1].shape.dim(rank - 1)})};
 }
 
-// ids [...] (integer), table [V, d] -> [..., d].
+// ids [...] (integer), table [V, d] {vocab_begin?} -> [..., d].
 absl::StatusOr<std::vector<TensorType>> InferEmbedding(absl::Span<const TensorType> in,
-                                                       const AttrMap&) {
+                                                       const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(VocabBegin(attrs).status());
   LOOM_RETURN_IF_ERROR(ExpectInteger(in, 0));
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 1));
   LOOM_RETURN_IF_ERROR(ExpectRank(in, 1, 2));
@@ -138,9 +167,10 @@ absl::StatusOr<std::vector<TensorType>> InferEmbedding(absl::Span<const TensorTy
   return std::vector<TensorType>{Like(in[1], std::move(dims))};
 }
 
-// ids [...] (integer), dy [..., d] {vocab} -> [vocab, d].
+// ids [...] (integer), dy [..., d] {vocab, vocab_begin?} -> [vocab, d].
 absl::StatusOr<std::vector<TensorType>> InferEmbeddingGrad(absl::Span<const TensorType> in,
                                                            const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(VocabBegin(attrs).status());
   LOOM_RETURN_IF_ERROR(ExpectInteger(in, 0));
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 1));
   const int rank = in[0].shape.rank();
@@ -182,7 +212,10 @@ absl::StatusOr<DimSignature> SignatureLinear(absl::Span<const TensorType> in, co
   DimSignature sig;
   sig.inputs.push_back(Leading(lead, {"i"}));
   sig.inputs.push_back({"o", "i"});
-  if (in.size() == 3) sig.inputs.push_back({"o"});
+  if (in.size() == 3) {
+    sig.inputs.push_back({"o"});
+    sig.additive_inputs = {2};  // the bias is added once, outside the sum over i
+  }
   sig.outputs.push_back(Leading(lead, {"o"}));
   sig.kinds["i"] = DimKind::kReduction;
   DefaultSpatial(sig);
@@ -201,8 +234,9 @@ absl::StatusOr<DimSignature> SignatureLinearWGrad(absl::Span<const TensorType> i
   return sig;
 }
 
-// "b0.., v d -> b0.. d | v:reduce": a vocab shard gathers the rows it holds and
-// contributes zeros elsewhere, so shards sum to the full lookup.
+// "b0.., v d -> b0.. d | v:reduce": a vocab piece (vocab_begin set by
+// ShardAttrsEmbedding) gathers the rows it holds and contributes zero rows for the
+// other ids, so the pieces sum to the full lookup.
 absl::StatusOr<DimSignature> SignatureEmbedding(absl::Span<const TensorType> in, const AttrMap&) {
   const int lead = in[0].shape.rank();
   DimSignature sig;
@@ -214,7 +248,8 @@ absl::StatusOr<DimSignature> SignatureEmbedding(absl::Span<const TensorType> in,
   return sig;
 }
 
-// "b0.., b0.. d -> v d": positions are summed away; a vocab shard keeps its rows.
+// "b0.., b0.. d -> v d": positions are summed away; a vocab piece (vocab_begin set by
+// ShardAttrsEmbeddingGrad) keeps its rows and drops the other ids.
 absl::StatusOr<DimSignature> SignatureEmbeddingGrad(absl::Span<const TensorType> in,
                                                     const AttrMap&) {
   const int lead = in[0].shape.rank();
@@ -320,28 +355,77 @@ absl::Status KernelLinearWGrad(absl::Span<const HostTensor* const> in, const Att
   return absl::OkStatus();
 }
 
-absl::Status KernelEmbedding(absl::Span<const HostTensor* const> in, const AttrMap&,
+// Rows of ids outside a vocab piece stay zero.
+absl::Status KernelEmbedding(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                              absl::Span<HostTensor> out) {
   const HostTensor& table = *in[1];
-  const int64_t vocab = table.shape.dim(0);
   const int64_t d = table.shape.dim(1);
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> ids, CheckedIds(*in[0], vocab));
-  for (size_t p = 0; p < ids.size(); ++p) {
-    for (int64_t j = 0; j < d; ++j) out[0][p * d + j] = table[ids[p] * d + j];
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> vocab_begin, VocabBegin(attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                        TableRows(*in[0], table.shape.dim(0), vocab_begin));
+  for (size_t p = 0; p < rows.size(); ++p) {
+    if (rows[p] < 0) continue;
+    for (int64_t j = 0; j < d; ++j) out[0][p * d + j] = table[rows[p] * d + j];
   }
   return absl::OkStatus();
 }
 
-absl::Status KernelEmbeddingGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+// Ids outside a vocab piece add nothing.
+absl::Status KernelEmbeddingGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                                  absl::Span<HostTensor> out) {
   const HostTensor& dy = *in[1];
-  const int64_t vocab = out[0].shape.dim(0);
   const int64_t d = out[0].shape.dim(1);
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> ids, CheckedIds(*in[0], vocab));
-  for (size_t p = 0; p < ids.size(); ++p) {
-    for (int64_t j = 0; j < d; ++j) out[0][ids[p] * d + j] += dy[p * d + j];
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> vocab_begin, VocabBegin(attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                        TableRows(*in[0], out[0].shape.dim(0), vocab_begin));
+  for (size_t p = 0; p < rows.size(); ++p) {
+    if (rows[p] < 0) continue;
+    for (int64_t j = 0; j < d; ++j) out[0][rows[p] * d + j] += dy[p * d + j];
   }
   return absl::OkStatus();
+}
+
+// ---- pieces --------------------------------------------------------------------
+
+// The rows [begin, end) of a piece along the vocab dim of a [V, d] box, or nullopt
+// when they are the whole vocabulary.
+absl::StatusOr<std::optional<Interval>> VocabRange(const TensorType& logical,
+                                                   absl::Span<const Box> boxes, int i,
+                                                   absl::string_view what) {
+  if (static_cast<int>(boxes.size()) <= i || boxes[i].size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding piece needs a 2-dim box for ", what, " ", i));
+  }
+  const Interval rows = boxes[i][0];
+  if (rows.begin == 0 && rows.end == logical.shape.dim(0)) return std::nullopt;
+  return rows;
+}
+
+// A piece holding table rows [b, e) of the logical table gets vocab_begin b (offset
+// by the op's own vocab_begin, if any).
+absl::StatusOr<AttrMap> ShardAttrsEmbedding(const AttrMap& attrs, absl::Span<const TensorType> in,
+                                            absl::Span<const Box> in_boxes,
+                                            absl::Span<const TensorType>, absl::Span<const Box>) {
+  LOOM_ASSIGN_OR_RETURN(std::optional<Interval> rows, VocabRange(in[1], in_boxes, 1, "input"));
+  if (!rows.has_value()) return attrs;
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> base, VocabBegin(attrs));
+  AttrMap piece = attrs;
+  piece.Set("vocab_begin", base.value_or(0) + rows->begin);
+  return piece;
+}
+
+// A piece writing rows [b, e) of dtable gets vocab_begin b and vocab e - b.
+absl::StatusOr<AttrMap> ShardAttrsEmbeddingGrad(const AttrMap& attrs, absl::Span<const TensorType>,
+                                                absl::Span<const Box>,
+                                                absl::Span<const TensorType> out,
+                                                absl::Span<const Box> out_boxes) {
+  LOOM_ASSIGN_OR_RETURN(std::optional<Interval> rows, VocabRange(out[0], out_boxes, 0, "output"));
+  if (!rows.has_value()) return attrs;
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> base, VocabBegin(attrs));
+  AttrMap piece = attrs;
+  piece.Set("vocab_begin", base.value_or(0) + rows->begin);
+  piece.Set("vocab", rows->size());
+  return piece;
 }
 
 // ---- gradient rules ------------------------------------------------------------
@@ -399,11 +483,14 @@ Grads GradLinear(GradBuilder& b) {
   return grads;
 }
 
+// dtable = embedding_grad over the same rows (and the same vocab_begin, if any).
 Grads GradEmbedding(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
-  LOOM_ASSIGN_OR_RETURN(TensorId dtable,
-                        b.Emit1(OpKind::kEmbeddingGrad, {b.input(0), dy},
-                                {{"vocab", b.input_type(1).shape.dim(0)}}, b.GradName(1)));
+  AttrMap attrs{{"vocab", b.input_type(1).shape.dim(0)}};
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> vocab_begin, VocabBegin(b.op().attrs));
+  if (vocab_begin.has_value()) attrs.Set("vocab_begin", *vocab_begin);
+  LOOM_ASSIGN_OR_RETURN(TensorId dtable, b.Emit1(OpKind::kEmbeddingGrad, {b.input(0), dy},
+                                                 std::move(attrs), b.GradName(1)));
   return std::vector<std::optional<TensorId>>{std::nullopt, dtable};
 }
 
@@ -411,14 +498,19 @@ Grads GradEmbedding(GradBuilder& b) {
 
 void RegisterMatMulOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
+    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kEmbedding, InferEmbedding, SignatureEmbedding, KernelEmbedding, FlopsEmbedding,
-      GradEmbedding, "embedding(ids [...], table [V, d]) -> rows of table [..., d]");
+      GradEmbedding,
+      "embedding(ids [...], table [V, d]) {vocab_begin?} -> rows of table [..., d]; with "
+      "vocab_begin the table holds ids [vocab_begin, vocab_begin + V), other ids give zero rows",
+      ShardAttrsEmbedding);
   reg(OpKind::kEmbeddingGrad, InferEmbeddingGrad, SignatureEmbeddingGrad, KernelEmbeddingGrad,
       FlopsEmbeddingGrad, nullptr,
-      "embedding_grad(ids [...], dy [..., d]) {vocab} -> dtable [vocab, d], scatter-add");
+      "embedding_grad(ids [...], dy [..., d]) {vocab, vocab_begin?} -> dtable [vocab, d], "
+      "scatter-add; with vocab_begin only ids in [vocab_begin, vocab_begin + vocab) add",
+      ShardAttrsEmbeddingGrad);
   reg(OpKind::kLinear, InferLinear, SignatureLinear, KernelLinear, FlopsLinear, GradLinear,
       "linear(x [..., in], w [out, in], bias [out]?) -> x w^T + bias [..., out]");
   reg(OpKind::kLinearWGrad, InferLinearWGrad, SignatureLinearWGrad, KernelLinearWGrad,

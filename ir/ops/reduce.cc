@@ -1,6 +1,7 @@
 // Reductions, softmax and losses.
 // Reduced dims are removed from the result (no keepdim). A sum may be split along a
-// reduced dim into partial sums; a mean, a max, a softmax axis and a loss may not.
+// reduced dim into partial sums; a mean, a max and a softmax axis may not. The loss
+// divides by an explicit token count, so its token dims split into partial sums.
 
 #include <algorithm>
 #include <cmath>
@@ -228,16 +229,30 @@ absl::Status CheckLogitsAndTargets(absl::Span<const TensorType> in) {
   return absl::OkStatus();
 }
 
+// The optional `count` attribute of the loss: the number of positions it averages
+// over. Default: the positions of `logits` (every dim but the last).
+absl::StatusOr<int64_t> TokenCount(const Shape& logits, const AttrMap& attrs) {
+  if (!attrs.Has("count")) return Rows(logits);
+  LOOM_ASSIGN_OR_RETURN(int64_t count, attrs.GetInt("count"));
+  if (count < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'count' is ", count, ", expected at least 1"));
+  }
+  return count;
+}
+
 absl::StatusOr<std::vector<TensorType>> InferCrossEntropy(absl::Span<const TensorType> in,
-                                                          const AttrMap&) {
+                                                          const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(CheckLogitsAndTargets(in));
+  LOOM_RETURN_IF_ERROR(TokenCount(in[0].shape, attrs).status());
   return std::vector<TensorType>{Like(in[0], {})};
 }
 
 // cross_entropy_grad(logits, targets, dloss) -> dlogits.
 absl::StatusOr<std::vector<TensorType>> InferCrossEntropyGrad(absl::Span<const TensorType> in,
-                                                              const AttrMap&) {
+                                                              const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(CheckLogitsAndTargets(in));
+  LOOM_RETURN_IF_ERROR(TokenCount(in[0].shape, attrs).status());
   LOOM_RETURN_IF_ERROR(ExpectScalar(in, 2));
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 2));
   return std::vector<TensorType>{in[0]};
@@ -307,15 +322,21 @@ absl::StatusOr<DimSignature> SignatureLastDimFixed(absl::Span<const TensorType> 
   return sig;
 }
 
-// Losses: every label fixed. Splitting the vocabulary or the tokens is a
-// decomposition of the loss, not a partition of this op (N is the global count).
+// Losses: the vocab label is fixed (a row's logsumexp needs the whole row). The token
+// labels split exactly because a piece divides by the global `count` (set by
+// ShardAttrsCrossEntropy): the loss over a token range is a partial sum of the mean
+// (token labels reduce), its gradient a slice of the full gradient (token labels
+// are spatial).
 DimSignature CrossEntropySignature(int rank, bool grad) {
   std::vector<std::string> labels = DimLabels(rank);
   DimSignature sig;
   sig.inputs = {labels, std::vector<std::string>(labels.begin(), labels.end() - 1)};
   if (grad) sig.inputs.push_back({});  // dloss, a scalar
   sig.outputs = {grad ? labels : std::vector<std::string>{}};
-  for (const auto& l : labels) sig.kinds[l] = DimKind::kFixed;
+  for (int d = 0; d + 1 < rank; ++d) {
+    sig.kinds[labels[d]] = grad ? DimKind::kSpatial : DimKind::kReduction;
+  }
+  sig.kinds[labels.back()] = DimKind::kFixed;
   return sig;
 }
 
@@ -468,8 +489,8 @@ absl::Status KernelLogSoftmaxGrad(absl::Span<const HostTensor* const> in, const 
   return absl::OkStatus();
 }
 
-// Mean over positions of logsumexp(logits) - logits[target].
-absl::Status KernelCrossEntropy(absl::Span<const HostTensor* const> in, const AttrMap&,
+// Sum over positions of logsumexp(logits) - logits[target], divided by `count`.
+absl::Status KernelCrossEntropy(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                                 absl::Span<HostTensor> out) {
   const HostTensor& logits = *in[0];
   const HostTensor& targets = *in[1];
@@ -480,16 +501,18 @@ absl::Status KernelCrossEntropy(absl::Span<const HostTensor* const> in, const At
     const double* row = &logits.data[r * v];
     total += LogSumExp(row, v) - row[t];
   }
-  out[0][0] = total / static_cast<double>(targets.size());
+  LOOM_ASSIGN_OR_RETURN(int64_t count, TokenCount(logits.shape, attrs));
+  out[0][0] = total / static_cast<double>(count);
   return absl::OkStatus();
 }
 
-// dlogits = (softmax(logits) - onehot(target)) * dloss / N.
-absl::Status KernelCrossEntropyGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+// dlogits = (softmax(logits) - onehot(target)) * dloss / count.
+absl::Status KernelCrossEntropyGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                                     absl::Span<HostTensor> out) {
   const HostTensor& logits = *in[0];
   const HostTensor& targets = *in[1];
-  const double scale = (*in[2])[0] / static_cast<double>(targets.size());
+  LOOM_ASSIGN_OR_RETURN(int64_t count, TokenCount(logits.shape, attrs));
+  const double scale = (*in[2])[0] / static_cast<double>(count);
   const int64_t v = logits.shape.dim(logits.shape.rank() - 1);
   for (int64_t r = 0; r < targets.size(); ++r) {
     LOOM_ASSIGN_OR_RETURN(int64_t t, Target(targets, r, v));
@@ -501,6 +524,20 @@ absl::Status KernelCrossEntropyGrad(absl::Span<const HostTensor* const> in, cons
     }
   }
   return absl::OkStatus();
+}
+
+// ---- pieces -------------------------------------------------------------------------
+
+// A piece over a range of positions divides by the logical op's count: `count` is
+// the op's own count, or the positions of the logical logits when it has none.
+absl::StatusOr<AttrMap> ShardAttrsCrossEntropy(const AttrMap& attrs,
+                                               absl::Span<const TensorType> in,
+                                               absl::Span<const Box>, absl::Span<const TensorType>,
+                                               absl::Span<const Box>) {
+  LOOM_ASSIGN_OR_RETURN(int64_t count, TokenCount(in[0].shape, attrs));
+  AttrMap piece = attrs;
+  piece.Set("count", count);
+  return piece;
 }
 
 // ---- gradient rules -----------------------------------------------------------------
@@ -582,11 +619,17 @@ Grads GradFromOutput(GradBuilder& b) {
   return std::vector<std::optional<TensorId>>{dx};
 }
 
+// The gradient divides by the same count as the loss.
 Grads GradCrossEntropy(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dloss, b.GradOutputOrZeros(0));
+  AttrMap attrs;
+  if (b.op().attrs.Has("count")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t count, b.op().attrs.GetInt("count"));
+    attrs.Set("count", count);
+  }
   LOOM_ASSIGN_OR_RETURN(TensorId dlogits,
-                        b.Emit1(OpKind::kCrossEntropyGrad, {b.input(0), b.input(1), dloss}, {},
-                                b.GradName(0)));
+                        b.Emit1(OpKind::kCrossEntropyGrad, {b.input(0), b.input(1), dloss},
+                                std::move(attrs), b.GradName(0)));
   return std::vector<std::optional<TensorId>>{dlogits, std::nullopt};
 }
 
@@ -594,15 +637,18 @@ Grads GradCrossEntropy(GradBuilder& b) {
 
 void RegisterReduceOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
+    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kCrossEntropy, InferCrossEntropy, SignatureCrossEntropy, KernelCrossEntropy,
       FlopsPerInput<6>, GradCrossEntropy,
-      "cross_entropy(logits [..., V], targets [...] int) -> mean of -log_softmax[target]");
+      "cross_entropy(logits [..., V], targets [...] int) {count?} -> sum of "
+      "-log_softmax[target] / count (default: the number of positions, i.e. the mean)",
+      ShardAttrsCrossEntropy);
   reg(OpKind::kCrossEntropyGrad, InferCrossEntropyGrad, SignatureCrossEntropyGrad,
       KernelCrossEntropyGrad, Flops<12>, nullptr,
-      "cross_entropy_grad(logits, targets, dloss) -> (softmax - onehot) * dloss / N");
+      "cross_entropy_grad(logits, targets, dloss) {count?} -> (softmax - onehot) * dloss / count",
+      ShardAttrsCrossEntropy);
   reg(OpKind::kLogSoftmax, InferLastDim, SignatureLastDimFixed, KernelLogSoftmax, Flops<5>,
       GradFromOutput<OpKind::kLogSoftmaxGrad>, "log_softmax(x) over the last dim");
   reg(OpKind::kLogSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelLogSoftmaxGrad,

@@ -1,6 +1,7 @@
 // Shape ops: reshape, transpose, concat, slice, split, pad, expand.
 // Pure data movement (0 FLOPs); every dtype is accepted and kept. A dim whose extent
 // changes carries its own fixed label on each side; every other dim is spatial.
+// Reshape labels its dim groups instead (see SignatureReshape).
 
 #include <numeric>
 
@@ -230,30 +231,62 @@ DimSignature OneDimChanges(int rank, int dim, const std::vector<std::string>& in
   return sig;
 }
 
-// The longest common prefix of equal dims keeps its labels; the rest is fixed.
+// Reshape groups: input and output dims walked together and cut where the running
+// products agree (the standard reshape grouping). A size-1 dim facing a size-1 dim
+// pairs with it; any other size-1 dim joins its neighbour group. Each group carries
+// one shared spatial label on the leading dim of each side ("d<i>", i the input dim):
+// splitting it n ways is exact when n divides both leading sizes, since chunk k of a
+// merged dim (h d) is rows [k h/n, (k+1) h/n) of h. Every other dim of a group (a
+// non-leading dim of a split or merge, a size-1 dim joining a group) carries its own
+// fixed label, "x<i>" on the input and "y<j>" on the output.
 absl::StatusOr<DimSignature> SignatureReshape(absl::Span<const TensorType> in,
                                               const AttrMap& attrs) {
   const Shape& a = in[0].shape;
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, ReshapeDims(a, attrs));
-  int prefix = 0;
-  while (prefix < a.rank() && prefix < static_cast<int>(dims.size()) &&
-         a.dim(prefix) == dims[prefix]) {
-    ++prefix;
-  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> b, ReshapeDims(a, attrs));
+  const int n = a.rank();
+  const int m = static_cast<int>(b.size());
+  std::vector<std::string> in_labels = DimLabels(n, "x");
+  std::vector<std::string> out_labels = DimLabels(m, "y");
   DimSignature sig;
-  std::vector<std::string> in_labels = DimLabels(prefix);
-  std::vector<std::string> out_labels = in_labels;
-  for (int i = prefix; i < a.rank(); ++i) in_labels.push_back(absl::StrCat("x", i));
-  for (int i = prefix; i < static_cast<int>(dims.size()); ++i) {
-    out_labels.push_back(absl::StrCat("y", i));
+  auto share = [&](int i, int j) {
+    in_labels[i] = out_labels[j] = absl::StrCat("d", i);
+    sig.kinds[in_labels[i]] = DimKind::kSpatial;
+  };
+  // An empty tensor has nothing to split: every label stays fixed.
+  if (a.num_elements() > 0) {
+    int i = 0;
+    int j = 0;
+    while (i < n || j < m) {
+      const bool a_one = i < n && a.dim(i) == 1;
+      const bool b_one = j < m && b[j] == 1;
+      if (a_one && b_one) {
+        share(i++, j++);
+      } else if (a_one) {
+        ++i;  // joins a neighbour group with its own fixed label
+      } else if (b_one) {
+        ++j;
+      } else {
+        // Both sides have a dim > 1 left (the remaining products are equal).
+        LOOM_RET_CHECK(i < n && j < m) << "reshape " << a.ToString() << " grouping";
+        share(i, j);
+        int64_t p = a.dim(i++);
+        int64_t q = b[j++];
+        while (p != q) {
+          if (p < q) {
+            LOOM_RET_CHECK(i < n) << "reshape " << a.ToString() << " grouping";
+            p *= a.dim(i++);
+          } else {
+            LOOM_RET_CHECK(j < m) << "reshape " << a.ToString() << " grouping";
+            q *= b[j++];
+          }
+        }
+      }
+    }
   }
-  for (int i = prefix; i < a.rank(); ++i) sig.kinds[in_labels[i]] = DimKind::kFixed;
-  for (int i = prefix; i < static_cast<int>(dims.size()); ++i) {
-    sig.kinds[out_labels[i]] = DimKind::kFixed;
-  }
+  for (const std::string& l : in_labels) sig.kinds.emplace(l, DimKind::kFixed);
+  for (const std::string& l : out_labels) sig.kinds.emplace(l, DimKind::kFixed);
   sig.inputs = {in_labels};
   sig.outputs = {out_labels};
-  DefaultSpatial(sig);
   return sig;
 }
 
@@ -291,6 +324,21 @@ absl::StatusOr<DimSignature> SignatureOneDim(absl::Span<const TensorType> in,
   int rank = in[0].shape.rank();
   LOOM_ASSIGN_OR_RETURN(int dim, GetDim(attrs, rank));
   return OneDimChanges(rank, dim, {"x"}, {"y"});
+}
+
+// ---- pieces ---------------------------------------------------------------------
+
+// A piece of a reshape produces its output box: `shape` becomes the box's dims.
+absl::StatusOr<AttrMap> ShardAttrsReshape(const AttrMap& attrs, absl::Span<const TensorType>,
+                                          absl::Span<const Box>, absl::Span<const TensorType> out,
+                                          absl::Span<const Box> out_boxes) {
+  if (out_boxes.size() != 1 || static_cast<int>(out_boxes[0].size()) != out[0].shape.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshape piece needs one output box of ", out[0].shape.rank(), " dims"));
+  }
+  AttrMap piece = attrs;
+  piece.Set("shape", BoxDims(out_boxes[0]));
+  return piece;
 }
 
 double NoFlops(absl::Span<const TensorType>, absl::Span<const TensorType>, const AttrMap&) {
@@ -478,8 +526,8 @@ Grads GradExpand(GradBuilder& b) {
 
 void RegisterShapeOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, GradFn grad,
-                 const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, NoFlops, grad, doc});
+                 const char* doc, ShardAttrsFn shard_attrs = nullptr) {
+    table.Register(OpSchema{kind, infer, sig, kernel, NoFlops, grad, doc, shard_attrs});
   };
   reg(OpKind::kConcat, InferConcat, SignatureConcat, KernelConcat, GradConcat,
       "concat(x0, x1, ...) {dim} -> inputs joined along dim (equal elsewhere)");
@@ -488,7 +536,8 @@ void RegisterShapeOps(SchemaTable& table) {
   reg(OpKind::kPad, InferPad, SignatureOneDim, KernelPad, GradPad,
       "pad(a) {dim, before, after} -> a with zeros added before and after along dim");
   reg(OpKind::kReshape, InferReshape, SignatureReshape, KernelReshape, GradReshape,
-      "reshape(a) {shape} -> a with new dims, same element count; one -1 is inferred");
+      "reshape(a) {shape} -> a with new dims, same element count; one -1 is inferred",
+      ShardAttrsReshape);
   reg(OpKind::kSlice, InferSlice, SignatureOneDim, KernelSlice, GradSlice,
       "slice(a) {dim, begin, end} -> positions [begin, end) of a along dim");
   reg(OpKind::kSplit, InferSplit, SignatureSplit, KernelSplit, GradSplit,

@@ -1,0 +1,33 @@
+#ifndef LOOM_TRANSFORM_PARALLELIZE_H_
+#define LOOM_TRANSFORM_PARALLELIZE_H_
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+#include "transform/partition.h"
+#include "transform/strategy.h"
+
+namespace loom::transform {
+
+// The Megatron-style policy: partition decisions for `spec` under `strategy`.
+//  - pipeline: layers cut into pp * vpp contiguous chunks balanced by forward FLOPs
+//    (embedding on the first chunk, head and loss on the last); chunk v runs on
+//    pipeline stage v % pp; backward pieces run where their forward ran;
+//  - data parallel: the batch dim of every activation is split over dp, so weight
+//    gradients come out as partial sums over dp;
+//  - tensor parallel: linear layers split column-wise (output features) when their
+//    input is whole and row-wise (input features, partial output) when it arrives
+//    split; embeddings split by vocabulary; other ops follow the split of their inputs
+//    (attention by heads, coupled with the kv heads);
+//  - sequence parallel: ops between tensor-parallel regions split the sequence dim;
+//  - ZeRO 1/2/3: optimizer updates (and, from stage 2, gradient accumulation) split
+//    over dp along a parameter dim; stage 3 also keeps parameters sharded;
+//  - recompute: every layer's forward is re-run before its backward.
+absl::StatusOr<PartitionSpec> MegatronPolicy(const ir::Graph& spec, const Strategy& strategy);
+
+// ValidateStrategy, MegatronPolicy, Materialize.
+absl::StatusOr<ir::Plan> Parallelize(const ir::Graph& spec, const Strategy& strategy);
+
+}  // namespace loom::transform
+
+#endif  // LOOM_TRANSFORM_PARALLELIZE_H_

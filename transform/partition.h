@@ -1,0 +1,83 @@
+#ifndef LOOM_TRANSFORM_PARTITION_H_
+#define LOOM_TRANSFORM_PARTITION_H_
+
+// Partition decisions: how each logical op is split over the mesh axes and which
+// pipeline stages run it. Policies (transform/policy.h) fill them; Materialize
+// turns them into an ir::Plan, inserting the communication.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+
+namespace loom::transform {
+
+// How a tensor lies along one mesh axis of a stage's device grid.
+enum class AxisKind {
+  kReplicated,  // every device of the axis holds the same piece
+  kSharded,     // device k of the axis holds chunk k along `dim`
+  kPartial,     // the pieces of the axis add up to the value
+};
+
+struct AxisLayout {
+  AxisKind kind = AxisKind::kReplicated;
+  int dim = -1;  // for kSharded
+  bool operator==(const AxisLayout& o) const { return kind == o.kind && dim == o.dim; }
+  bool operator!=(const AxisLayout& o) const { return !(*this == o); }
+};
+
+// One AxisLayout per grid axis (the mesh axes other than pp, in mesh order).
+using Layout = std::vector<AxisLayout>;
+std::string LayoutToString(const Layout& layout);  // "dp:S0 tp:P"
+
+// The split of one logical op along each grid axis.
+struct OpPartition {
+  // Virtual pipeline stages that run the op (more than one: replicated across them,
+  // e.g. the update of a parameter tied between the first and last stage).
+  std::vector<int> stages;
+  // Per grid axis: the signature labels split along it (one label and its coupled
+  // partners), empty when the op is not split along that axis.
+  std::vector<std::vector<std::string>> split_labels;
+  // Per grid axis: the op is linear in its inputs and runs on partial sums, giving
+  // a partial-sum output (no reduction before it).
+  std::vector<bool> on_partials;
+  // Recompute this op's forward piece before the backward that reads it.
+  bool recompute = false;
+};
+
+struct PartitionSpec {
+  ir::Mesh mesh;                     // axes dp, pp, tp
+  std::vector<int> grid_axes;        // mesh axis indices other than pp
+  int pp_axis = -1;
+  int num_virtual_stages = 1;        // pp * vpp; virtual stage v runs on pp coordinate v % pp
+  std::vector<OpPartition> ops;      // by op id
+  // Layouts the plan's input values (parameters, optimizer states, data) are
+  // created in, by tensor id; empty: created in the layout of each consumer.
+  std::vector<Layout> input_layouts;
+  // Layouts required of the graph's outputs, by tensor id (empty: any layout
+  // without partial sums).
+  std::vector<Layout> output_layouts;
+  // Write one scale unit (dp coordinate 0) for micro-batch 0 plus replication rules.
+  bool factored = false;
+};
+
+// Input and output layouts of one op under its partition: an input carrying a
+// split label is sharded along it, an output lacking a split reduction label is
+// partial, everything else replicated (partial under `on_partials`).
+struct OpLayouts {
+  std::vector<Layout> inputs;
+  std::vector<Layout> outputs;
+};
+absl::StatusOr<OpLayouts> LayoutsOf(const ir::Graph& spec, const ir::Op& op,
+                                    const PartitionSpec& partition);
+
+// Builds the plan of `spec` under the decisions of `partition`: tasks for every op
+// piece on every device of its stages, and the collectives, slices and send/recv
+// that bring each input into the layout its consumer needs.
+absl::StatusOr<ir::Plan> Materialize(const ir::Graph& spec, const PartitionSpec& partition);
+
+}  // namespace loom::transform
+
+#endif  // LOOM_TRANSFORM_PARTITION_H_

@@ -1,0 +1,354 @@
+// The Megatron-style partition policy (see transform/parallelize.h).
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ir/op_schema.h"
+#include "ir/status_macros.h"
+#include "transform/parallelize.h"
+
+namespace loom::transform {
+
+using ir::Graph;
+using ir::Op;
+using ir::OpId;
+using ir::OpKind;
+using ir::TensorId;
+using ir::TensorType;
+
+namespace {
+
+bool IsFree(const Graph& spec, TensorId t) {
+  const ir::Tensor& tensor = spec.tensor(t);
+  return tensor.producer == ir::kNoId && tensor.role != ir::TensorRole::kInput;
+}
+
+// Ops linear in every input: they may run on partial sums.
+bool LinearInAllInputs(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kAccumulate:
+    case OpKind::kNeg:
+    case OpKind::kScale:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Cuts `costs` into `parts` contiguous chunks minimising the largest chunk cost.
+std::vector<int> BalancedChunks(const std::vector<double>& costs, int parts) {
+  const int n = static_cast<int>(costs.size());
+  std::vector<double> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[k][i]: the best max cost of the first i layers in k chunks.
+  std::vector<std::vector<double>> best(parts + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= parts; ++k) {
+    for (int i = k; i <= n; ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        double c = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (c < best[k][i]) {
+          best[k][i] = c;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> chunk_of(n, 0);
+  int i = n;
+  for (int k = parts; k >= 1; --k) {
+    int j = cut[k][i];
+    for (int l = j; l < i; ++l) chunk_of[l] = k - 1;
+    i = j;
+  }
+  return chunk_of;
+}
+
+class Policy {
+ public:
+  Policy(const Graph& spec, const Strategy& s) : spec_(spec), s_(s) {}
+  absl::StatusOr<PartitionSpec> Run();
+
+ private:
+  absl::Status AssignStages();
+  absl::Status Decide(const Op& op);
+  bool Divisible(const ir::DimSignature& sig, absl::Span<const TensorType> in,
+                 absl::Span<const TensorType> out, const std::vector<std::string>& labels,
+                 int64_t n) const;
+  std::vector<std::string> WithCoupled(const ir::DimSignature& sig, const std::string& l) const;
+
+  const Graph& spec_;
+  const Strategy& s_;
+  PartitionSpec p_;
+  std::vector<Layout> layout_;    // produced layout by tensor (empty: free input)
+  std::vector<int> seq_dim_;      // dim holding the sequence, by tensor (-1: none)
+  absl::flat_hash_map<std::string, int> zero_dim_;  // parameter name -> dim split by ZeRO
+  static constexpr int kDp = 0;   // grid axis indices
+  static constexpr int kTp = 1;
+};
+
+absl::Status Policy::AssignStages() {
+  const int vstages = s_.pp * s_.vpp;
+  int num_layers = 0;
+  for (const Op& op : spec_.ops()) num_layers = std::max(num_layers, op.info.layer + 1);
+  std::vector<int> stage_of_layer(num_layers, 0);
+  if (vstages > 1) {
+    std::vector<double> cost(num_layers, 0);
+    std::vector<TensorType> in, out;
+    for (const Op& op : spec_.ops()) {
+      if (op.info.layer < 0 || op.info.phase != ir::Phase::kForward || op.info.microbatch > 0) {
+        continue;
+      }
+      in.clear();
+      out.clear();
+      for (TensorId t : op.inputs) in.push_back(spec_.tensor(t).type());
+      for (TensorId t : op.outputs) out.push_back(spec_.tensor(t).type());
+      cost[op.info.layer] += ir::GetOpSchema(op.kind).flops(in, out, op.attrs) + 1;
+    }
+    stage_of_layer = BalancedChunks(cost, vstages);
+  }
+  const int n = spec_.num_ops();
+  p_.ops.assign(n, OpPartition{});
+  std::vector<int> stage(n, -1);
+  for (const Op& op : spec_.ops()) {
+    if (op.info.layer >= 0) stage[op.id] = stage_of_layer[op.info.layer];
+  }
+  // Untagged ops: the latest stage among their producers; ops without staged
+  // producers (constants) take their first consumer's stage.
+  for (const Op& op : spec_.ops()) {
+    if (stage[op.id] >= 0) continue;
+    int best = -1;
+    for (TensorId t : op.inputs) {
+      OpId prod = spec_.tensor(t).producer;
+      if (prod != ir::kNoId) best = std::max(best, stage[prod]);
+    }
+    stage[op.id] = best;
+  }
+  for (OpId id = n - 1; id >= 0; --id) {
+    if (stage[id] >= 0) continue;
+    int best = std::numeric_limits<int>::max();
+    for (TensorId t : spec_.op(id).outputs) {
+      for (OpId c : spec_.consumers(t)) {
+        if (stage[c] >= 0) best = std::min(best, stage[c]);
+      }
+    }
+    stage[id] = best == std::numeric_limits<int>::max() ? 0 : best;
+  }
+  // Optimizer updates run wherever their parameter is used (several stages for tied
+  // weights).
+  for (const Op& op : spec_.ops()) {
+    p_.ops[op.id].stages = {stage[op.id]};
+    if (op.info.phase != ir::Phase::kOptimizer) continue;
+    std::set<int> homes;
+    for (TensorId t : op.inputs) {
+      if (spec_.tensor(t).role != ir::TensorRole::kParameter ||
+          spec_.tensor(t).producer != ir::kNoId) {
+        continue;
+      }
+      for (OpId c : spec_.consumers(t)) {
+        if (spec_.op(c).info.phase == ir::Phase::kForward) homes.insert(stage[c]);
+      }
+    }
+    if (!homes.empty()) p_.ops[op.id].stages.assign(homes.begin(), homes.end());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Policy::WithCoupled(const ir::DimSignature& sig,
+                                             const std::string& l) const {
+  for (const auto& group : sig.coupled) {
+    if (std::find(group.begin(), group.end(), l) != group.end()) return group;
+  }
+  return {l};
+}
+
+bool Policy::Divisible(const ir::DimSignature& sig, absl::Span<const TensorType> in,
+                       absl::Span<const TensorType> out, const std::vector<std::string>& labels,
+                       int64_t n) const {
+  for (const std::string& l : labels) {
+    auto kind = sig.kinds.find(l);
+    if (kind == sig.kinds.end() || kind->second == ir::DimKind::kFixed) return false;
+  }
+  auto check = [&](const std::vector<std::vector<std::string>>& side,
+                   absl::Span<const TensorType> types) {
+    for (size_t i = 0; i < side.size(); ++i) {
+      for (size_t d = 0; d < side[i].size(); ++d) {
+        if (std::find(labels.begin(), labels.end(), side[i][d]) == labels.end()) continue;
+        int64_t size = types[i].shape.dim(static_cast<int>(d));
+        if (size % n != 0 || size < n) return false;
+      }
+    }
+    return true;
+  };
+  return check(sig.inputs, in) && check(sig.outputs, out);
+}
+
+absl::Status Policy::Decide(const Op& op) {
+  std::vector<TensorType> in, out;
+  for (TensorId t : op.inputs) in.push_back(spec_.tensor(t).type());
+  for (TensorId t : op.outputs) out.push_back(spec_.tensor(t).type());
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig,
+                        ir::GetOpSchema(op.kind).signature(in, op.attrs));
+  OpPartition& part = p_.ops[op.id];
+  part.split_labels.assign(2, {});
+  part.on_partials.assign(2, false);
+  part.recompute = s_.recompute && op.info.layer >= 0;
+  const int64_t sizes[2] = {s_.dp, s_.tp};
+  auto produced = [&](size_t i, int g) -> const AxisLayout* {
+    TensorId t = op.inputs[i];
+    if (layout_[t].empty()) return nullptr;
+    return &layout_[t][g];
+  };
+  // Tensor parallelism is decided first: ZeRO picks a dim the tp split left whole.
+  for (int g : {kTp, kDp}) {
+    const int64_t n = sizes[g];
+    if (n <= 1) continue;
+    std::vector<std::string> labels;
+    auto try_label = [&](const std::string& l) {
+      if (!labels.empty()) return;
+      std::vector<std::string> group = WithCoupled(sig, l);
+      if (Divisible(sig, in, out, group, n)) labels = group;
+    };
+    if (g == kTp && op.info.phase != ir::Phase::kOptimizer) {
+      if (op.kind == OpKind::kLinear) {
+        const AxisLayout* x = produced(0, g);
+        const int last = in[0].shape.rank() - 1;
+        if (x != nullptr && x->kind == AxisKind::kSharded && x->dim == last) {
+          try_label(sig.inputs[0][last]);  // row-parallel
+        } else {
+          try_label(sig.inputs[1][0]);  // column-parallel
+        }
+      } else if (op.kind == OpKind::kEmbedding) {
+        try_label(sig.inputs[1][0]);  // vocabulary-parallel
+      }
+    }
+    if (g == kDp && s_.zero >= 1 &&
+        (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd ||
+         (s_.zero >= 2 && op.kind == OpKind::kAccumulate && op.info.microbatch < 0 &&
+          absl::StartsWith(spec_.tensor(op.outputs[0]).name, "grad.")))) {
+      // The parameter this update (or gradient accumulation) belongs to.
+      std::string param = spec_.tensor(op.inputs[0]).name;
+      if (op.kind == OpKind::kAccumulate) param = spec_.tensor(op.outputs[0]).name.substr(5);
+      auto known = zero_dim_.find(param);
+      int z = known == zero_dim_.end() ? -1 : known->second;
+      if (z < 0) {
+        for (int d = 0; d < in[0].shape.rank(); ++d) {
+          bool tp_split = false;
+          for (const std::string& l : part.split_labels[kTp]) tp_split |= sig.inputs[0][d] == l;
+          if (!tp_split && in[0].shape.dim(d) % n == 0) {
+            z = d;
+            break;
+          }
+        }
+      }
+      if (z >= 0) {
+        try_label(sig.inputs[0][z]);
+        if (!labels.empty()) zero_dim_[param] = z;
+      }
+    }
+    // Follow the split of an input that arrives sharded.
+    for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
+      const AxisLayout* a = produced(i, g);
+      if (a != nullptr && a->kind == AxisKind::kSharded) try_label(sig.inputs[i][a->dim]);
+    }
+    // Linear ops run on partial sums instead of reducing first.
+    if (labels.empty() && LinearInAllInputs(op.kind)) {
+      bool any = false, all = true;
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        const AxisLayout* a = produced(i, g);
+        bool partial = a != nullptr && a->kind == AxisKind::kPartial;
+        any |= partial;
+        all &= partial;
+      }
+      // A factored plan cannot zero-split over its replicated dp axis.
+      if (any && (all || g != kDp || !s_.factored)) part.on_partials[g] = true;
+    }
+    // Sequence parallelism between tensor-parallel regions.
+    if (g == kTp && s_.sp && labels.empty() && !part.on_partials[g] &&
+        op.info.phase != ir::Phase::kOptimizer) {
+      for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
+        int sd = seq_dim_[op.inputs[i]];
+        if (sd >= 0 && !IsFree(spec_, op.inputs[i])) try_label(sig.inputs[i][sd]);
+      }
+    }
+    part.split_labels[g] = labels;
+  }
+  LOOM_ASSIGN_OR_RETURN(OpLayouts layouts, LayoutsOf(spec_, op, p_));
+  for (size_t o = 0; o < op.outputs.size(); ++o) {
+    layout_[op.outputs[o]] = layouts.outputs[o];
+    // The sequence dim follows its label through the op.
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      int sd = seq_dim_[op.inputs[i]];
+      if (sd < 0) continue;
+      const std::string& l = sig.inputs[i][sd];
+      for (size_t d = 0; d < sig.outputs[o].size(); ++d) {
+        if (sig.outputs[o][d] == l) seq_dim_[op.outputs[o]] = static_cast<int>(d);
+      }
+      if (seq_dim_[op.outputs[o]] >= 0) break;
+    }
+  }
+  // ZeRO-3 keeps parameters sharded over dp between uses.
+  if (s_.zero >= 3 && (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd) &&
+      !part.split_labels[kDp].empty()) {
+    p_.input_layouts[op.inputs[0]] = layouts.inputs[0];
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PartitionSpec> Policy::Run() {
+  p_.mesh = ir::Mesh({{"dp", s_.dp}, {"pp", s_.pp}, {"tp", s_.tp}});
+  p_.grid_axes = {0, 2};
+  p_.pp_axis = 1;
+  p_.num_virtual_stages = s_.pp * s_.vpp;
+  p_.factored = s_.factored;
+  p_.input_layouts.assign(spec_.num_tensors(), Layout{});
+  p_.output_layouts.assign(spec_.num_tensors(), Layout{});
+  layout_.assign(spec_.num_tensors(), Layout{});
+  seq_dim_.assign(spec_.num_tensors(), -1);
+  for (const ir::Tensor& t : spec_.tensors()) {
+    if (t.producer != ir::kNoId || t.role != ir::TensorRole::kInput) continue;
+    // Data: batch split over dp, sequence in dim 1.
+    Layout l(2);
+    if (t.shape.rank() >= 1 && s_.dp > 1 && t.shape.dim(0) % s_.dp == 0) {
+      l[kDp] = {AxisKind::kSharded, 0};
+    }
+    layout_[t.id] = l;
+    p_.input_layouts[t.id] = l;
+    if (t.shape.rank() >= 2) seq_dim_[t.id] = 1;
+  }
+  LOOM_RETURN_IF_ERROR(AssignStages());
+  for (const Op& op : spec_.ops()) LOOM_RETURN_IF_ERROR(Decide(op));
+  // Every replica ends with whole parameters (ZeRO-3 keeps its shards).
+  for (TensorId t : spec_.outputs()) {
+    if (spec_.tensor(t).role != ir::TensorRole::kParameter || layout_[t].empty()) continue;
+    Layout want = layout_[t];
+    if (s_.zero < 3) want[kDp] = AxisLayout{};
+    if (want[kTp].kind == AxisKind::kPartial) want[kTp] = AxisLayout{};
+    p_.output_layouts[t] = want;
+  }
+  return std::move(p_);
+}
+
+}  // namespace
+
+absl::StatusOr<PartitionSpec> MegatronPolicy(const Graph& spec, const Strategy& strategy) {
+  Policy policy(spec, strategy);
+  return policy.Run();
+}
+
+absl::StatusOr<ir::Plan> Parallelize(const Graph& spec, const Strategy& strategy) {
+  LOOM_RETURN_IF_ERROR(ValidateStrategy(spec, strategy));
+  LOOM_ASSIGN_OR_RETURN(PartitionSpec partition, MegatronPolicy(spec, strategy));
+  return Materialize(spec, partition);
+}
+
+}  // namespace loom::transform
