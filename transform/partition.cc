@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
+#include "transform/conversion.h"
 
 namespace loom::transform {
 
@@ -361,98 +362,71 @@ absl::StatusOr<const Version*> Materializer::Get(TensorId t, int ppc, const Layo
 absl::StatusOr<const Version*> Materializer::Convert(TensorId t, int ppc, const Version& from,
                                                      const Layout& want, const OpInfo& info) {
   const ir::Tensor& tensor = spec_.tensor(t);
+  LOOM_ASSIGN_OR_RETURN(std::vector<ConversionStep> path,
+                        CheapestConversion(tensor.type(), from.layout, want, p_));
   Version cur = from;
-  auto step = [&](int g, AxisLayout next, CollectiveKind kind, int dim, int dim2) {
+  for (const ConversionStep& s : path) {
+    const int g = s.axis;
     Version out;
     out.layout = cur.layout;
-    out.layout[g] = next;
-    out.values.assign(coords_.size(), ir::kNoId);
-    for (const std::vector<int>& group : Groups(g)) {
-      ir::Collective& c = EmitCollective(kind, group, ppc, info, IsFactoredAxis(g));
-      c.dim = dim;
-      c.dim2 = dim2;
-      const ir::CollectiveId cid = c.id;
-      for (int pos : group) {
-        ValueId v = NewValueLike(t, out.layout, pos, ppc, info.microbatch);
-        plan_.collectives[cid].inputs.push_back(cur.values[pos]);
-        plan_.collectives[cid].outputs.push_back(v);
-        out.values[pos] = v;
+    out.layout[g] = s.to;
+    switch (s.kind) {
+      case ConversionKind::kCollective: {
+        out.values.assign(coords_.size(), ir::kNoId);
+        for (const std::vector<int>& group : Groups(g)) {
+          ir::Collective& c = EmitCollective(s.collective, group, ppc, info, IsFactoredAxis(g));
+          c.dim = s.dim;
+          c.dim2 = s.dim2;
+          const ir::CollectiveId cid = c.id;
+          for (int pos : group) {
+            ValueId v = NewValueLike(t, out.layout, pos, ppc, info.microbatch);
+            plan_.collectives[cid].inputs.push_back(cur.values[pos]);
+            plan_.collectives[cid].outputs.push_back(v);
+            out.values[pos] = v;
+          }
+        }
+        break;
       }
-    }
-    cur = *Register(t, ppc, std::move(out));
-  };
-  const int n = num_axes();
-  // 1. Partial sums: reduce (into the wanted shards when the wanted layout is sharded).
-  for (int g = 0; g < n; ++g) {
-    if (cur.layout[g].kind != AxisKind::kPartial || want[g].kind == AxisKind::kPartial) continue;
-    if (want[g].kind == AxisKind::kSharded) {
-      step(g, want[g], CollectiveKind::kReduceScatter, want[g].dim, -1);
-    } else {
-      step(g, AxisLayout{}, CollectiveKind::kAllReduce, -1, -1);
-    }
-  }
-  // 2. Shards on another dim: all-to-all.
-  for (int g = 0; g < n; ++g) {
-    if (cur.layout[g].kind == AxisKind::kSharded && want[g].kind == AxisKind::kSharded &&
-        cur.layout[g].dim != want[g].dim) {
-      step(g, want[g], CollectiveKind::kAllToAll, want[g].dim, cur.layout[g].dim);
-    }
-  }
-  // 3. Shards to replicas: all-gather, innermost axis first.
-  for (int g = n - 1; g >= 0; --g) {
-    if (cur.layout[g].kind == AxisKind::kSharded && want[g] != cur.layout[g]) {
-      step(g, AxisLayout{}, CollectiveKind::kAllGather, cur.layout[g].dim, -1);
-    }
-  }
-  // 4. Replicas to shards: each device slices its chunk.
-  for (int g = 0; g < n; ++g) {
-    if (cur.layout[g].kind != AxisKind::kReplicated || want[g].kind != AxisKind::kSharded) {
-      continue;
-    }
-    Version out;
-    out.layout = cur.layout;
-    out.layout[g] = want[g];
-    const int d = want[g].dim;
-    for (int pos = 0; pos < static_cast<int>(coords_.size()); ++pos) {
-      const ir::PlanValue in = plan_.values[cur.values[pos]];
-      ValueId v = NewValueLike(t, out.layout, pos, ppc, info.microbatch);
-      const ir::Interval& iv = plan_.values[v].sub.box[d];
-      AttrMap attrs{{"dim", int64_t{d}},
-                    {"begin", iv.begin - in.sub.box[d].begin},
-                    {"end", iv.end - in.sub.box[d].begin}};
-      EmitTask(OpKind::kSlice, ir::kNoId, std::move(attrs), in.device, info, -1,
-               {cur.values[pos]}, {v});
-      out.values.push_back(v);
-    }
-    cur = *Register(t, ppc, std::move(out));
-  }
-  // 5. Replicas to partial sums: the first device of the axis keeps the value, the
-  // others hold zeros (exact, never a division).
-  for (int g = 0; g < n; ++g) {
-    if (cur.layout[g].kind != AxisKind::kReplicated || want[g].kind != AxisKind::kPartial) {
-      continue;
-    }
-    if (IsFactoredAxis(g)) {
-      return absl::InternalError(absl::StrCat("tensor '", tensor.name,
-                                              "': a factored plan cannot zero-split over dp"));
-    }
-    Version out;
-    out.layout = cur.layout;
-    out.layout[g] = want[g];
-    for (int pos = 0; pos < static_cast<int>(coords_.size()); ++pos) {
-      if (Coord(pos, g) == 0) {
-        out.values.push_back(cur.values[pos]);
-        continue;
+      case ConversionKind::kSlice: {
+        // Each device keeps its chunk of a replicated value.
+        const int d = s.to.dim;
+        for (int pos = 0; pos < static_cast<int>(coords_.size()); ++pos) {
+          const ir::PlanValue in = plan_.values[cur.values[pos]];
+          ValueId v = NewValueLike(t, out.layout, pos, ppc, info.microbatch);
+          const ir::Interval& iv = plan_.values[v].sub.box[d];
+          AttrMap attrs{{"dim", int64_t{d}},
+                        {"begin", iv.begin - in.sub.box[d].begin},
+                        {"end", iv.end - in.sub.box[d].begin}};
+          EmitTask(OpKind::kSlice, ir::kNoId, std::move(attrs), in.device, info, -1,
+                   {cur.values[pos]}, {v});
+          out.values.push_back(v);
+        }
+        break;
       }
-      const ir::PlanValue in = plan_.values[cur.values[pos]];
-      SubTensor sub = in.sub;
-      sub.part = ValuePart::Empty();
-      ValueId v = NewValue(in.device, sub, in.dtype, info.microbatch, in.dp_dim, false);
-      AttrMap attrs{{"shape", ir::BoxDims(sub.box)},
-                    {"value", 0.0},
-                    {"dtype", std::string(ir::DTypeName(in.dtype))}};
-      EmitTask(OpKind::kFill, ir::kNoId, std::move(attrs), in.device, info, -1, {}, {v});
-      out.values.push_back(v);
+      case ConversionKind::kZeroSplit: {
+        // The first device of the axis keeps the value, the others hold zeros:
+        // exact, never a division.
+        if (IsFactoredAxis(g)) {
+          return absl::InternalError(absl::StrCat(
+              "tensor '", tensor.name, "': a factored plan cannot zero-split over dp"));
+        }
+        for (int pos = 0; pos < static_cast<int>(coords_.size()); ++pos) {
+          if (Coord(pos, g) == 0) {
+            out.values.push_back(cur.values[pos]);
+            continue;
+          }
+          const ir::PlanValue in = plan_.values[cur.values[pos]];
+          SubTensor sub = in.sub;
+          sub.part = ValuePart::Empty();
+          ValueId v = NewValue(in.device, sub, in.dtype, info.microbatch, in.dp_dim, false);
+          AttrMap attrs{{"shape", ir::BoxDims(sub.box)},
+                        {"value", 0.0},
+                        {"dtype", std::string(ir::DTypeName(in.dtype))}};
+          EmitTask(OpKind::kFill, ir::kNoId, std::move(attrs), in.device, info, -1, {}, {v});
+          out.values.push_back(v);
+        }
+        break;
+      }
     }
     cur = *Register(t, ppc, std::move(out));
   }
