@@ -1,10 +1,13 @@
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/op_schema.h"
+#include "ir/plan.h"
 #include "tests/ir/op_samples.h"
 #include "tests/ir/op_test_util.h"
 
@@ -330,6 +333,135 @@ TEST(EmbeddingGradTest, RejectsBadShapesAndVocab) {
       "input 1 has 1 dims, expected 2");
   EXPECT_EQ(Signature(OpKind::kEmbeddingGrad, {I64({2}), F64({2, 3})}, {{"vocab", int64_t{4}}}),
             "b0, b0 d -> v d | b0:reduce");
+}
+
+// ---- vocabulary pieces ---------------------------------------------------------------
+
+// Rows [begin, end) of a [V, d] table.
+HostTensor Rows(const HostTensor& t, int64_t begin, int64_t end) {
+  const int64_t d = t.shape.dim(1);
+  HostTensor out(Shape({end - begin, d}), t.dtype);
+  for (int64_t i = 0; i < out.size(); ++i) out[i] = t[begin * d + i];
+  return out;
+}
+
+// ids in [0, 5) covering every row of a 5-row table, with repeats.
+HostTensor VocabIds() { return Make({2, 4}, {4, 0, 2, 1, 3, 2, 4, 1}, DType::kI64); }
+
+// A piece holding ids [vocab_begin, vocab_begin + V) gathers their rows (shifted) and
+// gives zero rows for every other id.
+TEST(EmbeddingTest, VocabPieceGathersItsRowsAndZerosTheRest) {
+  HostTensor table = Make({2, 2}, {1, 2, 3, 4});  // ids 2 and 3
+  HostTensor y = Run1(OpKind::kEmbedding, {Make({5}, {0, 2, 3, 4, 3}, DType::kI64), table},
+                      {{"vocab_begin", int64_t{2}}});
+  EXPECT_EQ(y.data, (std::vector<double>{0, 0, 1, 2, 3, 4, 0, 0, 3, 4}));
+}
+
+// Two vocab pieces, each with the attributes shard_attrs gives it, sum to the full lookup.
+TEST(EmbeddingTest, VocabPiecesSumToTheFullLookup) {
+  std::mt19937_64 rng(7);
+  HostTensor ids = VocabIds();
+  HostTensor table = RandomTensor(Shape({5, 3}), rng);
+  HostTensor full = Run1(OpKind::kEmbedding, {ids, table}, {});
+  const OpSchema& schema = GetOpSchema(OpKind::kEmbedding);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  const std::vector<TensorType> in = {I64({2, 4}), F64({5, 3})};
+  const std::vector<TensorType> out = {F64({2, 4, 3})};
+  HostTensor sum(full.shape, DType::kF64);
+  for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 2}, {2, 5}}) {
+    auto attrs = schema.shard_attrs({}, in, {Box{{0, 2}, {0, 4}}, Box{{begin, end}, {0, 3}}}, out,
+                                    {Box{{0, 2}, {0, 4}, {0, 3}}});
+    ASSERT_TRUE(attrs.ok()) << attrs.status();
+    EXPECT_EQ(attrs->ToString(), absl::StrCat("{vocab_begin=", begin, "}"));
+    HostTensor piece = Run1(OpKind::kEmbedding, {ids, Rows(table, begin, end)}, *attrs);
+    for (int64_t i = 0; i < sum.size(); ++i) sum[i] += piece[i];
+  }
+  EXPECT_EQ(sum.data, full.data);
+}
+
+// The full vocabulary keeps the attributes; a piece of a piece offsets vocab_begin.
+TEST(EmbeddingTest, ShardAttrsSetVocabBeginOnlyForAVocabPiece) {
+  const OpSchema& schema = GetOpSchema(OpKind::kEmbedding);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  const std::vector<TensorType> in = {I64({4}), F64({6, 2})};
+  const std::vector<TensorType> out = {F64({4, 2})};
+  const std::vector<Box> out_boxes = {Box{{0, 4}, {0, 2}}};
+  auto full = schema.shard_attrs({}, in, {Box{{0, 4}}, Box{{0, 6}, {0, 2}}}, out, out_boxes);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(full->empty());
+  auto nested = schema.shard_attrs({{"vocab_begin", int64_t{10}}}, in,
+                                   {Box{{0, 4}}, Box{{3, 6}, {0, 2}}}, out, out_boxes);
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_EQ(nested->ToString(), "{vocab_begin=13}");
+  EXPECT_FALSE(schema.shard_attrs({}, in, {Box{{0, 4}}}, out, out_boxes).ok());
+}
+
+// A negative id is an error in a vocab piece too; vocab_begin must be non-negative.
+TEST(EmbeddingTest, VocabPieceRejectsNegativeIdsAndVocabBegin) {
+  HostTensor table = Make({2, 1}, {1, 2});
+  auto y = RunOp(OpKind::kEmbedding, {Make({2}, {5, -1}, DType::kI64), table},
+                 {{"vocab_begin", int64_t{4}}});
+  ASSERT_FALSE(y.ok());
+  EXPECT_NE(y.status().message().find("id -1 at position 1 is not a non-negative integer"),
+            absl::string_view::npos)
+      << y.status();
+  auto dt = RunOp(OpKind::kEmbeddingGrad, {Make({2}, {-3, 0}, DType::kI64), Make({2, 1}, {1, 1})},
+                  {{"vocab", int64_t{2}}, {"vocab_begin", int64_t{1}}});
+  ASSERT_FALSE(dt.ok());
+  EXPECT_NE(dt.status().message().find("id -3 at position 0"), absl::string_view::npos)
+      << dt.status();
+  EXPECT_EQ(InferError(OpKind::kEmbedding, {I64({2}), F64({3, 2})}, {{"vocab_begin", int64_t{-1}}})
+                .message(),
+            "attribute 'vocab_begin' is -1, expected at least 0");
+  EXPECT_EQ(InferError(OpKind::kEmbeddingGrad, {I64({2}), F64({2, 3})},
+                       {{"vocab", int64_t{4}}, {"vocab_begin", 0.5}})
+                .message(),
+            "attribute 'vocab_begin' must be an integer");
+}
+
+// The gradient of a vocab piece is embedding_grad over the same rows.
+TEST(EmbeddingTest, GradientOfAVocabPieceKeepsVocabBegin) {
+  HostTensor ids = Make({3}, {1, 3, 4}, DType::kI64);
+  HostTensor table(Shape({2, 2}), DType::kF64);  // ids 3 and 4
+  auto r = ApplyGradRule(OpKind::kEmbedding, {ids, table}, {{"vocab_begin", int64_t{3}}},
+                         {Make({3, 2}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Op& grad_op = r->graph.ops().back();
+  EXPECT_EQ(grad_op.kind, OpKind::kEmbeddingGrad);
+  EXPECT_EQ(grad_op.attrs.ToString(), "{vocab=2, vocab_begin=3}");
+  EXPECT_EQ(r->grads[1]->data, (std::vector<double>{3, 4, 5, 6}));
+}
+
+// Each vocab piece of embedding_grad, with the attributes shard_attrs gives it, equals
+// its rows of the full gradient, so the pieces (zero elsewhere) sum to it.
+TEST(EmbeddingGradTest, VocabPiecesEqualTheRowsOfTheFullGradient) {
+  std::mt19937_64 rng(8);
+  HostTensor ids = VocabIds();
+  HostTensor dy = RandomTensor(Shape({2, 4, 3}), rng);
+  const AttrMap attrs{{"vocab", int64_t{5}}};
+  HostTensor full = Run1(OpKind::kEmbeddingGrad, {ids, dy}, attrs);
+  const OpSchema& schema = GetOpSchema(OpKind::kEmbeddingGrad);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  const std::vector<TensorType> in = {I64({2, 4}), F64({2, 4, 3})};
+  const std::vector<TensorType> out = {F64({5, 3})};
+  std::vector<double> joined;
+  for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 3}, {3, 5}}) {
+    auto piece_attrs =
+        schema.shard_attrs(attrs, in, {Box{{0, 2}, {0, 4}}, Box{{0, 2}, {0, 4}, {0, 3}}}, out,
+                           {Box{{begin, end}, {0, 3}}});
+    ASSERT_TRUE(piece_attrs.ok()) << piece_attrs.status();
+    EXPECT_EQ(piece_attrs->ToString(),
+              absl::StrCat("{vocab=", end - begin, ", vocab_begin=", begin, "}"));
+    HostTensor piece = Run1(OpKind::kEmbeddingGrad, {ids, dy}, *piece_attrs);
+    EXPECT_EQ(piece.shape.dims(), (std::vector<int64_t>{end - begin, 3}));
+    EXPECT_EQ(piece.data, Rows(full, begin, end).data);
+    joined.insert(joined.end(), piece.data.begin(), piece.data.end());
+  }
+  EXPECT_EQ(joined, full.data);
+  auto whole = schema.shard_attrs(attrs, in, {Box{{0, 2}, {0, 4}}, Box{{0, 2}, {0, 4}, {0, 3}}},
+                                  out, {Box{{0, 5}, {0, 3}}});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, attrs);
 }
 
 }  // namespace

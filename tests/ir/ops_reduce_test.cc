@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "ir/autodiff.h"
 #include "ir/interpreter.h"
 #include "ir/op_schema.h"
+#include "ir/plan.h"
 #include "tests/ir/op_samples.h"
 #include "tests/ir/op_test_util.h"
 
@@ -452,12 +454,126 @@ TEST(ReduceOpsTest, CrossEntropyGradientSkipsTargets) {
   EXPECT_FALSE((*grads)[1].has_value());
 }
 
-// Every label of the loss and its gradient is fixed.
-TEST(ReduceOpsTest, CrossEntropyFixesEveryLabel) {
+// The vocab label is fixed; token labels reduce in the loss and are spatial in its gradient.
+TEST(ReduceOpsTest, CrossEntropySplitsTokensAndFixesTheVocab) {
   EXPECT_EQ(Signature(OpKind::kCrossEntropy, {F64({2, 3, 5}), I64({2, 3})}),
-            "d0 d1 d2, d0 d1 ->  | d0:fixed d1:fixed d2:fixed");
+            "d0 d1 d2, d0 d1 ->  | d0:reduce d1:reduce d2:fixed");
   EXPECT_EQ(Signature(OpKind::kCrossEntropyGrad, {F64({2, 5}), I64({2}), F64({})}),
-            "d0 d1, d0,  -> d0 d1 | d0:fixed d1:fixed");
+            "d0 d1, d0,  -> d0 d1 | d1:fixed");
+}
+
+// With `count` the loss is the summed NLL divided by count, and its gradient uses the
+// same divisor; a count below 1 is rejected.
+TEST(ReduceOpsTest, CrossEntropyDividesByCount) {
+  std::mt19937_64 rng(12);
+  HostTensor logits = Random({3, 4}, rng);
+  HostTensor targets = Make({3}, {2, 0, 3}, DType::kI64);
+  HostTensor p = NaiveSoftmax(logits);
+  double nll = 0.0;
+  for (int r = 0; r < 3; ++r) nll -= std::log(p[r * 4 + static_cast<int>(targets[r])]);
+  auto loss = RunOp(OpKind::kCrossEntropy, {logits, targets}, {{"count", int64_t{10}}});
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_NEAR((*loss)[0][0], nll / 10.0, 1e-13);
+  auto grad = RunOp(OpKind::kCrossEntropyGrad, {logits, targets, Make({}, {2.0})},
+                    {{"count", int64_t{10}}});
+  ASSERT_TRUE(grad.ok()) << grad.status();
+  for (int r = 0; r < 3; ++r) {
+    for (int j = 0; j < 4; ++j) {
+      double onehot = j == static_cast<int>(targets[r]) ? 1.0 : 0.0;
+      EXPECT_NEAR((*grad)[0][r * 4 + j], (p[r * 4 + j] - onehot) * 2.0 / 10.0, 1e-13);
+    }
+  }
+  EXPECT_EQ(InferError(OpKind::kCrossEntropy, {F64({2, 5}), I64({2})}, {{"count", int64_t{0}}}),
+            "attribute 'count' is 0, expected at least 1");
+  EXPECT_EQ(
+      InferError(OpKind::kCrossEntropyGrad, {F64({2, 5}), I64({2}), F64({})}, {{"count", 2.0}}),
+      "attribute 'count' must be an integer");
+}
+
+// The loss's gradient rule passes its count on to cross_entropy_grad.
+TEST(ReduceOpsTest, CrossEntropyGradientKeepsCount) {
+  Graph g("ce");
+  TensorId logits = *g.AddInput("logits", Shape({2, 5}), DType::kF64, TensorRole::kInput);
+  TensorId targets = *g.AddInput("targets", Shape({2}), DType::kI64, TensorRole::kInput);
+  auto loss = g.AddOp(OpKind::kCrossEntropy, {logits, targets}, {{"count", int64_t{8}}}, OpInfo{},
+                      {{"loss", TensorRole::kLoss}});
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  auto grads = AppendBackward(g, (*loss)[0], {logits, targets});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  ASSERT_TRUE((*grads)[0].has_value());
+  const Op& grad_op = g.op(g.tensor(*(*grads)[0]).producer);
+  EXPECT_EQ(grad_op.kind, OpKind::kCrossEntropyGrad);
+  EXPECT_EQ(grad_op.attrs.ToString(), "{count=8}");
+}
+
+// Positions [begin, end) along dim 1 of a [b, s, ...] tensor.
+HostTensor TokenSlice(const HostTensor& t, int64_t begin, int64_t end) {
+  std::vector<int64_t> dims = t.shape.dims();
+  const int64_t s = dims[1];
+  int64_t inner = 1;
+  for (size_t d = 2; d < dims.size(); ++d) inner *= dims[d];
+  dims[1] = end - begin;
+  HostTensor out(Shape(dims), t.dtype);
+  int64_t o = 0;
+  for (int64_t b = 0; b < dims[0]; ++b) {
+    for (int64_t k = begin; k < end; ++k) {
+      for (int64_t i = 0; i < inner; ++i) out[o++] = t[(b * s + k) * inner + i];
+    }
+  }
+  return out;
+}
+
+// Splitting the sequence dim in two: the loss pieces, with the count shard_attrs
+// gives them (the logical position count), sum to the full loss, and the gradient
+// pieces are the matching slices of the full gradient.
+TEST(ReduceOpsTest, CrossEntropyTokenHalvesRebuildTheFullLossAndGradient) {
+  std::mt19937_64 rng(13);
+  HostTensor logits = Random({2, 4, 5}, rng);
+  HostTensor targets = Make({2, 4}, {4, 0, 2, 1, 3, 3, 0, 2}, DType::kI64);
+  HostTensor dloss = Make({}, {0.6});
+  auto full_loss = RunOp(OpKind::kCrossEntropy, {logits, targets});
+  auto full_grad = RunOp(OpKind::kCrossEntropyGrad, {logits, targets, dloss});
+  ASSERT_TRUE(full_loss.ok()) << full_loss.status();
+  ASSERT_TRUE(full_grad.ok()) << full_grad.status();
+  const OpSchema& loss_schema = GetOpSchema(OpKind::kCrossEntropy);
+  const OpSchema& grad_schema = GetOpSchema(OpKind::kCrossEntropyGrad);
+  ASSERT_NE(loss_schema.shard_attrs, nullptr);
+  ASSERT_NE(grad_schema.shard_attrs, nullptr);
+  const std::vector<TensorType> in = {F64({2, 4, 5}), I64({2, 4}), F64({})};
+  double loss_sum = 0.0;
+  for (int64_t begin : {0, 2}) {
+    const int64_t end = begin + 2;
+    const std::vector<Box> in_boxes = {Box{{0, 2}, {begin, end}, {0, 5}}, Box{{0, 2}, {begin, end}},
+                                       Box{}};
+    auto loss_attrs =
+        loss_schema.shard_attrs({}, absl::MakeConstSpan(in).subspan(0, 2),
+                                absl::MakeConstSpan(in_boxes).subspan(0, 2), {F64({})}, {Box{}});
+    ASSERT_TRUE(loss_attrs.ok()) << loss_attrs.status();
+    EXPECT_EQ(loss_attrs->ToString(), "{count=8}");
+    auto grad_attrs = grad_schema.shard_attrs({}, in, in_boxes, {F64({2, 4, 5})}, {in_boxes[0]});
+    ASSERT_TRUE(grad_attrs.ok()) << grad_attrs.status();
+    EXPECT_EQ(grad_attrs->ToString(), "{count=8}");
+
+    HostTensor piece_logits = TokenSlice(logits, begin, end);
+    HostTensor piece_targets = TokenSlice(targets, begin, end);
+    auto loss = RunOp(OpKind::kCrossEntropy, {piece_logits, piece_targets}, *loss_attrs);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    loss_sum += (*loss)[0][0];
+    auto grad = RunOp(OpKind::kCrossEntropyGrad, {piece_logits, piece_targets, dloss}, *grad_attrs);
+    ASSERT_TRUE(grad.ok()) << grad.status();
+    ExpectAllNear((*grad)[0], TokenSlice((*full_grad)[0], begin, end), 1e-15);
+  }
+  EXPECT_NEAR(loss_sum, (*full_loss)[0][0], 1e-14);
+}
+
+// shard_attrs keeps a count the op already has.
+TEST(ReduceOpsTest, CrossEntropyShardAttrsKeepAnExplicitCount) {
+  const OpSchema& schema = GetOpSchema(OpKind::kCrossEntropy);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  auto attrs = schema.shard_attrs({{"count", int64_t{64}}}, {F64({4, 5}), I64({4})},
+                                  {Box{{0, 2}, {0, 5}}, Box{{0, 2}}}, {F64({})}, {Box{}});
+  ASSERT_TRUE(attrs.ok()) << attrs.status();
+  EXPECT_EQ(attrs->ToString(), "{count=64}");
 }
 
 // ---- FLOPs -----------------------------------------------------------------------------

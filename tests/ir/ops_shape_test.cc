@@ -1,4 +1,5 @@
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -6,9 +7,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/op_schema.h"
+#include "ir/plan.h"
 #include "tests/ir/op_samples.h"
 #include "tests/ir/op_test_util.h"
 
@@ -73,14 +76,145 @@ TEST(ReshapeTest, RejectsBadTargetShapes) {
   EXPECT_FALSE(InferOutputTypes(OpKind::kReshape, {t}, {}).ok());
 }
 
-// Equal leading dims stay spatial; the dims after the first difference are fixed.
-TEST(ReshapeTest, SignatureKeepsCommonPrefixSpatial) {
+// Equal dims share a spatial label; a merge group shares its leading dims' label and
+// fixes the rest; an unpaired size-1 dim is fixed.
+TEST(ReshapeTest, SignatureGroupsDimsByRunningProducts) {
   EXPECT_EQ(Signature(OpKind::kReshape, {F64({2, 3, 4})}, {{"shape", std::vector<int64_t>{2, 12}}}),
-            "d0 x1 x2 -> d0 y1 | x1:fixed x2:fixed y1:fixed");
+            "d0 d1 x2 -> d0 d1 | x2:fixed");
   EXPECT_EQ(Signature(OpKind::kReshape, {F64({6, 4})}, {{"shape", std::vector<int64_t>{2, 3, 4}}}),
-            "x0 x1 -> y0 y1 y2 | x0:fixed x1:fixed y0:fixed y1:fixed y2:fixed");
+            "d0 d1 -> d0 y1 d1 | y1:fixed");
   EXPECT_EQ(Signature(OpKind::kReshape, {F64({2, 3})}, {{"shape", std::vector<int64_t>{2, 3, 1}}}),
             "d0 d1 -> d0 d1 y2 | y2:fixed");
+  EXPECT_EQ(
+      Signature(OpKind::kReshape, {F64({2, 1, 3})}, {{"shape", std::vector<int64_t>{2, 1, -1}}}),
+      "d0 d1 d2 -> d0 d1 d2");
+}
+
+// [b, s, (h d)] -> [b, s, h, d] and back: (h d) and h share one label, d is fixed.
+TEST(ReshapeTest, SignatureSharesHeadsBetweenSplitAndMergedDims) {
+  EXPECT_EQ(
+      Signature(OpKind::kReshape, {F64({2, 3, 8})}, {{"shape", std::vector<int64_t>{2, 3, 4, 2}}}),
+      "d0 d1 d2 -> d0 d1 d2 y3 | y3:fixed");
+  EXPECT_EQ(
+      Signature(OpKind::kReshape, {F64({2, 3, 4, 2})}, {{"shape", std::vector<int64_t>{2, 3, 8}}}),
+      "d0 d1 d2 x3 -> d0 d1 d2 | x3:fixed");
+}
+
+// Groups that both split and merge, size-1 dims inside and outside groups, and empty
+// tensors (nothing to split: every label fixed).
+TEST(ReshapeTest, SignatureHandlesMixedGroupsSizeOneAndEmpty) {
+  EXPECT_EQ(Signature(OpKind::kReshape, {F64({6, 4})}, {{"shape", std::vector<int64_t>{4, 6}}}),
+            "d0 x1 -> d0 y1 | x1:fixed y1:fixed");
+  EXPECT_EQ(Signature(OpKind::kReshape, {F64({1, 6})}, {{"shape", std::vector<int64_t>{6}}}),
+            "x0 d1 -> d1 | x0:fixed");
+  EXPECT_EQ(Signature(OpKind::kReshape, {F64({2, 1, 3})}, {{"shape", std::vector<int64_t>{6}}}),
+            "d0 x1 x2 -> d0 | x1:fixed x2:fixed");
+  EXPECT_EQ(Signature(OpKind::kReshape, {F64({2, 1})}, {{"shape", std::vector<int64_t>{1, 2}}}),
+            "d0 x1 -> y0 d0 | x1:fixed y0:fixed");
+  EXPECT_EQ(Signature(OpKind::kReshape, {F64({1})}, {{"shape", std::vector<int64_t>{}}}),
+            "x0 ->  | x0:fixed");
+  EXPECT_EQ(Signature(OpKind::kReshape, {F64({0, 3})}, {{"shape", std::vector<int64_t>{3, 0}}}),
+            "x0 x1 -> y0 y1 | x0:fixed x1:fixed y0:fixed y1:fixed");
+}
+
+// The elements of `t` inside `box`, as a tensor of the box's dims.
+HostTensor SliceBox(const HostTensor& t, const Box& box) {
+  HostTensor out(Shape(BoxDims(box)), t.dtype);
+  const int rank = t.shape.rank();
+  std::vector<int64_t> strides = t.shape.Strides();
+  std::vector<int64_t> index(rank, 0);  // into the box
+  for (int64_t o = 0; o < out.size(); ++o) {
+    int64_t src = 0;
+    for (int d = 0; d < rank; ++d) src += (box[d].begin + index[d]) * strides[d];
+    out[o] = t[src];
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++index[d] < box[d].size()) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+// Splitting any spatial label of a reshape n ways (n the smallest prime dividing every
+// size it labels) gives pieces whose reshape, with the attributes shard_attrs returns,
+// is exactly the matching box of the full result.
+TEST(ReshapeTest, PiecesOfEverySpatialLabelMatchTheFullResult) {
+  struct Case {
+    std::vector<int64_t> in, out;
+  };
+  const std::vector<Case> cases = {{{2, 3, 8}, {2, 3, 4, 2}}, {{2, 3, 4, 2}, {2, 3, 8}},
+                                   {{6, 4}, {4, 6}},          {{2, 1, 6}, {12}},
+                                   {{3, 4}, {3, 2, 2}},       {{1, 4}, {2, 1, 2}}};
+  const OpSchema& schema = GetOpSchema(OpKind::kReshape);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  std::mt19937_64 rng(5);
+  int splits = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(
+        absl::StrCat("[", absl::StrJoin(c.in, ","), "] -> [", absl::StrJoin(c.out, ","), "]"));
+    const AttrMap attrs{{"shape", c.out}};
+    const std::vector<TensorType> in = {F64(c.in)};
+    const std::vector<TensorType> out = {F64(c.out)};
+    HostTensor x = RandomTensor(Shape(c.in), rng);
+    HostTensor y = Run1(OpKind::kReshape, {x}, attrs);
+    auto sig = schema.signature(in, attrs);
+    ASSERT_TRUE(sig.ok()) << sig.status();
+    for (const auto& [label, kind] : sig->kinds) {
+      if (kind != DimKind::kSpatial) continue;
+      int64_t g = 0;
+      for (size_t d = 0; d < c.in.size(); ++d) {
+        if (sig->inputs[0][d] == label) g = std::gcd(g, c.in[d]);
+      }
+      for (size_t d = 0; d < c.out.size(); ++d) {
+        if (sig->outputs[0][d] == label) g = std::gcd(g, c.out[d]);
+      }
+      int64_t n = 2;
+      while (n <= g && g % n != 0) ++n;
+      if (n > g) continue;  // size 1: nothing to split
+      ++splits;
+      for (int64_t k = 0; k < n; ++k) {
+        auto box = [&](const std::vector<int64_t>& dims, const std::vector<std::string>& labels) {
+          Box b;
+          for (size_t d = 0; d < dims.size(); ++d) {
+            const int64_t chunk = dims[d] / n;
+            b.push_back(labels[d] == label ? Interval{k * chunk, (k + 1) * chunk}
+                                           : Interval{0, dims[d]});
+          }
+          return b;
+        };
+        const Box in_box = box(c.in, sig->inputs[0]);
+        const Box out_box = box(c.out, sig->outputs[0]);
+        SCOPED_TRACE(absl::StrCat(label, " piece ", k, ": ", BoxToString(in_box), " -> ",
+                                  BoxToString(out_box)));
+        auto piece_attrs = schema.shard_attrs(attrs, in, {in_box}, out, {out_box});
+        ASSERT_TRUE(piece_attrs.ok()) << piece_attrs.status();
+        EXPECT_EQ(piece_attrs->ToString(),
+                  absl::StrCat("{shape=[", absl::StrJoin(BoxDims(out_box), ","), "]}"));
+        HostTensor piece = Run1(OpKind::kReshape, {SliceBox(x, in_box)}, *piece_attrs);
+        HostTensor want = SliceBox(y, out_box);
+        EXPECT_EQ(piece.shape.dims(), want.shape.dims());
+        EXPECT_EQ(piece.data, want.data);
+      }
+    }
+  }
+  EXPECT_EQ(splits, 11);
+}
+
+// A piece's shape is its output box's dims (a -1 in the op's shape is gone); a box
+// list that does not fit the output is an error.
+TEST(ReshapeTest, ShardAttrsReplaceShapeByTheOutputBox) {
+  const OpSchema& schema = GetOpSchema(OpKind::kReshape);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  const AttrMap attrs{{"shape", std::vector<int64_t>{2, -1, 2}}};
+  const std::vector<TensorType> in = {F64({2, 8})};
+  const std::vector<TensorType> out = {F64({2, 4, 2})};
+  auto piece =
+      schema.shard_attrs(attrs, in, {Box{{0, 2}, {4, 8}}}, out, {Box{{0, 2}, {2, 4}, {0, 2}}});
+  ASSERT_TRUE(piece.ok()) << piece.status();
+  EXPECT_EQ(piece->ToString(), "{shape=[2,2,2]}");
+  EXPECT_FALSE(schema.shard_attrs(attrs, in, {Box{{0, 2}, {0, 8}}}, out, {}).ok());
+  EXPECT_FALSE(
+      schema.shard_attrs(attrs, in, {Box{{0, 2}, {0, 8}}}, out, {Box{{0, 2}, {0, 8}}}).ok());
 }
 
 // Integer tensors reshape like float ones and receive no gradient.

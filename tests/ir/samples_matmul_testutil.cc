@@ -28,6 +28,19 @@ void AddMatMulSamples(std::mt19937_64& rng, std::vector<OpSample>& out) {
                  {{"vocab", vocab}},
                  nullptr,
                  vocab});
+  // A vocab piece holding ids [1, vocab + 1) while ids range over [0, vocab + 2).
+  out.push_back({"vocab_piece",
+                 OpKind::kEmbedding,
+                 {I64({batch, m}), F64({vocab, d})},
+                 {{"vocab_begin", int64_t{1}}},
+                 nullptr,
+                 vocab + 2});
+  out.push_back({"vocab_piece",
+                 OpKind::kEmbeddingGrad,
+                 {I64({batch, m}), F64({batch, m, d})},
+                 {{"vocab", vocab}, {"vocab_begin", int64_t{1}}},
+                 nullptr,
+                 vocab + 2});
 }
 
 }  // namespace loom::ir::testing

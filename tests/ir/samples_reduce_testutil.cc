@@ -57,6 +57,20 @@ void AddReduceSamples(std::mt19937_64& rng, std::vector<OpSample>& out) {
                  nullptr, vocab});
   out.push_back({"tokens", OpKind::kCrossEntropyGrad, {logits, targets, scalar}, {}, nullptr,
                  vocab});
+  // A piece of a loss over more positions than it holds.
+  const int64_t count = 2 * dims[0] * dims[1] + 1;
+  out.push_back({"global_count",
+                 OpKind::kCrossEntropy,
+                 {logits, targets},
+                 {{"count", count}},
+                 nullptr,
+                 vocab});
+  out.push_back({"global_count",
+                 OpKind::kCrossEntropyGrad,
+                 {logits, targets, scalar},
+                 {{"count", count}},
+                 nullptr,
+                 vocab});
 }
 
 }  // namespace loom::ir::testing
