@@ -333,9 +333,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   auto ep = flags.GetInt("--ep", 1, 1, 4096);
   if (!ep.ok()) return fail(ep.status());
-  if (*ep > 1) {
-    return fail(absl::UnimplementedError("expert parallelism (--ep) is not supported yet"));
-  }
+  strategy.ep = static_cast<int>(*ep);
   strategy.sp = flags.GetBool("--sp");
   strategy.recompute = flags.GetBool("--recompute");
   strategy.factored = !flags.GetBool("--explicit");

@@ -54,9 +54,12 @@ absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorT
     }
     return size;
   };
+  // A dim may be sharded along several axes when they nest: an axis may add or
+  // remove its split only when no inner axis (later in the grid) splits the dim, so
+  // every device's piece stays one contiguous box.
   auto dim_free = [&](const Layout& l, int d, int except) {
-    for (int g = 0; g < axes; ++g) {
-      if (g != except && l[g].kind == AxisKind::kSharded && l[g].dim == d) return false;
+    for (int g = except + 1; g < axes; ++g) {
+      if (l[g].kind == AxisKind::kSharded && l[g].dim == d) return false;
     }
     return true;
   };
@@ -94,6 +97,7 @@ absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorT
           }
           break;
         case AxisKind::kSharded:
+          if (!dim_free(l, a.dim, g)) break;
           add({}, ConversionKind::kCollective, ir::CollectiveKind::kAllGather, a.dim, -1,
               link.latency_seconds + (n - 1) * bytes / link.bytes_per_second);
           for (int d = 0; d < rank; ++d) {

@@ -41,7 +41,7 @@ struct LinkModel {
 LinkModel LinkOf(const std::string& axis_name);
 
 // Steps from `from` to `want` for a tensor of `type`, minimising the modelled time.
-// A dim is never sharded along two axes at once. The dp axis of a factored plan
+// A dim sharded along several axes nests them in grid order (outer axis first). The dp axis of a factored plan
 // cannot be zero-split (its replicas are not written out).
 absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorType& type,
                                                                const Layout& from,

@@ -92,8 +92,12 @@ class Policy {
   std::vector<Layout> layout_;    // produced layout by tensor (empty: free input)
   std::vector<int> seq_dim_;      // dim holding the sequence, by tensor (-1: none)
   absl::flat_hash_map<std::string, int> zero_dim_;  // parameter name -> dim split by ZeRO
-  static constexpr int kDp = 0;   // grid axis indices
-  static constexpr int kTp = 1;
+  // Grid axis indices (-1 when the axis is absent): dp, then ep when expert
+  // parallelism is on, then tp.
+  int kDp = 0;
+  int kEp = -1;
+  int kTp = 1;
+  std::vector<int64_t> sizes_;
 };
 
 absl::Status Policy::AssignStages() {
@@ -199,17 +203,20 @@ absl::Status Policy::Decide(const Op& op) {
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig,
                         ir::GetOpSchema(op.kind).signature(in, op.attrs));
   OpPartition& part = p_.ops[op.id];
-  part.split_labels.assign(2, {});
-  part.on_partials.assign(2, false);
+  part.split_labels.assign(sizes_.size(), {});
+  part.on_partials.assign(sizes_.size(), false);
   part.recompute = s_.recompute && op.info.layer >= 0;
-  const int64_t sizes[2] = {s_.dp, s_.tp};
+  const std::vector<int64_t>& sizes = sizes_;
   auto produced = [&](size_t i, int g) -> const AxisLayout* {
     TensorId t = op.inputs[i];
     if (layout_[t].empty()) return nullptr;
     return &layout_[t][g];
   };
   // Tensor parallelism is decided first: ZeRO picks a dim the tp split left whole.
-  for (int g : {kTp, kDp}) {
+  std::vector<int> order = {kTp};
+  if (kEp >= 0) order.push_back(kEp);
+  order.push_back(kDp);
+  for (int g : order) {
     const int64_t n = sizes[g];
     if (n <= 1) continue;
     std::vector<std::string> labels;
@@ -230,6 +237,12 @@ absl::Status Policy::Decide(const Op& op) {
       } else if (op.kind == OpKind::kEmbedding) {
         try_label(sig.inputs[1][0]);  // vocabulary-parallel
       }
+    }
+    // Expert parallelism: expert weights ([E, ...] parameters of a batched matmul)
+    // are split by expert, which turns the token-to-expert exchange into all-to-alls.
+    if (g == kEp && op.kind == OpKind::kMatMul && op.inputs.size() == 2 &&
+        IsFree(spec_, op.inputs[1]) && in[1].shape.rank() >= 3) {
+      try_label(sig.inputs[1][0]);
     }
     if (g == kDp && s_.zero >= 1 &&
         (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd ||
@@ -305,8 +318,20 @@ absl::Status Policy::Decide(const Op& op) {
 }
 
 absl::StatusOr<PartitionSpec> Policy::Run() {
-  p_.mesh = ir::Mesh({{"dp", s_.dp}, {"pp", s_.pp}, {"tp", s_.tp}});
-  p_.grid_axes = {0, 2};
+  // dp counts every data-parallel replica; with expert parallelism ep of them form
+  // the inner ep axis (Megatron's expert-parallel group inside the data-parallel one).
+  if (s_.ep > 1) {
+    p_.mesh = ir::Mesh({{"dp", s_.dp / s_.ep}, {"pp", s_.pp}, {"ep", s_.ep}, {"tp", s_.tp}});
+    p_.grid_axes = {0, 2, 3};
+    kDp = 0;
+    kEp = 1;
+    kTp = 2;
+    sizes_ = {s_.dp / s_.ep, s_.ep, s_.tp};
+  } else {
+    p_.mesh = ir::Mesh({{"dp", s_.dp}, {"pp", s_.pp}, {"tp", s_.tp}});
+    p_.grid_axes = {0, 2};
+    sizes_ = {s_.dp, s_.tp};
+  }
   p_.pp_axis = 1;
   p_.num_virtual_stages = s_.pp * s_.vpp;
   p_.factored = s_.factored;
@@ -316,10 +341,11 @@ absl::StatusOr<PartitionSpec> Policy::Run() {
   seq_dim_.assign(spec_.num_tensors(), -1);
   for (const ir::Tensor& t : spec_.tensors()) {
     if (t.producer != ir::kNoId || t.role != ir::TensorRole::kInput) continue;
-    // Data: batch split over dp, sequence in dim 1.
-    Layout l(2);
+    // Data: batch split over every data-parallel replica, sequence in dim 1.
+    Layout l(sizes_.size());
     if (t.shape.rank() >= 1 && s_.dp > 1 && t.shape.dim(0) % s_.dp == 0) {
-      l[kDp] = {AxisKind::kSharded, 0};
+      if (sizes_[kDp] > 1) l[kDp] = {AxisKind::kSharded, 0};
+      if (kEp >= 0) l[kEp] = {AxisKind::kSharded, 0};
     }
     layout_[t.id] = l;
     p_.input_layouts[t.id] = l;
@@ -332,7 +358,9 @@ absl::StatusOr<PartitionSpec> Policy::Run() {
     if (spec_.tensor(t).role != ir::TensorRole::kParameter || layout_[t].empty()) continue;
     Layout want = layout_[t];
     if (s_.zero < 3) want[kDp] = AxisLayout{};
-    if (want[kTp].kind == AxisKind::kPartial) want[kTp] = AxisLayout{};
+    for (AxisLayout& a : want) {
+      if (a.kind == AxisKind::kPartial) a = AxisLayout{};
+    }
     p_.output_layouts[t] = want;
   }
   return std::move(p_);

@@ -12,6 +12,7 @@ namespace loom::transform {
 std::string Strategy::ToString() const {
   std::string out = absl::StrCat("dp", dp, " tp", tp, " pp", pp);
   if (vpp > 1) absl::StrAppend(&out, " vpp", vpp);
+  if (ep > 1) absl::StrAppend(&out, " ep", ep);
   if (sp) absl::StrAppend(&out, " sp");
   if (zero > 0) absl::StrAppend(&out, " zero", zero);
   absl::StrAppend(&out, " mb", microbatches);
@@ -21,8 +22,25 @@ std::string Strategy::ToString() const {
 
 absl::Status ValidateStrategy(const ir::Graph& spec, const Strategy& s) {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.vpp < 1 || s.microbatches < 1) {
-    return bad("dp, tp, pp, vpp and micro-batches must be >= 1");
+  if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.vpp < 1 || s.ep < 1 || s.microbatches < 1) {
+    return bad("dp, tp, pp, vpp, ep and micro-batches must be >= 1");
+  }
+  if (s.dp % s.ep != 0) {
+    return bad("ep ", s.ep, " must divide dp ", s.dp,
+               " (expert parallelism runs inside the data-parallel replicas)");
+  }
+  if (s.ep > 1) {
+    int64_t experts = 0;
+    for (const ir::Op& op : spec.ops()) {
+      if (op.kind == ir::OpKind::kMoeDispatch) {
+        experts = spec.tensor(op.outputs[0]).shape.dim(0);
+        break;
+      }
+    }
+    if (experts == 0) return bad("ep ", s.ep, " needs a model with experts");
+    if (experts % s.ep != 0) {
+      return bad("ep ", s.ep, " does not divide the ", experts, " routed experts");
+    }
   }
   if (s.zero < 0 || s.zero > 3) return bad("zero must be 0, 1, 2 or 3, got ", s.zero);
   if (s.sp && s.tp < 2) return bad("sequence parallelism needs tp >= 2");

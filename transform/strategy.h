@@ -14,6 +14,7 @@ struct Strategy {
   int tp = 1;            // tensor-parallel degree (within a pipeline stage)
   int pp = 1;            // pipeline stages
   int vpp = 1;           // virtual stages (model chunks) per pipeline stage
+  int ep = 1;            // expert-parallel degree, within the dp replicas (divides dp)
   bool sp = false;       // sequence parallelism over the tp group
   int zero = 0;          // ZeRO stage 0..3 over the dp group
   int microbatches = 1;  // must match the spec's micro-batch count
@@ -25,7 +26,8 @@ struct Strategy {
 
 // Rejects impossible combinations for `spec` with one clear message each:
 // non-positive sizes, tp not dividing attention heads / kv heads / hidden sizes,
-// pp * vpp larger than the layer count, sp without tp, zero outside 0..3, a
+// pp * vpp larger than the layer count, sp without tp, zero outside 0..3, ep not
+// dividing dp or the expert count (or without experts), a
 // micro-batch count different from the spec's, a batch not divisible by dp.
 absl::Status ValidateStrategy(const ir::Graph& spec, const Strategy& strategy);
 
