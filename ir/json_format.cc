@@ -1,26 +1,18 @@
 #include "ir/json_format.h"
 
-#include <atomic>
-#include <cerrno>
 #include <climits>
-#include <cmath>
 #include <cstdint>
 #include <exception>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
-
-#include <unistd.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "ir/json_util.h"
 #include "ir/status_macros.h"
 #include "ir/text_format.h"
 #include "nlohmann/json.hpp"
@@ -28,32 +20,9 @@
 namespace loom::ir {
 namespace {
 
-using Json = nlohmann::json;
-using OrderedJson = nlohmann::ordered_json;
-
 constexpr absl::string_view kFormatName = "loom.graph";
 
 // ---- writing -------------------------------------------------------------------
-
-OrderedJson AttrToJson(const AttrValue& value) {
-  OrderedJson j = OrderedJson::object();
-  if (const auto* i = std::get_if<int64_t>(&value)) {
-    j["int"] = *i;
-  } else if (const auto* f = std::get_if<double>(&value)) {
-    if (std::isnan(*f)) {
-      j["float"] = "nan";
-    } else if (std::isinf(*f)) {
-      j["float"] = *f > 0 ? "inf" : "-inf";
-    } else {
-      j["float"] = *f;  // shortest representation that reads back to the same double
-    }
-  } else if (const auto* l = std::get_if<std::vector<int64_t>>(&value)) {
-    j["ints"] = *l;
-  } else {
-    j["string"] = std::get<std::string>(value);
-  }
-  return j;
-}
 
 OrderedJson TensorToJson(const Tensor& t) {
   OrderedJson j;
@@ -82,19 +51,14 @@ OrderedJson OpToJson(const Op& op) {
   return j;
 }
 
-// Compact; bytes that are not UTF-8 are replaced rather than thrown on.
-std::string Dump(const OrderedJson& j) {
-  return j.dump(/*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false,
-                nlohmann::detail::error_handler_t::replace);
-}
-
 // "[\n    {...},\n    {...}\n  ]": one record per line keeps files diffable.
 template <typename T, typename F>
 std::string RecordList(absl::Span<const T> items, F to_json) {
   if (items.empty()) return "[]";
   std::string out = "[\n";
   for (size_t i = 0; i < items.size(); ++i) {
-    absl::StrAppend(&out, "    ", Dump(to_json(items[i])), i + 1 < items.size() ? ",\n" : "\n");
+    absl::StrAppend(&out, "    ", DumpJson(to_json(items[i])),
+                    i + 1 < items.size() ? ",\n" : "\n");
   }
   out += "  ]";
   return out;
@@ -120,118 +84,18 @@ struct OpRecord {
 };
 
 // Reads a parsed document, naming the JSON path of every error.
-class Reader {
+class Reader : public JsonReader {
  public:
-  explicit Reader(absl::string_view filename) : filename_(filename) {}
+  explicit Reader(absl::string_view filename) : JsonReader(filename) {}
 
   absl::StatusOr<Graph> Read(const Json& root);
 
  private:
-  absl::Status Error(absl::string_view path, absl::string_view message) const {
-    if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(filename_, ": ", message));
-    return absl::InvalidArgumentError(absl::StrCat(filename_, ": ", path, ": ", message));
-  }
-  // Passes a status from the graph builder through, prefixed with the file and path.
-  absl::Status Wrap(absl::string_view path, const absl::Status& status) const {
-    return absl::Status(status.code(),
-                        absl::StrCat(filename_, ": ", path, ": ", status.message()));
-  }
-
-  absl::StatusOr<const Json*> Field(const Json& object, absl::string_view key,
-                                    absl::string_view path) const;
-  absl::StatusOr<int64_t> Int(const Json& j, absl::string_view path) const;
-  absl::StatusOr<int> Int32(const Json& j, absl::string_view path) const;
-  absl::StatusOr<std::string> String(const Json& j, absl::string_view path) const;
-  absl::Status ExpectArray(const Json& j, absl::string_view path) const;
-  absl::StatusOr<std::vector<int>> IdList(const Json& j, absl::string_view path) const;
-  absl::StatusOr<AttrValue> Attr(const Json& j, const std::string& path) const;
   absl::StatusOr<TensorRecord> ReadTensor(const Json& j, int index, int num_ops) const;
   absl::StatusOr<OpRecord> ReadOp(const Json& j, int index) const;
   absl::Status AddOp(Graph& graph, const std::vector<TensorRecord>& tensors,
                      const OpRecord& op, int index, int next_tensor) const;
-
-  std::string filename_;
 };
-
-absl::StatusOr<const Json*> Reader::Field(const Json& object, absl::string_view key,
-                                          absl::string_view path) const {
-  auto it = object.find(std::string(key));
-  if (it == object.end()) return Error(path, absl::StrCat("missing field '", key, "'"));
-  return &*it;
-}
-
-absl::StatusOr<int64_t> Reader::Int(const Json& j, absl::string_view path) const {
-  if (!j.is_number_integer()) return Error(path, "expected an integer");
-  if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    return Error(path, "integer is out of range");
-  }
-  return j.get<int64_t>();
-}
-
-absl::StatusOr<int> Reader::Int32(const Json& j, absl::string_view path) const {
-  LOOM_ASSIGN_OR_RETURN(int64_t v, Int(j, path));
-  if (v < INT_MIN || v > INT_MAX) return Error(path, "integer is out of range");
-  return static_cast<int>(v);
-}
-
-absl::StatusOr<std::string> Reader::String(const Json& j, absl::string_view path) const {
-  if (!j.is_string()) return Error(path, "expected a string");
-  return j.get<std::string>();
-}
-
-absl::Status Reader::ExpectArray(const Json& j, absl::string_view path) const {
-  if (!j.is_array()) return Error(path, "expected an array");
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<int>> Reader::IdList(const Json& j, absl::string_view path) const {
-  LOOM_RETURN_IF_ERROR(ExpectArray(j, path));
-  std::vector<int> ids;
-  for (size_t i = 0; i < j.size(); ++i) {
-    LOOM_ASSIGN_OR_RETURN(int id, Int32(j[i], absl::StrCat(path, "[", i, "]")));
-    ids.push_back(id);
-  }
-  return ids;
-}
-
-// {"int": 3} | {"float": 0.5} | {"float": "inf"} | {"ints": [1,2]} | {"string": "x"}
-absl::StatusOr<AttrValue> Reader::Attr(const Json& j, const std::string& path) const {
-  if (!j.is_object() || j.size() != 1) {
-    return Error(path, "expected an object with one key: int, float, ints or string");
-  }
-  const std::string& key = j.begin().key();
-  const Json& v = j.begin().value();
-  std::string inner = absl::StrCat(path, ".", key);
-  if (key == "int") {
-    LOOM_ASSIGN_OR_RETURN(int64_t i, Int(v, inner));
-    return AttrValue(i);
-  }
-  if (key == "float") {
-    if (v.is_number()) return AttrValue(v.get<double>());
-    if (v.is_string()) {
-      const std::string& s = v.get_ref<const std::string&>();
-      if (s == "inf") return AttrValue(HUGE_VAL);
-      if (s == "-inf") return AttrValue(-HUGE_VAL);
-      if (s == "nan") return AttrValue(std::nan(""));
-    }
-    return Error(inner, "expected a number, \"inf\", \"-inf\" or \"nan\"");
-  }
-  if (key == "ints") {
-    LOOM_RETURN_IF_ERROR(ExpectArray(v, inner));
-    std::vector<int64_t> values;
-    for (size_t i = 0; i < v.size(); ++i) {
-      LOOM_ASSIGN_OR_RETURN(int64_t x, Int(v[i], absl::StrCat(inner, "[", i, "]")));
-      values.push_back(x);
-    }
-    return AttrValue(std::move(values));
-  }
-  if (key == "string") {
-    LOOM_ASSIGN_OR_RETURN(std::string s, String(v, inner));
-    return AttrValue(std::move(s));
-  }
-  return Error(path, absl::StrCat("unknown attribute encoding '", key,
-                                  "' (expected int, float, ints or string)"));
-}
 
 absl::StatusOr<TensorRecord> Reader::ReadTensor(const Json& j, int index, int num_ops) const {
   std::string path = absl::StrCat("tensors[", index, "]");
@@ -462,32 +326,6 @@ absl::StatusOr<Graph> Reader::Read(const Json& root) {
   return graph;
 }
 
-// "[json.exception.parse_error.101] parse error at ..." -> "parse error at ...".
-std::string ExceptionMessage(const std::exception& e) {
-  absl::string_view what = e.what();
-  if (absl::StartsWith(what, "[json.exception.")) {
-    size_t end = what.find("] ");
-    if (end != absl::string_view::npos) what.remove_prefix(end + 2);
-  }
-  return std::string(what);
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  }
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": read failed"));
-  return text.str();
-}
-
 }  // namespace
 
 std::string GraphToJson(const Graph& graph) {
@@ -497,11 +335,11 @@ std::string GraphToJson(const Graph& graph) {
   header["name"] = graph.name();
   std::string out = "{\n";
   for (auto it = header.begin(); it != header.end(); ++it) {
-    absl::StrAppend(&out, "  ", Dump(it.key()), ": ", Dump(it.value()), ",\n");
+    absl::StrAppend(&out, "  ", DumpJson(it.key()), ": ", DumpJson(it.value()), ",\n");
   }
   absl::StrAppend(&out, "  \"tensors\": ", RecordList(graph.tensors(), TensorToJson), ",\n");
   absl::StrAppend(&out, "  \"ops\": ", RecordList(graph.ops(), OpToJson), ",\n");
-  absl::StrAppend(&out, "  \"outputs\": ", Dump(OrderedJson(graph.outputs())), "\n}\n");
+  absl::StrAppend(&out, "  \"outputs\": ", DumpJson(OrderedJson(graph.outputs())), "\n}\n");
   return out;
 }
 
@@ -510,12 +348,12 @@ absl::StatusOr<Graph> GraphFromJson(absl::string_view text, absl::string_view fi
     Json root = Json::parse(text.begin(), text.end());
     return Reader(filename).Read(root);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(filename, ": ", ExceptionMessage(e)));
+    return absl::InvalidArgumentError(absl::StrCat(filename, ": ", JsonExceptionMessage(e)));
   }
 }
 
 absl::StatusOr<Graph> LoadGraphFile(const std::string& path) {
-  LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  LOOM_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   for (char c : text) {
     if (absl::ascii_isspace(c)) continue;
     if (c == '{') return GraphFromJson(text, path);
@@ -525,30 +363,9 @@ absl::StatusOr<Graph> LoadGraphFile(const std::string& path) {
 }
 
 absl::Status SaveGraphFile(const Graph& graph, const std::string& path) {
-  static std::atomic<int> counter{0};
   const std::string text =
       absl::EndsWith(path, ".json") ? GraphToJson(graph) : PrintGraph(graph);
-  const std::string temp = absl::StrCat(path, ".tmp.", getpid(), ".", counter++);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot write"));
-    out << text;
-    out.close();
-    if (!out) {
-      int error = errno;
-      std::error_code ignored;
-      std::filesystem::remove(temp, ignored);
-      return absl::ErrnoToStatus(error, absl::StrCat(path, ": write failed"));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    return absl::ErrnoToStatus(ec.value(), absl::StrCat(path, ": cannot rename into place"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, text);
 }
 
 }  // namespace loom::ir

@@ -33,7 +33,7 @@ struct BuildSize {
 absl::StatusOr<BuildSize> ResolveOptions(const ModelOptions& options, int default_layers,
                                          int64_t default_seq);
 
-// Expert capacity per micro-batch: ceil(tokens * top_k / experts * 1.25).
+// Expert capacity of one token group: ceil(tokens * top_k / experts * 1.25).
 int64_t ExpertCapacity(int64_t tokens, int64_t top_k, int64_t experts);
 
 // Builds one forward graph. Every op gets OpInfo{kForward, layer(), -1}; every op

@@ -149,7 +149,10 @@ absl::StatusOr<TensorId> Mla(GraphBuilder& b, TensorId x, const std::string& p,
 }
 
 // Shared experts plus top-k routed experts over the micro-batch's T = batch * seq
-// tokens, each routed expert holding at most ExpertCapacity(T, k, E) tokens.
+// tokens. Routing capacity is per sequence (GShard-style groups): each sequence is one
+// group of the routing ops, in which every routed expert holds at most
+// ExpertCapacity(seq, k, E) tokens, so a device holding whole sequences routes them
+// exactly as the single-device graph does.
 absl::StatusOr<TensorId> Moe(GraphBuilder& b, TensorId x, const std::string& p,
                              const DeepSeekConfig& c, const BuildSize& size) {
   const int64_t T = size.batch * size.seq;
@@ -171,11 +174,12 @@ absl::StatusOr<TensorId> Moe(GraphBuilder& b, TensorId x, const std::string& p,
                         b.OpN(OpKind::kTopKGate, {logits}, std::move(gate_attrs),
                               {absl::StrCat(p, ".gate_weights"),
                                absl::StrCat(p, ".gate_indices")}));
-  const int64_t capacity = ExpertCapacity(T, c.top_k, E);
-  LOOM_ASSIGN_OR_RETURN(TensorId dispatched,
-                        b.Op(OpKind::kMoeDispatch, {xt, gate[1]},
-                             {{"experts", E}, {"capacity", capacity}},
-                             absl::StrCat(p, ".dispatched")));
+  const int64_t capacity = ExpertCapacity(size.seq, c.top_k, E);
+  LOOM_ASSIGN_OR_RETURN(
+      TensorId dispatched,
+      b.Op(OpKind::kMoeDispatch, {xt, gate[1]},
+           {{"experts", E}, {"capacity", capacity}, {"groups", size.batch}},
+           absl::StrCat(p, ".dispatched")));
   LOOM_ASSIGN_OR_RETURN(TensorId g, b.Op(OpKind::kMatMul, {dispatched, w_gate}, {},
                                          absl::StrCat(p, ".experts.gate")));
   LOOM_ASSIGN_OR_RETURN(TensorId u, b.Op(OpKind::kMatMul, {dispatched, w_up}, {},
@@ -184,8 +188,9 @@ absl::StatusOr<TensorId> Moe(GraphBuilder& b, TensorId x, const std::string& p,
                                          absl::StrCat(p, ".experts.act")));
   LOOM_ASSIGN_OR_RETURN(TensorId y, b.Op(OpKind::kMatMul, {a, w_down}, {},
                                          absl::StrCat(p, ".experts.down")));
-  LOOM_ASSIGN_OR_RETURN(TensorId routed, b.Op(OpKind::kMoeCombine, {y, gate[0], gate[1]}, {},
-                                              absl::StrCat(p, ".routed")));
+  LOOM_ASSIGN_OR_RETURN(TensorId routed,
+                        b.Op(OpKind::kMoeCombine, {y, gate[0], gate[1]},
+                             {{"groups", size.batch}}, absl::StrCat(p, ".routed")));
   if (c.routed_scale != 1.0) {
     LOOM_ASSIGN_OR_RETURN(routed, b.Op(OpKind::kScale, {routed}, {{"factor", c.routed_scale}},
                                        absl::StrCat(p, ".routed_scaled")));

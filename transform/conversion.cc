@@ -37,7 +37,9 @@ absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorT
       static_cast<double>(type.shape.num_elements()) * ir::DTypeBytes(type.dtype);
   auto axis_size = [&](int g) { return partition.mesh.axes()[partition.grid_axes[g]].size; };
   auto axis_name = [&](int g) { return partition.mesh.axes()[partition.grid_axes[g]].name; };
-  auto factored_dp = [&](int g) { return partition.factored && axis_name(g) == "dp"; };
+  // Never zero-split over dp: a factored plan cannot write it, and explicit and
+  // factored plans take the same paths.
+  auto factored_dp = [&](int g) { return axis_name(g) == "dp"; };
   // Bytes one device holds under a layout.
   auto local_bytes = [&](const Layout& l) {
     double b = total_bytes;
@@ -56,10 +58,17 @@ absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorT
   };
   // A dim may be sharded along several axes when they nest: an axis may add or
   // remove its split only when no inner axis (later in the grid) splits the dim, so
-  // every device's piece stays one contiguous box.
+  // every device's piece stays one contiguous box ("inner" in the partition's nest order).
+  std::vector<int> nest_position(axes, 0);
+  for (size_t k = 0; k < partition.nest_order.size(); ++k) {
+    nest_position[partition.nest_order[k]] = static_cast<int>(k);
+  }
   auto dim_free = [&](const Layout& l, int d, int except) {
-    for (int g = except + 1; g < axes; ++g) {
-      if (l[g].kind == AxisKind::kSharded && l[g].dim == d) return false;
+    for (int g = 0; g < axes; ++g) {
+      if (g != except && nest_position[g] > nest_position[except] &&
+          l[g].kind == AxisKind::kSharded && l[g].dim == d) {
+        return false;
+      }
     }
     return true;
   };

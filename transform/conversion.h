@@ -41,8 +41,8 @@ struct LinkModel {
 LinkModel LinkOf(const std::string& axis_name);
 
 // Steps from `from` to `want` for a tensor of `type`, minimising the modelled time.
-// A dim sharded along several axes nests them in grid order (outer axis first). The dp axis of a factored plan
-// cannot be zero-split (its replicas are not written out).
+// A dim sharded along several axes nests them in grid order (outer axis first). The dp axis is never
+// zero-split (a factored plan does not write its replicas out).
 absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorType& type,
                                                                const Layout& from,
                                                                const Layout& want,

@@ -134,7 +134,7 @@ class Materializer {
   ValueId NewValue(int64_t device, SubTensor sub, ir::DType dtype, int mb, int dp_dim,
                    bool dp_share);
   ValueId NewValueLike(TensorId t, const Layout& layout, int pos, int ppc, int mb);
-  ValueId EmitTask(OpKind kind, OpId op, AttrMap attrs, int64_t device, OpInfo info,
+  ir::TaskId EmitTask(OpKind kind, OpId op, AttrMap attrs, int64_t device, OpInfo info,
                    int stage, std::vector<ValueId> inputs, std::vector<ValueId> outputs);
   ir::Collective& EmitCollective(CollectiveKind kind, const std::vector<int>& group, int ppc,
                                  const OpInfo& info, bool spans_dp);
@@ -190,7 +190,7 @@ SubTensor Materializer::MakeSub(TensorId t, const Layout& layout, int pos, int* 
   sub.part = ValuePart::Full();
   *dp_dim = -1;
   *dp_share = false;
-  for (int g = 0; g < num_axes(); ++g) {
+  for (int g : p_.nest_order) {
     const AxisLayout& a = layout[g];
     const int64_t n = AxisSize(g);
     if (IsFactoredAxis(g)) {
@@ -239,7 +239,7 @@ ValueId Materializer::NewValueLike(TensorId t, const Layout& layout, int pos, in
                   dp_share);
 }
 
-ValueId Materializer::EmitTask(OpKind kind, OpId op, AttrMap attrs, int64_t device, OpInfo info,
+ir::TaskId Materializer::EmitTask(OpKind kind, OpId op, AttrMap attrs, int64_t device, OpInfo info,
                                int stage, std::vector<ValueId> inputs,
                                std::vector<ValueId> outputs) {
   ir::Task task;
@@ -397,8 +397,13 @@ absl::StatusOr<const Version*> Materializer::Convert(TensorId t, int ppc, const 
           AttrMap attrs{{"dim", int64_t{d}},
                         {"begin", iv.begin - in.sub.box[d].begin},
                         {"end", iv.end - in.sub.box[d].begin}};
-          EmitTask(OpKind::kSlice, ir::kNoId, std::move(attrs), in.device, info, -1,
-                   {cur.values[pos]}, {v});
+          ir::TaskId task = EmitTask(OpKind::kSlice, ir::kNoId, std::move(attrs), in.device,
+                                     info, -1, {cur.values[pos]}, {v});
+          if (IsFactoredAxis(g)) {
+            // Replica r keeps rows r * len onwards.
+            const int64_t len = iv.size();
+            plan_.tasks[task].dp_attr_steps = {{"begin", len}, {"end", len}};
+          }
           out.values.push_back(v);
         }
         break;
@@ -445,14 +450,8 @@ absl::Status Materializer::EmitOp(const Op& op) {
   // copy of a per-micro-batch input; expansion restores the others.
   std::vector<int> used_inputs;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
-    if (p_.factored && op.info.microbatch < 0) {
-      TensorId t = op.inputs[i];
-      OpId prod = spec_.tensor(t).producer;
-      int mb = prod != ir::kNoId ? spec_.op(prod).info.microbatch : -1;
-      if (prod == ir::kNoId) {
-        for (OpId c : spec_.consumers(t)) mb = std::max(mb, spec_.op(c).info.microbatch);
-      }
-      if (mb >= 1) continue;
+    if (p_.factored && op.info.microbatch < 0 && TensorMicrobatch(op.inputs[i]) >= 1) {
+      continue;
     }
     used_inputs.push_back(static_cast<int>(i));
   }

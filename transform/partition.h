@@ -50,6 +50,10 @@ struct OpPartition {
 struct PartitionSpec {
   ir::Mesh mesh;                     // axes dp, pp, tp
   std::vector<int> grid_axes;        // mesh axis indices other than pp
+  // Grid axis indices from outermost to innermost split: when several axes split one
+  // dim (or one sum), the later ones split the pieces of the earlier ones. dp comes
+  // last, so a replica's piece is the unit's piece moved by one extent.
+  std::vector<int> nest_order;
   int pp_axis = -1;
   int num_virtual_stages = 1;        // pp * vpp; virtual stage v runs on pp coordinate v % pp
   std::vector<OpPartition> ops;      // by op id

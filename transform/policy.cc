@@ -282,8 +282,9 @@ absl::Status Policy::Decide(const Op& op) {
         any |= partial;
         all &= partial;
       }
-      // A factored plan cannot zero-split over its replicated dp axis.
-      if (any && (all || g != kDp || !s_.factored)) part.on_partials[g] = true;
+      // Never zero-split over dp: a factored plan could not write it, and explicit
+      // and factored plans make the same decisions.
+      if (any && (all || g != kDp)) part.on_partials[g] = true;
     }
     // Sequence parallelism between tensor-parallel regions.
     if (g == kTp && s_.sp && labels.empty() && !part.on_partials[g] &&
@@ -327,10 +328,12 @@ absl::StatusOr<PartitionSpec> Policy::Run() {
     kEp = 1;
     kTp = 2;
     sizes_ = {s_.dp / s_.ep, s_.ep, s_.tp};
+    p_.nest_order = {kEp, kTp, kDp};
   } else {
     p_.mesh = ir::Mesh({{"dp", s_.dp}, {"pp", s_.pp}, {"tp", s_.tp}});
     p_.grid_axes = {0, 2};
     sizes_ = {s_.dp, s_.tp};
+    p_.nest_order = {kTp, kDp};
   }
   p_.pp_axis = 1;
   p_.num_virtual_stages = s_.pp * s_.vpp;

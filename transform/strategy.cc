@@ -78,12 +78,6 @@ absl::Status ValidateStrategy(const ir::Graph& spec, const Strategy& s) {
                  ir::DescribeOp(spec, op));
     }
   }
-  for (const ir::Op& op : spec.ops()) {
-    if (op.kind == ir::OpKind::kMoeDispatch && (s.dp > 1 || s.tp > 1)) {
-      return absl::UnimplementedError(
-          "mixture-of-experts layers cannot be split yet: use dp 1 and tp 1 (pp works)");
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -1,10 +1,16 @@
 // Mixture-of-experts routing: top-k gating, dispatch, combine.
 //
-// T tokens, E experts, k experts per token, C slots per expert. Every op that moves
-// tokens to or from expert slots uses one slot rule: walk t = 0..T-1 and j = 0..k-1
-// in order; the pair (t, j) routed to e = indices[t, j] takes slot count[e] of expert e
-// while count[e] < C, and is dropped once the expert is full. The rule depends on all
-// tokens at once, so only the feature dim d may be split.
+// T tokens in G contiguous groups of T/G (attribute `groups`, default 1), E experts,
+// k experts per token, C slots per expert in each group. Every op that moves tokens
+// to or from expert slots uses one slot rule, run in each group on its own: walk the
+// group's tokens t and j = 0..k-1 in order; the pair (t, j) routed to e = indices[t, j]
+// takes the group's next slot s of expert e while s < C, and is dropped once the
+// group's C slots of e are taken. Expert tensors are [E, G*C, d]: slot s of expert e in
+// group g is row [e, g*C + s]. A group's slots depend on its own tokens only, so the
+// token dim t and the slot dim c split together (coupled) into pieces of whole groups;
+// a piece runs the op with `groups` set to the groups it holds (see the shard rules).
+// The expert dim e stays whole: expert parallelism moves the [E, G*C, d] tensors
+// between devices (all-to-all) around the routing ops.
 
 #include <algorithm>
 #include <cmath>
@@ -95,31 +101,63 @@ absl::Status CheckIndices(const HostTensor& indices, int64_t experts) {
   return absl::OkStatus();
 }
 
-// Expert e of every (t, j) pair and its slot under the capacity rule, row-major over
-// [T, k]; slot -1 marks a dropped pair. Indices outside [0, E) are errors.
+// Attribute `groups` (default 1), at least 1.
+absl::StatusOr<int64_t> GroupsAttr(const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, attrs.GetInt("groups", 1));
+  if (groups < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'groups' is ", groups, ", expected at least 1"));
+  }
+  return groups;
+}
+
+// `groups` divides dim `d` of input i (named `what` in the message).
+absl::Status ExpectGroupsDivide(absl::Span<const TensorType> in, int i, int d, int64_t groups,
+                                absl::string_view what) {
+  if (in[i].shape.dim(d) % groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attribute 'groups' is ", groups, ", which does not divide dim ", d, " (", what,
+        ") = ", in[i].shape.dim(d), " of input ", i, " ", in[i].ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// Expert e of every (t, j) pair and its slot column in [0, G*C) under the grouped
+// capacity rule, row-major over [T, k]; column -1 marks a dropped pair. Indices
+// outside [0, E) are errors.
 struct Routing {
   std::vector<int64_t> expert;
   std::vector<int64_t> slot;
 };
 
 absl::StatusOr<Routing> AssignSlots(const HostTensor& indices, int64_t experts,
-                                    int64_t capacity) {
+                                    int64_t capacity, int64_t groups) {
   LOOM_RETURN_IF_ERROR(CheckIndices(indices, experts));
+  const int64_t k = indices.shape.dim(1);
+  const int64_t group_pairs = indices.shape.dim(0) / groups * k;
   Routing r;
   r.expert.resize(indices.size());
   r.slot.assign(indices.size(), -1);
-  std::vector<int64_t> count(experts, 0);
+  std::vector<int64_t> count;
   for (int64_t p = 0; p < indices.size(); ++p) {
+    if (p % group_pairs == 0) count.assign(experts, 0);  // a new group starts
     int64_t e = static_cast<int64_t>(indices[p]);
     r.expert[p] = e;
-    if (count[e] < capacity) r.slot[p] = count[e]++;
+    if (count[e] < capacity) r.slot[p] = (p / group_pairs) * capacity + count[e]++;
   }
   return r;
 }
 
-// Offset of row `slot` of expert `e` in an [E, C, d] tensor.
-int64_t SlotOffset(int64_t e, int64_t slot, int64_t capacity, int64_t d) {
-  return (e * capacity + slot) * d;
+// The routing of a kernel whose expert tensor `slots` is [E, G*C, d].
+absl::StatusOr<Routing> RouteInto(const HostTensor& slots, const HostTensor& indices,
+                                  const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, GroupsAttr(attrs));
+  return AssignSlots(indices, slots.shape.dim(0), slots.shape.dim(1) / groups, groups);
+}
+
+// Offset of slot column `slot` of expert e in an [E, columns, d] tensor.
+int64_t SlotOffset(int64_t e, int64_t slot, int64_t columns, int64_t d) {
+  return (e * columns + slot) * d;
 }
 
 // ---- shape rules -------------------------------------------------------------
@@ -148,7 +186,7 @@ absl::StatusOr<std::vector<TensorType>> InferTopKGateGrad(absl::Span<const Tenso
   return std::vector<TensorType>{in[0]};
 }
 
-// (x [T, d], indices [T, k]) {experts, capacity} -> [E, C, d].
+// (x [T, d], indices [T, k]) {experts, capacity, groups} -> [E, G*C, d].
 absl::StatusOr<std::vector<TensorType>> InferDispatch(absl::Span<const TensorType> in,
                                                       const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(ExpectRank(in, 0, 2));
@@ -156,10 +194,13 @@ absl::StatusOr<std::vector<TensorType>> InferDispatch(absl::Span<const TensorTyp
   LOOM_RETURN_IF_ERROR(ExpectIndices(in, 1, in[0].shape.dim(0)));
   LOOM_ASSIGN_OR_RETURN(int64_t experts, PositiveIntAttr(attrs, "experts"));
   LOOM_ASSIGN_OR_RETURN(int64_t capacity, PositiveIntAttr(attrs, "capacity"));
-  return std::vector<TensorType>{Like(in[0], {experts, capacity, in[0].shape.dim(1)})};
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, GroupsAttr(attrs));
+  LOOM_RETURN_IF_ERROR(ExpectGroupsDivide(in, 0, 0, groups, "tokens"));
+  return std::vector<TensorType>{
+      Like(in[0], {experts, groups * capacity, in[0].shape.dim(1)})};
 }
 
-// (dy [E, C, d], indices [T, k]) {experts, capacity, tokens} -> dx [T, d].
+// (dy [E, G*C, d], indices [T, k]) {experts, capacity, tokens, groups} -> dx [T, d].
 absl::StatusOr<std::vector<TensorType>> InferDispatchGrad(absl::Span<const TensorType> in,
                                                           const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(ExpectRank(in, 0, 3));
@@ -167,33 +208,40 @@ absl::StatusOr<std::vector<TensorType>> InferDispatchGrad(absl::Span<const Tenso
   LOOM_ASSIGN_OR_RETURN(int64_t experts, PositiveIntAttr(attrs, "experts"));
   LOOM_ASSIGN_OR_RETURN(int64_t capacity, PositiveIntAttr(attrs, "capacity"));
   LOOM_ASSIGN_OR_RETURN(int64_t tokens, PositiveIntAttr(attrs, "tokens"));
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, GroupsAttr(attrs));
   LOOM_RETURN_IF_ERROR(ExpectDim(in, 0, 0, experts, "attribute 'experts'"));
-  LOOM_RETURN_IF_ERROR(ExpectDim(in, 0, 1, capacity, "attribute 'capacity'"));
+  LOOM_RETURN_IF_ERROR(
+      ExpectDim(in, 0, 1, groups * capacity, "attribute 'groups' times 'capacity'"));
   LOOM_RETURN_IF_ERROR(ExpectIndices(in, 1, tokens));
+  LOOM_RETURN_IF_ERROR(ExpectGroupsDivide(in, 1, 0, groups, "tokens"));
   return std::vector<TensorType>{Like(in[0], {tokens, in[0].shape.dim(2)})};
 }
 
-// Checks (expert_out [E, C, d], weights [T, k], indices [T, k]) at inputs 0..2.
-absl::Status CheckCombineInputs(absl::Span<const TensorType> in) {
+// Checks (expert_out [E, G*C, d], weights [T, k], indices [T, k]) {groups} at inputs 0..2.
+absl::Status CheckCombineInputs(absl::Span<const TensorType> in, const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(ExpectRank(in, 0, 3));
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
   LOOM_RETURN_IF_ERROR(ExpectRank(in, 1, 2));
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 1));
   LOOM_RETURN_IF_ERROR(ExpectIndices(in, 2, in[1].shape.dim(0)));
-  return ExpectDim(in, 2, 1, in[1].shape.dim(1), "the k of input 1");
+  LOOM_RETURN_IF_ERROR(ExpectDim(in, 2, 1, in[1].shape.dim(1), "the k of input 1"));
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, GroupsAttr(attrs));
+  LOOM_RETURN_IF_ERROR(ExpectGroupsDivide(in, 0, 1, groups, "slots"));
+  return ExpectGroupsDivide(in, 1, 0, groups, "tokens");
 }
 
-// (expert_out [E, C, d], weights [T, k], indices [T, k]) -> y [T, d].
+// (expert_out [E, G*C, d], weights [T, k], indices [T, k]) {groups} -> y [T, d].
 absl::StatusOr<std::vector<TensorType>> InferCombine(absl::Span<const TensorType> in,
-                                                     const AttrMap&) {
-  LOOM_RETURN_IF_ERROR(CheckCombineInputs(in));
+                                                     const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(CheckCombineInputs(in, attrs));
   return std::vector<TensorType>{Like(in[0], {in[1].shape.dim(0), in[0].shape.dim(2)})};
 }
 
-// (expert_out, weights, indices, dy [T, d]) -> (d_expert_out [E, C, d], d_weights [T, k]).
+// (expert_out, weights, indices, dy [T, d]) {groups} -> (d_expert_out [E, G*C, d],
+// d_weights [T, k]).
 absl::StatusOr<std::vector<TensorType>> InferCombineGrad(absl::Span<const TensorType> in,
-                                                         const AttrMap&) {
-  LOOM_RETURN_IF_ERROR(CheckCombineInputs(in));
+                                                         const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(CheckCombineInputs(in, attrs));
   LOOM_RETURN_IF_ERROR(ops::ExpectDims(in, 3, {in[1].shape.dim(0), in[0].shape.dim(2)}));
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 3));
   return std::vector<TensorType>{in[0], in[1]};
@@ -225,25 +273,37 @@ absl::StatusOr<DimSignature> SignatureTopKGateGrad(absl::Span<const TensorType>,
   return MakeSignature({{"t", "e"}, {"t", "j"}, {"t", "j"}}, {{"t", "e"}}, {"t"});
 }
 
+// Tokens t and slot columns c split together: n pieces of both hold the same whole
+// groups when n divides G (the shard rules reject a piece that cuts a group).
+DimSignature GroupedSignature(std::vector<std::vector<std::string>> inputs,
+                              std::vector<std::vector<std::string>> outputs,
+                              std::vector<std::string> spatial) {
+  spatial.push_back("t");
+  spatial.push_back("c");
+  DimSignature sig = MakeSignature(std::move(inputs), std::move(outputs), std::move(spatial));
+  sig.coupled = {{"t", "c"}};
+  return sig;
+}
+
 absl::StatusOr<DimSignature> SignatureDispatch(absl::Span<const TensorType>, const AttrMap&) {
-  return MakeSignature({{"t", "d"}, {"t", "j"}}, {{"e", "c", "d"}}, {"d"});
+  return GroupedSignature({{"t", "d"}, {"t", "j"}}, {{"e", "c", "d"}}, {"d"});
 }
 
 absl::StatusOr<DimSignature> SignatureDispatchGrad(absl::Span<const TensorType>,
                                                    const AttrMap&) {
-  return MakeSignature({{"e", "c", "d"}, {"t", "j"}}, {{"t", "d"}}, {"d"});
+  return GroupedSignature({{"e", "c", "d"}, {"t", "j"}}, {{"t", "d"}}, {"d"});
 }
 
 absl::StatusOr<DimSignature> SignatureCombine(absl::Span<const TensorType>, const AttrMap&) {
-  return MakeSignature({{"e", "c", "d"}, {"t", "j"}, {"t", "j"}}, {{"t", "d"}}, {"d"});
+  return GroupedSignature({{"e", "c", "d"}, {"t", "j"}, {"t", "j"}}, {{"t", "d"}}, {"d"});
 }
 
 // d is sliced in d_expert_out but summed away in d_weights; no single kind says both,
-// so every dim is fixed.
+// so d is fixed.
 absl::StatusOr<DimSignature> SignatureCombineGrad(absl::Span<const TensorType>,
                                                   const AttrMap&) {
-  return MakeSignature({{"e", "c", "d"}, {"t", "j"}, {"t", "j"}, {"t", "d"}},
-                       {{"e", "c", "d"}, {"t", "j"}}, {});
+  return GroupedSignature({{"e", "c", "d"}, {"t", "j"}, {"t", "j"}, {"t", "d"}},
+                          {{"e", "c", "d"}, {"t", "j"}}, {});
 }
 
 // ---- FLOPs ------------------------------------------------------------------------
@@ -360,64 +420,60 @@ absl::Status KernelDispatch(absl::Span<const HostTensor* const> in, const AttrMa
                             absl::Span<HostTensor> out) {
   const HostTensor& x = *in[0];
   const int64_t d = x.shape.dim(1);
-  LOOM_ASSIGN_OR_RETURN(int64_t experts, attrs.GetInt("experts"));
-  LOOM_ASSIGN_OR_RETURN(int64_t capacity, attrs.GetInt("capacity"));
-  LOOM_ASSIGN_OR_RETURN(Routing r, AssignSlots(*in[1], experts, capacity));
+  const int64_t columns = out[0].shape.dim(1);
+  LOOM_ASSIGN_OR_RETURN(Routing r, RouteInto(out[0], *in[1], attrs));
   const int64_t k = in[1]->shape.dim(1);
   for (int64_t p = 0; p < static_cast<int64_t>(r.slot.size()); ++p) {
     if (r.slot[p] < 0) continue;
-    int64_t dst = SlotOffset(r.expert[p], r.slot[p], capacity, d);
+    int64_t dst = SlotOffset(r.expert[p], r.slot[p], columns, d);
     for (int64_t i = 0; i < d; ++i) out[0][dst + i] = x[(p / k) * d + i];
   }
   return absl::OkStatus();
 }
 
-absl::Status KernelDispatchGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+absl::Status KernelDispatchGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                                 absl::Span<HostTensor> out) {
   const HostTensor& dy = *in[0];
-  const int64_t experts = dy.shape.dim(0);
-  const int64_t capacity = dy.shape.dim(1);
+  const int64_t columns = dy.shape.dim(1);
   const int64_t d = dy.shape.dim(2);
-  LOOM_ASSIGN_OR_RETURN(Routing r, AssignSlots(*in[1], experts, capacity));
+  LOOM_ASSIGN_OR_RETURN(Routing r, RouteInto(dy, *in[1], attrs));
   const int64_t k = in[1]->shape.dim(1);
   for (int64_t p = 0; p < static_cast<int64_t>(r.slot.size()); ++p) {
     if (r.slot[p] < 0) continue;
-    int64_t src = SlotOffset(r.expert[p], r.slot[p], capacity, d);
+    int64_t src = SlotOffset(r.expert[p], r.slot[p], columns, d);
     for (int64_t i = 0; i < d; ++i) out[0][(p / k) * d + i] += dy[src + i];
   }
   return absl::OkStatus();
 }
 
-absl::Status KernelCombine(absl::Span<const HostTensor* const> in, const AttrMap&,
+absl::Status KernelCombine(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                            absl::Span<HostTensor> out) {
   const HostTensor& eo = *in[0];
   const HostTensor& w = *in[1];
-  const int64_t experts = eo.shape.dim(0);
-  const int64_t capacity = eo.shape.dim(1);
+  const int64_t columns = eo.shape.dim(1);
   const int64_t d = eo.shape.dim(2);
-  LOOM_ASSIGN_OR_RETURN(Routing r, AssignSlots(*in[2], experts, capacity));
+  LOOM_ASSIGN_OR_RETURN(Routing r, RouteInto(eo, *in[2], attrs));
   const int64_t k = in[2]->shape.dim(1);
   for (int64_t p = 0; p < static_cast<int64_t>(r.slot.size()); ++p) {
     if (r.slot[p] < 0) continue;
-    int64_t src = SlotOffset(r.expert[p], r.slot[p], capacity, d);
+    int64_t src = SlotOffset(r.expert[p], r.slot[p], columns, d);
     for (int64_t i = 0; i < d; ++i) out[0][(p / k) * d + i] += w[p] * eo[src + i];
   }
   return absl::OkStatus();
 }
 
-absl::Status KernelCombineGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+absl::Status KernelCombineGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                                absl::Span<HostTensor> out) {
   const HostTensor& eo = *in[0];
   const HostTensor& w = *in[1];
   const HostTensor& dy = *in[3];
-  const int64_t experts = eo.shape.dim(0);
-  const int64_t capacity = eo.shape.dim(1);
+  const int64_t columns = eo.shape.dim(1);
   const int64_t d = eo.shape.dim(2);
-  LOOM_ASSIGN_OR_RETURN(Routing r, AssignSlots(*in[2], experts, capacity));
+  LOOM_ASSIGN_OR_RETURN(Routing r, RouteInto(eo, *in[2], attrs));
   const int64_t k = in[2]->shape.dim(1);
   for (int64_t p = 0; p < static_cast<int64_t>(r.slot.size()); ++p) {
     if (r.slot[p] < 0) continue;
-    int64_t slot = SlotOffset(r.expert[p], r.slot[p], capacity, d);
+    int64_t slot = SlotOffset(r.expert[p], r.slot[p], columns, d);
     int64_t row = (p / k) * d;
     for (int64_t i = 0; i < d; ++i) {
       out[0][slot + i] += w[p] * dy[row + i];
@@ -425,6 +481,91 @@ absl::Status KernelCombineGrad(absl::Span<const HostTensor* const> in, const Att
     }
   }
   return absl::OkStatus();
+}
+
+// ---- pieces ---------------------------------------------------------------------------
+
+// Interval `dim` of box `i` of `boxes`, which must have `rank` dims.
+absl::StatusOr<Interval> BoxInterval(absl::Span<const Box> boxes, int i, int rank, int dim,
+                                     absl::string_view what) {
+  if (static_cast<int>(boxes.size()) <= i || static_cast<int>(boxes[i].size()) != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing piece needs a ", rank, "-dim box for ", what, " ", i));
+  }
+  return boxes[i][dim];
+}
+
+// The groups of a piece over tokens `rows` of `tokens` and slot columns `cols` of
+// `columns` (= G*C): the rows must be whole groups and the columns their slots.
+absl::StatusOr<int64_t> PieceGroups(int64_t groups, int64_t tokens, Interval rows,
+                                    int64_t columns, Interval cols) {
+  if (tokens % groups != 0 || columns % groups != 0 || tokens < groups) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'groups' is ", groups,
+                                                   ", which does not divide ", tokens,
+                                                   " tokens and ", columns, " slot columns"));
+  }
+  const int64_t group_tokens = tokens / groups;
+  const int64_t capacity = columns / groups;
+  if (rows.size() <= 0 || rows.begin % group_tokens != 0 || rows.end % group_tokens != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a routing piece over tokens [", rows.begin, ":", rows.end, ") of ", tokens,
+        " does not hold whole groups of ", group_tokens, " tokens (attribute 'groups' = ",
+        groups, ")"));
+  }
+  const Interval want{rows.begin / group_tokens * capacity, rows.end / group_tokens * capacity};
+  if (!(cols == want)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a routing piece over tokens [", rows.begin, ":", rows.end, ") holds slot columns [",
+        cols.begin, ":", cols.end, "), expected [", want.begin, ":", want.end,
+        ") (the slots of its groups)"));
+  }
+  return rows.size() / group_tokens;
+}
+
+// `attrs` with `groups` set to the piece's groups (unchanged for a whole op).
+absl::StatusOr<AttrMap> WithPieceGroups(const AttrMap& attrs, int64_t tokens, Interval rows,
+                                        int64_t columns, Interval cols) {
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, GroupsAttr(attrs));
+  LOOM_ASSIGN_OR_RETURN(int64_t local, PieceGroups(groups, tokens, rows, columns, cols));
+  if (local == groups) return attrs;
+  AttrMap piece = attrs;
+  piece.Set("groups", local);
+  return piece;
+}
+
+// dispatch: tokens from x (input 0), slot columns from the output.
+absl::StatusOr<AttrMap> ShardAttrsDispatch(const AttrMap& attrs, absl::Span<const TensorType> in,
+                                           absl::Span<const Box> in_boxes,
+                                           absl::Span<const TensorType> out,
+                                           absl::Span<const Box> out_boxes) {
+  LOOM_ASSIGN_OR_RETURN(Interval rows, BoxInterval(in_boxes, 0, 2, 0, "input"));
+  LOOM_ASSIGN_OR_RETURN(Interval cols, BoxInterval(out_boxes, 0, 3, 1, "output"));
+  return WithPieceGroups(attrs, in[0].shape.dim(0), rows, out[0].shape.dim(1), cols);
+}
+
+// dispatch_grad: tokens from dx (the output), slot columns from dy; `tokens` becomes
+// the piece's tokens.
+absl::StatusOr<AttrMap> ShardAttrsDispatchGrad(const AttrMap& attrs,
+                                               absl::Span<const TensorType> in,
+                                               absl::Span<const Box> in_boxes,
+                                               absl::Span<const TensorType> out,
+                                               absl::Span<const Box> out_boxes) {
+  LOOM_ASSIGN_OR_RETURN(Interval rows, BoxInterval(out_boxes, 0, 2, 0, "output"));
+  LOOM_ASSIGN_OR_RETURN(Interval cols, BoxInterval(in_boxes, 0, 3, 1, "input"));
+  LOOM_ASSIGN_OR_RETURN(AttrMap piece, WithPieceGroups(attrs, out[0].shape.dim(0), rows,
+                                                       in[0].shape.dim(1), cols));
+  piece.Set("tokens", rows.size());
+  return piece;
+}
+
+// combine and combine_grad: tokens from the weights (input 1), slot columns from
+// expert_out (input 0).
+absl::StatusOr<AttrMap> ShardAttrsCombine(const AttrMap& attrs, absl::Span<const TensorType> in,
+                                          absl::Span<const Box> in_boxes,
+                                          absl::Span<const TensorType>, absl::Span<const Box>) {
+  LOOM_ASSIGN_OR_RETURN(Interval rows, BoxInterval(in_boxes, 1, 2, 0, "input"));
+  LOOM_ASSIGN_OR_RETURN(Interval cols, BoxInterval(in_boxes, 0, 3, 1, "input"));
+  return WithPieceGroups(attrs, in[1].shape.dim(0), rows, in[0].shape.dim(1), cols);
 }
 
 // ---- gradient rules ---------------------------------------------------------------------
@@ -443,19 +584,22 @@ Grads GradDispatch(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
   LOOM_ASSIGN_OR_RETURN(int64_t experts, b.op().attrs.GetInt("experts"));
   LOOM_ASSIGN_OR_RETURN(int64_t capacity, b.op().attrs.GetInt("capacity"));
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, GroupsAttr(b.op().attrs));
   AttrMap attrs{{"experts", experts},
                 {"capacity", capacity},
+                {"groups", groups},
                 {"tokens", b.input_type(0).shape.dim(0)}};
   LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(OpKind::kMoeDispatchGrad, {dy, b.input(1)},
                                              std::move(attrs), b.GradName(0)));
   return std::vector<std::optional<TensorId>>{dx, std::nullopt};
 }
 
+// combine_grad takes combine's attributes (its `groups`).
 Grads GradCombine(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
   LOOM_ASSIGN_OR_RETURN(
       std::vector<TensorId> d,
-      b.Emit(OpKind::kMoeCombineGrad, {b.input(0), b.input(1), b.input(2), dy}, {},
+      b.Emit(OpKind::kMoeCombineGrad, {b.input(0), b.input(1), b.input(2), dy}, b.op().attrs,
              b.GradName(0)));
   return std::vector<std::optional<TensorId>>{d[0], d[1], std::nullopt};
 }
@@ -464,23 +608,29 @@ Grads GradCombine(GradBuilder& b) {
 
 void RegisterMoeOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
+    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kMoeCombine, InferCombine, SignatureCombine, KernelCombine, FlopsCombine,
       GradCombine,
-      "moe_combine(expert_out [E,C,d], weights [T,k], indices [T,k]) -> y [T,d], "
-      "sum_j weights * expert_out at each pair's slot");
+      "moe_combine(expert_out [E,G*C,d], weights [T,k], indices [T,k]) {groups=1} -> y [T,d], "
+      "sum_j weights * expert_out at each pair's slot",
+      ShardAttrsCombine);
   reg(OpKind::kMoeCombineGrad, InferCombineGrad, SignatureCombineGrad, KernelCombineGrad,
       FlopsCombineGrad, nullptr,
-      "moe_combine_grad(expert_out, weights, indices, dy) -> (d_expert_out, d_weights)");
+      "moe_combine_grad(expert_out, weights, indices, dy) {groups=1} -> "
+      "(d_expert_out, d_weights)",
+      ShardAttrsCombine);
   reg(OpKind::kMoeDispatch, InferDispatch, SignatureDispatch, KernelDispatch, FlopsZero,
       GradDispatch,
-      "moe_dispatch(x [T,d], indices [T,k]) {experts, capacity} -> [E,C,d], "
-      "token rows in expert slots, overflow dropped");
+      "moe_dispatch(x [T,d], indices [T,k]) {experts, capacity, groups=1} -> [E,G*C,d], "
+      "token rows in expert slots per group of T/G tokens, overflow dropped",
+      ShardAttrsDispatch);
   reg(OpKind::kMoeDispatchGrad, InferDispatchGrad, SignatureDispatchGrad, KernelDispatchGrad,
       FlopsZero, nullptr,
-      "moe_dispatch_grad(dy [E,C,d], indices [T,k]) {experts, capacity, tokens} -> dx [T,d]");
+      "moe_dispatch_grad(dy [E,G*C,d], indices [T,k]) {experts, capacity, tokens, groups=1} "
+      "-> dx [T,d]",
+      ShardAttrsDispatchGrad);
   reg(OpKind::kTopKGate, InferTopKGate, SignatureTopKGate, KernelTopKGate, FlopsTopKGate,
       GradTopKGate,
       "topk_gate(logits [T,E]) {k, score=\"softmax\" or \"sigmoid\", normalize=0 or 1} -> "

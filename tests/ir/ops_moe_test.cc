@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/op_schema.h"
+#include "ir/plan.h"
 #include "tests/ir/op_samples.h"
 #include "tests/ir/op_test_util.h"
 
@@ -21,6 +22,7 @@ using ::loom::ir::testing::F64;
 using ::loom::ir::testing::I64;
 using ::loom::ir::testing::Make;
 using ::loom::ir::testing::RandomTensor;
+using ::loom::ir::testing::Run1;
 using ::loom::ir::testing::RunOp;
 using ::loom::ir::testing::Signature;
 using ::loom::ir::testing::TestGradBuilder;
@@ -74,6 +76,28 @@ HostTensor SpacedLogits(int64_t tokens, int64_t experts, std::mt19937_64& rng) {
     }
   }
   return t;
+}
+
+// Rows `rows` of a [T, n] tensor.
+HostTensor Rows(const HostTensor& t, Interval rows) {
+  const int64_t n = t.shape.dim(1);
+  HostTensor out(Shape({rows.size(), n}), t.dtype);
+  for (int64_t i = 0; i < out.size(); ++i) out[i] = t[rows.begin * n + i];
+  return out;
+}
+
+// Slot columns `cols` (dim 1) of an [E, N, d] tensor.
+HostTensor Columns(const HostTensor& t, Interval cols) {
+  const int64_t experts = t.shape.dim(0), n = t.shape.dim(1), d = t.shape.dim(2);
+  HostTensor out(Shape({experts, cols.size(), d}), t.dtype);
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t c = cols.begin; c < cols.end; ++c) {
+      for (int64_t i = 0; i < d; ++i) {
+        out[(e * cols.size() + c - cols.begin) * d + i] = t[(e * n + c) * d + i];
+      }
+    }
+  }
+  return out;
 }
 
 // ---- topk_gate ------------------------------------------------------------------
@@ -209,62 +233,250 @@ TEST(MoeOpsTest, CombineSumsWeightedSlotsAndSkipsDroppedPairs) {
                          0});                  // both dropped
 }
 
-// <dispatch(x), dy> = <x, dispatch_grad(dy)> for random routes with overflow.
-TEST(MoeOpsTest, DispatchGradIsAdjointOfDispatch) {
-  std::mt19937_64 rng(3);
-  const int64_t tokens = 5, k = 2, experts = 3, capacity = 2, d = 3;
+// ---- token groups -------------------------------------------------------------------
+
+// Each group runs the slot rule with its own C slots per expert, at columns
+// [g*C, (g+1)*C). kRoutes in groups {0, 1} and {2, 3} with E=3, C=1:
+// group 0: (0,0)->e0, (0,1)->e1, (1,0)->e2, (1,1)->e0 dropped;
+// group 1: (2,0)->e0, (2,1)->e1, (3,0)->e1 dropped, (3,1)->e0 dropped.
+// (With one group of C=2, (2,0) was dropped: expert 0 was full.)
+TEST(MoeOpsTest, DispatchRunsTheSlotRuleInEachGroup) {
+  HostTensor x = Make({4, 2}, {1, 2, 11, 12, 21, 22, 31, 32});
+  HostTensor indices = Make({4, 2}, kRoutes, DType::kI64);
+  auto out = RunOp(OpKind::kMoeDispatch, {x, indices},
+                   {{"experts", 3}, {"capacity", 1}, {"groups", 2}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape.dims(), (std::vector<int64_t>{3, 2, 2}));
+  ExpectNear((*out)[0], {1, 2, 21, 22,    // expert 0: token 0 | token 2
+                         1, 2, 21, 22,    // expert 1: token 0 | token 2
+                         11, 12, 0, 0});  // expert 2: token 1 | free
+}
+
+// A grouped dispatch / combine equals the one-group op run on each group's tokens
+// alone, the group's slots at its columns.
+TEST(MoeOpsTest, GroupedOpsEqualEachGroupRoutedAlone) {
+  std::mt19937_64 rng(17);
+  const int64_t groups = 3, group_tokens = 3, k = 2, experts = 3, capacity = 2, d = 2;
+  const int64_t tokens = groups * group_tokens;
+  AttrMap grouped{{"experts", experts}, {"capacity", capacity}, {"groups", groups}};
+  AttrMap single{{"experts", experts}, {"capacity", capacity}};
   for (int trial = 0; trial < 5; ++trial) {
     HostTensor x = RandomTensor({tokens, d}, rng);
-    HostTensor dy = RandomTensor({experts, capacity, d}, rng);
+    HostTensor w = RandomTensor({tokens, k}, rng);
     HostTensor indices = RandomIndices(tokens, k, experts, rng);
-    auto y = RunOp(OpKind::kMoeDispatch, {x, indices},
-                   {{"experts", experts}, {"capacity", capacity}});
-    auto dx = RunOp(OpKind::kMoeDispatchGrad, {dy, indices},
-                    {{"experts", experts}, {"capacity", capacity}, {"tokens", tokens}});
-    ASSERT_TRUE(y.ok()) << y.status();
-    ASSERT_TRUE(dx.ok()) << dx.status();
-    EXPECT_NEAR(Dot((*y)[0], dy), Dot(x, (*dx)[0]), 1e-12);
+    HostTensor dispatched = Run1(OpKind::kMoeDispatch, {x, indices}, grouped);
+    HostTensor combined = Run1(OpKind::kMoeCombine, {dispatched, w, indices}, {{"groups", groups}});
+    ASSERT_EQ(dispatched.shape.dims(), (std::vector<int64_t>{experts, groups * capacity, d}));
+    for (int64_t g = 0; g < groups; ++g) {
+      SCOPED_TRACE(absl::StrCat("trial ", trial, " group ", g));
+      const Interval rows{g * group_tokens, (g + 1) * group_tokens};
+      const Interval cols{g * capacity, (g + 1) * capacity};
+      HostTensor alone =
+          Run1(OpKind::kMoeDispatch, {Rows(x, rows), Rows(indices, rows)}, single);
+      ExpectNear(Columns(dispatched, cols), alone);
+      ExpectNear(Rows(combined, rows),
+                 Run1(OpKind::kMoeCombine, {alone, Rows(w, rows), Rows(indices, rows)}, {}));
+    }
   }
 }
 
-// With unit weights, combine is the adjoint of dispatch: <dispatch(x), e> = <x, combine(e)>.
+// A piece of whole groups, run with the attributes shard_attrs gives it, reproduces its
+// part of the whole op, for dispatch -> combine and both gradients, over 4 groups split
+// into 2 and into 4 pieces. Routes (E=4, C=1, groups of 2 tokens): expert 0 overflows
+// in group 0 and expert 3 in group 2; groups 1 and 3 drop nothing.
+TEST(MoeOpsTest, TokenPiecesWithShardAttrsEqualThePiecesOfTheWholeOps) {
+  const int64_t tokens = 8, k = 2, experts = 4, capacity = 1, groups = 4, d = 2;
+  const int64_t columns = groups * capacity;
+  HostTensor indices = Make({tokens, k},
+                            {0, 1, 0, 2,   // group 0: (1,0) dropped
+                             3, 2, 1, 0,   // group 1
+                             2, 3, 3, 1,   // group 2: (5,0) dropped
+                             0, 1, 2, 3},  // group 3
+                            DType::kI64);
+  std::mt19937_64 rng(19);
+  HostTensor x = RandomTensor({tokens, d}, rng);
+  HostTensor w = RandomTensor({tokens, k}, rng);
+  HostTensor dy = RandomTensor({tokens, d}, rng);
+  HostTensor dslots = RandomTensor({experts, columns, d}, rng);
+  AttrMap slots{{"experts", experts}, {"capacity", capacity}, {"groups", groups}};
+  AttrMap slots_grad = slots;
+  slots_grad.Set("tokens", tokens);
+  AttrMap combine{{"groups", groups}};
+
+  HostTensor dispatched = Run1(OpKind::kMoeDispatch, {x, indices}, slots);
+  HostTensor combined = Run1(OpKind::kMoeCombine, {dispatched, w, indices}, combine);
+  HostTensor dx = Run1(OpKind::kMoeDispatchGrad, {dslots, indices}, slots_grad);
+  auto combine_grad = RunOp(OpKind::kMoeCombineGrad, {dispatched, w, indices, dy}, combine);
+  ASSERT_TRUE(combine_grad.ok()) << combine_grad.status();
+  // Dispatch then combine scales each token by the weights of its kept pairs.
+  const std::vector<double> kept = {1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1};
+  for (int64_t t = 0; t < tokens; ++t) {
+    double scale = kept[2 * t] * w[2 * t] + kept[2 * t + 1] * w[2 * t + 1];
+    for (int64_t i = 0; i < d; ++i) {
+      EXPECT_NEAR(combined[t * d + i], scale * x[t * d + i], 1e-12) << "token " << t;
+    }
+  }
+
+  const TensorType x_type = F64({tokens, d}), w_type = F64({tokens, k});
+  const TensorType idx_type = I64({tokens, k}), slots_type = F64({experts, columns, d});
+  for (int64_t pieces : {2, 4}) {
+    for (int64_t p = 0; p < pieces; ++p) {
+      SCOPED_TRACE(absl::StrCat("piece ", p, " of ", pieces));
+      const Interval rows{p * tokens / pieces, (p + 1) * tokens / pieces};
+      const Interval cols{p * columns / pieces, (p + 1) * columns / pieces};
+      const Box token_box{rows, {0, d}}, route_box{rows, {0, k}};
+      const Box slot_box{{0, experts}, cols, {0, d}};
+      HostTensor x_p = Rows(x, rows), w_p = Rows(w, rows), idx_p = Rows(indices, rows);
+
+      auto dispatch_attrs = GetOpSchema(OpKind::kMoeDispatch)
+                                .shard_attrs(slots, {x_type, idx_type}, {token_box, route_box},
+                                             {slots_type}, {slot_box});
+      ASSERT_TRUE(dispatch_attrs.ok()) << dispatch_attrs.status();
+      EXPECT_EQ(dispatch_attrs->GetInt("groups").value_or(-1), groups / pieces);
+      EXPECT_EQ(dispatch_attrs->GetInt("capacity").value_or(-1), capacity);
+      HostTensor dispatched_p = Run1(OpKind::kMoeDispatch, {x_p, idx_p}, *dispatch_attrs);
+      ExpectNear(dispatched_p, Columns(dispatched, cols));
+
+      auto combine_attrs = GetOpSchema(OpKind::kMoeCombine)
+                               .shard_attrs(combine, {slots_type, w_type, idx_type},
+                                            {slot_box, route_box, route_box}, {x_type},
+                                            {token_box});
+      ASSERT_TRUE(combine_attrs.ok()) << combine_attrs.status();
+      ExpectNear(Run1(OpKind::kMoeCombine, {dispatched_p, w_p, idx_p}, *combine_attrs),
+                 Rows(combined, rows));
+
+      auto dispatch_grad_attrs = GetOpSchema(OpKind::kMoeDispatchGrad)
+                                     .shard_attrs(slots_grad, {slots_type, idx_type},
+                                                  {slot_box, route_box}, {x_type}, {token_box});
+      ASSERT_TRUE(dispatch_grad_attrs.ok()) << dispatch_grad_attrs.status();
+      EXPECT_EQ(dispatch_grad_attrs->GetInt("tokens").value_or(-1), rows.size());
+      ExpectNear(Run1(OpKind::kMoeDispatchGrad, {Columns(dslots, cols), idx_p},
+                      *dispatch_grad_attrs),
+                 Rows(dx, rows));
+
+      auto combine_grad_attrs =
+          GetOpSchema(OpKind::kMoeCombineGrad)
+              .shard_attrs(combine, {slots_type, w_type, idx_type, x_type},
+                           {slot_box, route_box, route_box, token_box}, {slots_type, w_type},
+                           {slot_box, route_box});
+      ASSERT_TRUE(combine_grad_attrs.ok()) << combine_grad_attrs.status();
+      auto combine_grad_p = RunOp(OpKind::kMoeCombineGrad,
+                                  {dispatched_p, w_p, idx_p, Rows(dy, rows)}, *combine_grad_attrs);
+      ASSERT_TRUE(combine_grad_p.ok()) << combine_grad_p.status();
+      ExpectNear((*combine_grad_p)[0], Columns((*combine_grad)[0], cols));
+      ExpectNear((*combine_grad_p)[1], Rows((*combine_grad)[1], rows));
+    }
+  }
+}
+
+// shard_attrs keeps a whole op's attributes, gives a piece of whole groups their count,
+// and rejects pieces that cut a group or hold another group's slot columns.
+TEST(MoeOpsTest, ShardAttrsRejectPiecesThatCutAGroup) {
+  const OpSchema& schema = GetOpSchema(OpKind::kMoeDispatch);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  // 8 tokens in 4 groups of 2, capacity 2: 8 slot columns.
+  AttrMap attrs{{"experts", 3}, {"capacity", 2}, {"groups", 4}};
+  std::vector<TensorType> in = {F64({8, 5}), I64({8, 2})};
+  std::vector<TensorType> out = {F64({3, 8, 5})};
+  auto piece = [&](Interval rows, Interval cols) {
+    return schema.shard_attrs(attrs, in, {Box{rows, {0, 5}}, Box{rows, {0, 2}}}, out,
+                              {Box{{0, 3}, cols, {0, 5}}});
+  };
+  auto whole = piece({0, 8}, {0, 8});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, attrs);
+  auto middle = piece({2, 6}, {2, 6});  // groups 1 and 2
+  ASSERT_TRUE(middle.ok()) << middle.status();
+  EXPECT_EQ(middle->GetInt("groups").value_or(-1), 2);
+  auto cut = piece({0, 3}, {0, 3});
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cut.status().message().find(
+                "a routing piece over tokens [0:3) of 8 does not hold whole groups of 2 "
+                "tokens (attribute 'groups' = 4)"),
+            std::string::npos)
+      << cut.status();
+  auto wrong = piece({0, 4}, {0, 8});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("holds slot columns [0:8), expected [0:4)"),
+            std::string::npos)
+      << wrong.status();
+  EXPECT_FALSE(schema.shard_attrs(attrs, in, {}, out, {}).ok());
+}
+
+// <dispatch(x), dy> = <x, dispatch_grad(dy)> for random routes with overflow, for one
+// group and for several.
+TEST(MoeOpsTest, DispatchGradIsAdjointOfDispatch) {
+  std::mt19937_64 rng(3);
+  const int64_t tokens = 6, k = 2, experts = 3, capacity = 2, d = 3;
+  for (int64_t groups : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("groups=", groups));
+    AttrMap attrs{{"experts", experts}, {"capacity", capacity}, {"groups", groups}};
+    AttrMap grad_attrs = attrs;
+    grad_attrs.Set("tokens", tokens);
+    for (int trial = 0; trial < 5; ++trial) {
+      HostTensor x = RandomTensor({tokens, d}, rng);
+      HostTensor dy = RandomTensor({experts, groups * capacity, d}, rng);
+      HostTensor indices = RandomIndices(tokens, k, experts, rng);
+      auto y = RunOp(OpKind::kMoeDispatch, {x, indices}, attrs);
+      auto dx = RunOp(OpKind::kMoeDispatchGrad, {dy, indices}, grad_attrs);
+      ASSERT_TRUE(y.ok()) << y.status();
+      ASSERT_TRUE(dx.ok()) << dx.status();
+      EXPECT_NEAR(Dot((*y)[0], dy), Dot(x, (*dx)[0]), 1e-12);
+    }
+  }
+}
+
+// With unit weights, combine is the adjoint of dispatch: <dispatch(x), e> = <x, combine(e)>,
+// for one group and for several.
 TEST(MoeOpsTest, CombineWithUnitWeightsIsAdjointOfDispatch) {
   std::mt19937_64 rng(5);
-  const int64_t tokens = 5, k = 3, experts = 4, capacity = 2, d = 2;
-  for (int trial = 0; trial < 5; ++trial) {
-    HostTensor x = RandomTensor({tokens, d}, rng);
-    HostTensor expert_out = RandomTensor({experts, capacity, d}, rng);
-    HostTensor ones = Make({tokens, k}, std::vector<double>(tokens * k, 1.0));
-    HostTensor indices = RandomIndices(tokens, k, experts, rng);
-    auto dispatched = RunOp(OpKind::kMoeDispatch, {x, indices},
-                            {{"experts", experts}, {"capacity", capacity}});
-    auto combined = RunOp(OpKind::kMoeCombine, {expert_out, ones, indices});
-    ASSERT_TRUE(dispatched.ok()) << dispatched.status();
-    ASSERT_TRUE(combined.ok()) << combined.status();
-    EXPECT_NEAR(Dot((*dispatched)[0], expert_out), Dot(x, (*combined)[0]), 1e-12);
+  const int64_t tokens = 6, k = 3, experts = 4, capacity = 2, d = 2;
+  for (int64_t groups : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("groups=", groups));
+    for (int trial = 0; trial < 5; ++trial) {
+      HostTensor x = RandomTensor({tokens, d}, rng);
+      HostTensor expert_out = RandomTensor({experts, groups * capacity, d}, rng);
+      HostTensor ones = Make({tokens, k}, std::vector<double>(tokens * k, 1.0));
+      HostTensor indices = RandomIndices(tokens, k, experts, rng);
+      auto dispatched =
+          RunOp(OpKind::kMoeDispatch, {x, indices},
+                {{"experts", experts}, {"capacity", capacity}, {"groups", groups}});
+      auto combined =
+          RunOp(OpKind::kMoeCombine, {expert_out, ones, indices}, {{"groups", groups}});
+      ASSERT_TRUE(dispatched.ok()) << dispatched.status();
+      ASSERT_TRUE(combined.ok()) << combined.status();
+      EXPECT_NEAR(Dot((*dispatched)[0], expert_out), Dot(x, (*combined)[0]), 1e-12);
+    }
   }
 }
 
 // combine is bilinear, so its gradients are exact adjoints: for random directions
-// <combine(e2, w), dy> = <e2, d_expert_out> and <combine(e, w2), dy> = <w2, d_weights>.
+// <combine(e2, w), dy> = <e2, d_expert_out> and <combine(e, w2), dy> = <w2, d_weights>,
+// for one group and for several.
 TEST(MoeOpsTest, CombineGradIsAdjointInBothFloatInputs) {
   std::mt19937_64 rng(9);
   const int64_t tokens = 4, k = 2, experts = 3, capacity = 2, d = 3;
-  for (int trial = 0; trial < 5; ++trial) {
-    HostTensor expert_out = RandomTensor({experts, capacity, d}, rng);
-    HostTensor weights = RandomTensor({tokens, k}, rng);
-    HostTensor indices = RandomIndices(tokens, k, experts, rng);
-    HostTensor dy = RandomTensor({tokens, d}, rng);
-    HostTensor e2 = RandomTensor({experts, capacity, d}, rng);
-    HostTensor w2 = RandomTensor({tokens, k}, rng);
-    auto grads = RunOp(OpKind::kMoeCombineGrad, {expert_out, weights, indices, dy});
-    auto along_e = RunOp(OpKind::kMoeCombine, {e2, weights, indices});
-    auto along_w = RunOp(OpKind::kMoeCombine, {expert_out, w2, indices});
-    ASSERT_TRUE(grads.ok()) << grads.status();
-    ASSERT_TRUE(along_e.ok() && along_w.ok());
-    ASSERT_EQ(grads->size(), 2u);
-    EXPECT_NEAR(Dot((*along_e)[0], dy), Dot(e2, (*grads)[0]), 1e-12);
-    EXPECT_NEAR(Dot((*along_w)[0], dy), Dot(w2, (*grads)[1]), 1e-12);
+  for (int64_t groups : {1, 2, 4}) {
+    SCOPED_TRACE(absl::StrCat("groups=", groups));
+    AttrMap attrs{{"groups", groups}};
+    const int64_t columns = groups * capacity;
+    for (int trial = 0; trial < 5; ++trial) {
+      HostTensor expert_out = RandomTensor({experts, columns, d}, rng);
+      HostTensor weights = RandomTensor({tokens, k}, rng);
+      HostTensor indices = RandomIndices(tokens, k, experts, rng);
+      HostTensor dy = RandomTensor({tokens, d}, rng);
+      HostTensor e2 = RandomTensor({experts, columns, d}, rng);
+      HostTensor w2 = RandomTensor({tokens, k}, rng);
+      auto grads = RunOp(OpKind::kMoeCombineGrad, {expert_out, weights, indices, dy}, attrs);
+      auto along_e = RunOp(OpKind::kMoeCombine, {e2, weights, indices}, attrs);
+      auto along_w = RunOp(OpKind::kMoeCombine, {expert_out, w2, indices}, attrs);
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      ASSERT_TRUE(along_e.ok() && along_w.ok());
+      ASSERT_EQ(grads->size(), 2u);
+      EXPECT_NEAR(Dot((*along_e)[0], dy), Dot(e2, (*grads)[0]), 1e-12);
+      EXPECT_NEAR(Dot((*along_w)[0], dy), Dot(w2, (*grads)[1]), 1e-12);
+    }
   }
 }
 
@@ -345,6 +557,27 @@ TEST(MoeOpsTest, ShapeInferenceRejectsInconsistentInputs) {
        "input 0 is f64[2,2,5], expected dim 0 = 3"},
       {"grad tokens", OpKind::kMoeDispatchGrad, {F64({3, 2, 5}), I64({3, 2})}, dispatch_grad,
        "expected dim 0 = 4 (tokens)"},
+      {"groups zero", OpKind::kMoeDispatch, {F64({4, 2}), I64({4, 2})},
+       {{"experts", 3}, {"capacity", 2}, {"groups", 0}},
+       "attribute 'groups' is 0, expected at least 1"},
+      {"groups divide tokens", OpKind::kMoeDispatch, {F64({4, 2}), I64({4, 2})},
+       {{"experts", 3}, {"capacity", 2}, {"groups", 3}},
+       "attribute 'groups' is 3, which does not divide dim 0 (tokens) = 4 of input 0"},
+      {"grad slot columns", OpKind::kMoeDispatchGrad, {F64({3, 2, 5}), I64({4, 2})},
+       {{"experts", 3}, {"capacity", 2}, {"tokens", 4}, {"groups", 2}},
+       "input 0 is f64[3,2,5], expected dim 1 = 4 (attribute 'groups' times 'capacity')"},
+      {"grad groups", OpKind::kMoeDispatchGrad, {F64({3, 6, 5}), I64({4, 2})},
+       {{"experts", 3}, {"capacity", 2}, {"tokens", 4}, {"groups", 3}},
+       "attribute 'groups' is 3, which does not divide dim 0 (tokens) = 4 of input 1"},
+      {"combine slots", OpKind::kMoeCombine, {F64({3, 3, 5}), F64({4, 2}), I64({4, 2})},
+       {{"groups", 2}},
+       "attribute 'groups' is 2, which does not divide dim 1 (slots) = 3 of input 0"},
+      {"combine tokens", OpKind::kMoeCombine, {F64({3, 6, 5}), F64({4, 2}), I64({4, 2})},
+       {{"groups", 3}},
+       "attribute 'groups' is 3, which does not divide dim 0 (tokens) = 4 of input 1"},
+      {"combine grad groups", OpKind::kMoeCombineGrad,
+       {F64({3, 4, 5}), F64({3, 2}), I64({3, 2}), F64({3, 5})}, {{"groups", 2}},
+       "attribute 'groups' is 2, which does not divide dim 0 (tokens) = 3 of input 1"},
       {"combine rank", OpKind::kMoeCombine, {F64({3, 2}), F64({4, 2}), I64({4, 2})}, {},
        "input 0 has 2 dims, expected 3"},
       {"combine k", OpKind::kMoeCombine, {F64({3, 2, 5}), F64({4, 2}), I64({4, 3})}, {},
@@ -373,6 +606,15 @@ TEST(MoeOpsTest, ShapeInferenceGivesRoutingShapes) {
                                    {{"experts", 4}, {"capacity", 3}});
   ASSERT_TRUE(dispatch.ok()) << dispatch.status();
   EXPECT_EQ((*dispatch)[0], F64({4, 3, 8}));
+  auto grouped = InferOutputTypes(OpKind::kMoeDispatch, {F64({6, 8}), I64({6, 2})},
+                                  {{"experts", 4}, {"capacity", 3}, {"groups", 2}});
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  EXPECT_EQ((*grouped)[0], F64({4, 2 * 3, 8}));
+  auto grouped_grad =
+      InferOutputTypes(OpKind::kMoeDispatchGrad, {F64({4, 6, 8}), I64({6, 2})},
+                       {{"experts", 4}, {"capacity", 3}, {"groups", 2}, {"tokens", 6}});
+  ASSERT_TRUE(grouped_grad.ok()) << grouped_grad.status();
+  EXPECT_EQ((*grouped_grad)[0], F64({6, 8}));
   auto combine_grad = InferOutputTypes(
       OpKind::kMoeCombineGrad, {F64({4, 3, 8}), F64({6, 2}), I64({6, 2}), F64({6, 8})}, {});
   ASSERT_TRUE(combine_grad.ok()) << combine_grad.status();
@@ -380,15 +622,24 @@ TEST(MoeOpsTest, ShapeInferenceGivesRoutingShapes) {
   EXPECT_EQ((*combine_grad)[1], F64({6, 2}));
 }
 
-// Only the feature dim of dispatch/combine and the token dim of the gate may be split.
-TEST(MoeOpsTest, SignaturesSplitOnlyFeaturesAndGateTokens) {
+// Tokens t and slot columns c of the routing ops split together (coupled), features d
+// too except in combine_grad; experts e and the k dim j stay whole.
+TEST(MoeOpsTest, SignaturesSplitTokensAndSlotsTogether) {
   EXPECT_EQ(Signature(OpKind::kTopKGate, {F64({4, 3})}, GateAttrs(2, "softmax", 0)),
             "t e -> t j, t j | e:fixed j:fixed");
-  EXPECT_EQ(Signature(OpKind::kMoeDispatch, {F64({4, 2}), I64({4, 2})},
-                      {{"experts", 3}, {"capacity", 2}}),
-            "t d, t j -> e c d | c:fixed e:fixed j:fixed t:fixed");
-  EXPECT_EQ(Signature(OpKind::kMoeCombine, {F64({3, 2, 5}), F64({4, 2}), I64({4, 2})}, {}),
-            "e c d, t j, t j -> t d | c:fixed e:fixed j:fixed t:fixed");
+  AttrMap slots{{"experts", 3}, {"capacity", 1}, {"groups", 2}};
+  EXPECT_EQ(Signature(OpKind::kMoeDispatch, {F64({4, 2}), I64({4, 2})}, slots),
+            "t d, t j -> e c d | e:fixed j:fixed coupled(t,c)");
+  AttrMap grad = slots;
+  grad.Set("tokens", 4);
+  EXPECT_EQ(Signature(OpKind::kMoeDispatchGrad, {F64({3, 2, 2}), I64({4, 2})}, grad),
+            "e c d, t j -> t d | e:fixed j:fixed coupled(t,c)");
+  EXPECT_EQ(Signature(OpKind::kMoeCombine, {F64({3, 2, 5}), F64({4, 2}), I64({4, 2})},
+                      {{"groups", 2}}),
+            "e c d, t j, t j -> t d | e:fixed j:fixed coupled(t,c)");
+  EXPECT_EQ(Signature(OpKind::kMoeCombineGrad,
+                      {F64({3, 2, 5}), F64({4, 2}), I64({4, 2}), F64({4, 5})}, {{"groups", 2}}),
+            "e c d, t j, t j, t d -> e c d, t j | d:fixed e:fixed j:fixed coupled(t,c)");
 }
 
 // combine counts a multiply-add per (t, j, d); data movement counts nothing.
@@ -425,15 +676,16 @@ TEST(MoeOpsTest, TopKGateGradRuleEmitsGateGradWithSameAttributes) {
   EXPECT_EQ(g.tensor(*(*grads)[0]).shape.dims(), (std::vector<int64_t>{4, 3}));
 }
 
-// dispatch and combine pass no gradient to indices; dispatch_grad learns the token count.
+// dispatch and combine pass no gradient to indices; dispatch_grad learns the token count
+// and both gradients keep the groups.
 TEST(MoeOpsTest, DispatchAndCombineGradRulesSkipIndices) {
   Graph g("route");
   TensorId x = *g.AddInput("x", Shape({4, 2}), DType::kF64, TensorRole::kInput);
   TensorId w = *g.AddInput("w", Shape({4, 2}), DType::kF64, TensorRole::kInput);
   TensorId idx = *g.AddInput("idx", Shape({4, 2}), DType::kI64, TensorRole::kInput);
-  TensorId dy = *g.AddInput("dy", Shape({3, 2, 2}), DType::kF64, TensorRole::kInput);
-  ASSERT_TRUE(g.AddOp(OpKind::kMoeDispatch, {x, idx}, {{"experts", 3}, {"capacity", 2}}, {},
-                      {{"slots"}})
+  TensorId dy = *g.AddInput("dy", Shape({3, 4, 2}), DType::kF64, TensorRole::kInput);
+  ASSERT_TRUE(g.AddOp(OpKind::kMoeDispatch, {x, idx},
+                      {{"experts", 3}, {"capacity", 2}, {"groups", 2}}, {}, {{"slots"}})
                   .ok());
   TestGradBuilder db(g, /*op=*/0, {dy});
   auto dgrads = GetOpSchema(OpKind::kMoeDispatch).grad(db);
@@ -444,9 +696,10 @@ TEST(MoeOpsTest, DispatchAndCombineGradRulesSkipIndices) {
   const Op& dispatch_grad = g.op(g.tensor(*(*dgrads)[0]).producer);
   EXPECT_EQ(dispatch_grad.kind, OpKind::kMoeDispatchGrad);
   EXPECT_EQ(dispatch_grad.inputs, (std::vector<TensorId>{dy, idx}));
-  EXPECT_EQ(dispatch_grad.attrs, (AttrMap{{"experts", 3}, {"capacity", 2}, {"tokens", 4}}));
+  EXPECT_EQ(dispatch_grad.attrs,
+            (AttrMap{{"experts", 3}, {"capacity", 2}, {"groups", 2}, {"tokens", 4}}));
 
-  auto y = g.AddOp(OpKind::kMoeCombine, {dy, w, idx}, {}, {}, {{"y"}});
+  auto y = g.AddOp(OpKind::kMoeCombine, {dy, w, idx}, {{"groups", 2}}, {}, {{"y"}});
   ASSERT_TRUE(y.ok()) << y.status();
   OpId combine = g.tensor((*y)[0]).producer;
   TestGradBuilder cb(g, combine, {x});
@@ -459,6 +712,7 @@ TEST(MoeOpsTest, DispatchAndCombineGradRulesSkipIndices) {
   EXPECT_EQ(combine_grad.kind, OpKind::kMoeCombineGrad);
   EXPECT_EQ(combine_grad.inputs, (std::vector<TensorId>{dy, w, idx, x}));
   EXPECT_EQ(combine_grad.outputs, (std::vector<TensorId>{*(*cgrads)[0], *(*cgrads)[1]}));
+  EXPECT_EQ(combine_grad.attrs, (AttrMap{{"groups", 2}}));
 }
 
 }  // namespace

@@ -89,6 +89,32 @@ void AddMoeSamples(std::mt19937_64& rng, std::vector<OpSample>& out) {
     out.push_back({label, OpKind::kMoeCombineGrad, {expert_out, routed, indices, x}, {},
                    RoutingFill(2, experts), experts});
   }
+
+  // Two groups of two tokens, each with its own C slots per expert: 2 is ample (a
+  // group routes at most 2 pairs to an expert), 1 drops pairs when a group's two
+  // tokens share an expert.
+  const int64_t groups = 2;
+  const int64_t group_tokens = 2;
+  TensorType gx = F64({groups * group_tokens, d});
+  TensorType grouted = F64({groups * group_tokens, k});
+  TensorType gindices = I64({groups * group_tokens, k});
+  for (int64_t capacity : {group_tokens, tight}) {
+    std::string label = capacity == group_tokens ? "grouped_ample" : "grouped_overflow";
+    AttrMap grouped = slots(capacity);
+    grouped.Set("groups", groups);
+    TensorType expert_out = F64({experts, groups * capacity, d});
+    out.push_back({label, OpKind::kMoeDispatch, {gx, gindices}, grouped,
+                   RoutingFill(1, experts), experts});
+    AttrMap grouped_grad = grouped;
+    grouped_grad.Set("tokens", groups * group_tokens);
+    out.push_back({label, OpKind::kMoeDispatchGrad, {expert_out, gindices}, grouped_grad,
+                   RoutingFill(1, experts), experts});
+    AttrMap combine{{"groups", groups}};
+    out.push_back({label, OpKind::kMoeCombine, {expert_out, grouted, gindices}, combine,
+                   RoutingFill(2, experts), experts});
+    out.push_back({label, OpKind::kMoeCombineGrad, {expert_out, grouted, gindices, gx}, combine,
+                   RoutingFill(2, experts), experts});
+  }
 }
 
 }  // namespace loom::ir::testing

@@ -112,7 +112,7 @@ TEST(ModelsTest, Gpt2RejectsSequencesLongerThanItsContext) {
   EXPECT_TRUE(BuildForward("gpt2", o).ok());
 }
 
-// Capacity is ceil(T * k / E * 1.25), computed exactly.
+// Capacity is ceil(tokens * k / E * 1.25), computed exactly (tokens: one sequence).
 TEST(ModelsTest, ExpertCapacityRoundsUp) {
   EXPECT_EQ(ExpertCapacity(/*tokens=*/16, /*top_k=*/2, /*experts=*/8), 5);   // 5.0
   EXPECT_EQ(ExpertCapacity(/*tokens=*/15, /*top_k=*/2, /*experts=*/8), 5);   // 4.6875
@@ -384,8 +384,8 @@ TEST(ModelsTest, Llama3AttentionIsGroupedQuery) {
   }
   auto tiny = BuildForward("llama3-8b", Tiny());
   ASSERT_TRUE(tiny.ok()) << tiny.status();
-  EXPECT_EQ(DimsOf(*tiny, "layers.1.attn.q"), (std::vector<int64_t>{2, 8, 4, 8}));
-  EXPECT_EQ(DimsOf(*tiny, "layers.1.attn.k"), (std::vector<int64_t>{2, 8, 2, 8}));
+  EXPECT_EQ(DimsOf(*tiny, "layers.1.attn.q"), (std::vector<int64_t>{2, 8, 8, 4}));
+  EXPECT_EQ(DimsOf(*tiny, "layers.1.attn.k"), (std::vector<int64_t>{2, 8, 4, 4}));
 }
 
 // GPT-2 ties its head to the token table and adds the first seq rows of wpe.
@@ -410,7 +410,7 @@ TEST(ModelsTest, Gpt2TiesTheHeadAndAddsLearnedPositions) {
 }
 
 // DeepSeek-V3 MLA: q and k carry 128 + 64 dims per head, v 128, from a 512-dim latent;
-// the MoE layers route 4096 tokens to 256 experts of capacity 160.
+// the MoE layers route one sequence of 4096 tokens to 256 experts of capacity 160.
 TEST(ModelsTest, DeepSeekV3LatentAttentionAndExpertShapes) {
   auto g = BuildForward("deepseek-v3-671b", {});
   ASSERT_TRUE(g.ok()) << g.status();
@@ -459,15 +459,21 @@ TEST(ModelsTest, DeepSeekV2LiteProjectsQueriesDirectly) {
   EXPECT_EQ(DimsOf(*v2, "layers.1.moe.dispatched"), (std::vector<int64_t>{160, 192, 5120}));
 }
 
-// Tiny MoE layers size the expert buffers from the micro-batch's tokens.
+// Tiny MoE layers route each sequence as one group with its own capacity, so the
+// expert buffers hold batch * capacity(seq) slots per expert.
 TEST(ModelsTest, TinyMoeCapacityFollowsTheMicroBatch) {
   ModelOptions o = Tiny();
   o.batch = 3;
   o.seq = 5;
   auto g = BuildForward("deepseek-v3-671b", o);
   ASSERT_TRUE(g.ok()) << g.status();
-  // T = 15 tokens, top-2 of 8 experts: ceil(15 * 2 / 8 * 1.25) = 5.
-  EXPECT_EQ(DimsOf(*g, "layers.1.moe.dispatched"), (std::vector<int64_t>{8, 5, 32}));
+  // seq = 5 tokens, top-2 of 8 experts: ceil(5 * 2 / 8 * 1.25) = 2 slots per sequence.
+  EXPECT_EQ(DimsOf(*g, "layers.1.moe.dispatched"), (std::vector<int64_t>{8, 3 * 2, 32}));
+  const ir::Op& dispatch = g->op(TensorNamed(*g, "layers.1.moe.dispatched").producer);
+  EXPECT_EQ(dispatch.attrs.GetInt("capacity").value_or(-1), 2);
+  EXPECT_EQ(dispatch.attrs.GetInt("groups").value_or(-1), 3);
+  const ir::Op& combine = g->op(TensorNamed(*g, "layers.1.moe.routed").producer);
+  EXPECT_EQ(combine.attrs.GetInt("groups").value_or(-1), 3);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ PartitionSpec Grid(int64_t dp, int64_t tp, bool factored = false) {
   p.mesh = ir::Mesh({{"dp", dp}, {"pp", 1}, {"tp", tp}});
   p.grid_axes = {0, 2};
   p.pp_axis = 1;
+  p.nest_order = {1, 0};
   p.factored = factored;
   return p;
 }
@@ -65,13 +66,13 @@ TEST(ConversionTest, TwoAxesConvertIndependently) {
   EXPECT_NE(path[0].axis, path[1].axis);
 }
 
-// Replicas become partial sums by a zero split, except over a factored dp axis.
-TEST(ConversionTest, ZeroSplitNeverOnFactoredDp) {
-  auto path = Path({kR, kR}, {kP, kR});
+// Replicas become partial sums by a zero split, never over dp.
+TEST(ConversionTest, ZeroSplitNeverOnDp) {
+  auto path = Path({kR, kR}, {kR, kP});
   ASSERT_EQ(path.size(), 1u);
   EXPECT_EQ(path[0].kind, ConversionKind::kZeroSplit);
-  auto factored = CheapestConversion(kType, {kR, kR}, {kP, kR}, Grid(2, 4, /*factored=*/true));
-  EXPECT_FALSE(factored.ok());
+  EXPECT_FALSE(CheapestConversion(kType, {kR, kR}, {kP, kR}, Grid(2, 4)).ok());
+  EXPECT_FALSE(CheapestConversion(kType, {kR, kR}, {kP, kR}, Grid(2, 4, true)).ok());
 }
 
 // Links inside a node are priced faster than links across nodes.

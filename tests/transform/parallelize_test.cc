@@ -1,5 +1,7 @@
 #include "transform/parallelize.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -73,6 +75,22 @@ std::vector<Case> Matrix() {
                      Make(2, 2, 2, 2, 1, true, 1, true)});
     cases.push_back({tag + "_dp4_tp2_pp2", m, Make(4, 2, 2, 2), 0, 4});
   }
+  // Mixture of experts: data, tensor, pipeline and expert parallelism.
+  const std::string moe = "deepseek-v3-671b";
+  cases.push_back({"moe_single", moe, Make(1, 1, 1, 1)});
+  cases.push_back({"moe_dp2", moe, Make(2, 1, 1, 2)});
+  cases.push_back({"moe_tp2", moe, Make(1, 2, 1, 1)});
+  cases.push_back({"moe_pp2", moe, Make(1, 1, 2, 2)});
+  Strategy ep4 = Make(4, 1, 1, 1);
+  ep4.ep = 4;
+  cases.push_back({"moe_ep4", moe, ep4});
+  Strategy ep4dp2 = Make(8, 1, 1, 2);
+  ep4dp2.ep = 4;
+  cases.push_back({"moe_ep4_dp2", moe, ep4dp2});
+  Strategy ep2tp2pp2 = Make(2, 2, 2, 2);
+  ep2tp2pp2.ep = 2;
+  cases.push_back({"moe_ep2_tp2_pp2", moe, ep2tp2pp2});
+  cases.push_back({"moe_zero3_tp2", moe, Make(2, 2, 1, 1, 1, false, 3)});
   return cases;
 }
 
@@ -148,6 +166,81 @@ TEST(ParallelizeTest, SequenceParallelUsesGatherAndReduceScatter) {
   auto counts = CountCollectives(*plan);
   EXPECT_GT(counts["all_gather"], 0);
   EXPECT_GT(counts["reduce_scatter"], 0);
+}
+
+// A canonical description of a plan that ignores how its ids are numbered.
+std::multiset<std::string> Canonical(const ir::Plan& plan) {
+  auto sub = [&](ir::ValueId id) {
+    const ir::PlanValue& v = plan.values[id];
+    return absl::StrCat(v.device, ":", v.sub.tensor, ir::BoxToString(v.sub.box),
+                        v.sub.part.ToString(), "@", v.microbatch);
+  };
+  std::multiset<std::string> items;
+  for (const ir::Task& t : plan.tasks) {
+    std::string s = absl::StrCat("task ", ir::OpKindName(t.kind), " op", t.op, " dev", t.device,
+                                 " mb", t.info.microbatch, " ", t.attrs.ToString(),
+                                 t.recompute ? " recompute" : "", " in");
+    for (ir::ValueId v : t.inputs) absl::StrAppend(&s, " ", sub(v));
+    absl::StrAppend(&s, " out");
+    for (ir::ValueId v : t.outputs) absl::StrAppend(&s, " ", sub(v));
+    items.insert(s);
+  }
+  for (const ir::Collective& c : plan.collectives) {
+    std::string s = absl::StrCat("coll ", ir::CollectiveKindName(c.kind), " dim", c.dim, ",",
+                                 c.dim2, " in");
+    for (ir::ValueId v : c.inputs) absl::StrAppend(&s, " ", sub(v));
+    absl::StrAppend(&s, " out");
+    for (ir::ValueId v : c.outputs) absl::StrAppend(&s, " ", sub(v));
+    items.insert(s);
+  }
+  for (ir::ValueId v : plan.outputs) items.insert("output " + sub(v));
+  return items;
+}
+
+// Expanding the factored plan gives the explicit plan: the same tasks, collectives,
+// values and outputs (ids aside), and it checks out numerically.
+TEST(ParallelizeTest, FactoredPlanExpandsToTheExplicitOne) {
+  struct F {
+    std::string model;
+    Strategy s;
+  };
+  Strategy ep2 = Make(4, 1, 2, 2);
+  ep2.ep = 2;
+  for (const F& f : std::vector<F>{{"llama3-8b", Make(2, 2, 2, 2)},
+                                   {"gpt2", Make(4, 1, 1, 3, 1, false, 1)},
+                                   {"gpt2", Make(2, 2, 1, 3, 1, true, 2)},
+                                   {"llama3-8b", Make(2, 2, 1, 2, 1, false, 3)},
+                                   {"llama3-8b", Make(2, 1, 2, 2, 1, false, 0, true)},
+                                   {"deepseek-v3-671b", ep2}}) {
+    SCOPED_TRACE(f.model + " " + f.s.ToString());
+    ir::Graph spec = TinyStep(f.model, f.s.microbatches, 2, 2 * f.s.dp);
+    Strategy factored = f.s;
+    factored.factored = true;
+    auto explicit_plan = Parallelize(spec, f.s);
+    auto factored_plan = Parallelize(spec, factored);
+    ASSERT_TRUE(explicit_plan.ok()) << explicit_plan.status();
+    ASSERT_TRUE(factored_plan.ok()) << factored_plan.status();
+    ASSERT_TRUE(ir::ValidatePlan(spec, *factored_plan).ok())
+        << ir::ValidatePlan(spec, *factored_plan);
+    EXPECT_LT(factored_plan->tasks.size(), explicit_plan->tasks.size());
+    auto expanded = ir::ExpandPlan(spec, *factored_plan);
+    ASSERT_TRUE(expanded.ok()) << expanded.status();
+    EXPECT_EQ(expanded->tasks.size(), explicit_plan->tasks.size());
+    EXPECT_EQ(expanded->collectives.size(), explicit_plan->collectives.size());
+    EXPECT_EQ(expanded->values.size(), explicit_plan->values.size());
+    const auto a = Canonical(*expanded), b = Canonical(*explicit_plan);
+    std::vector<std::string> only_expanded, only_explicit;
+    std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_expanded));
+    std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_explicit));
+    EXPECT_TRUE(only_expanded.empty() && only_explicit.empty())
+        << only_expanded.size() << " only in the expanded plan, e.g. "
+        << (only_expanded.empty() ? "" : only_expanded[0]) << "\n"
+        << only_explicit.size() << " only in the explicit plan, e.g. "
+        << (only_explicit.empty() ? "" : only_explicit[0]);
+    auto report = exec::CheckPlanNumerics(spec, *factored_plan, /*seed=*/3);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_LE(report->max_rel_error_all, 1e-9) << report->worst;
+  }
 }
 
 // Bad strategies are one clear error each.

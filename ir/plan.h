@@ -1,0 +1,314 @@
+#ifndef LOOM_IR_PLAN_H_
+#define LOOM_IR_PLAN_H_
+
+// The distributed plan: per-device tasks and the collectives between them, each
+// value tagged with the piece of a logical tensor it claims to hold (its lineage).
+// Plans are written explicit (every device, every micro-batch) or factored (one
+// scale unit for micro-batch 0 plus replication rules); ExpandPlan turns the second
+// into the first exactly. The claims are what the verifier checks, never facts.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "ir/attributes.h"
+#include "ir/graph.h"
+#include "ir/op_kind.h"
+#include "ir/shape.h"
+
+namespace loom::ir {
+
+// ---------------------------------------------------------------------------
+// Device mesh: named axes, outermost first; device ids are row-major over them.
+struct MeshAxis {
+  std::string name;  // dp, pp, tp, sp, cp, ep
+  int64_t size = 1;
+};
+
+class Mesh {
+ public:
+  Mesh() = default;
+  explicit Mesh(std::vector<MeshAxis> axes) : axes_(std::move(axes)) {}
+
+  const std::vector<MeshAxis>& axes() const { return axes_; }
+  int64_t num_devices() const;
+  // Index of the axis called `name`, or -1.
+  int AxisIndex(absl::string_view name) const;
+  int64_t AxisSize(absl::string_view name) const;  // 1 when absent
+  std::vector<int64_t> Coordinates(int64_t device) const;
+  int64_t Device(absl::Span<const int64_t> coordinates) const;
+  // Devices that differ from `device` only along `axis`, in axis order.
+  std::vector<int64_t> Group(int64_t device, int axis) const;
+  std::string ToString() const;  // "dp=2 x pp=2 x tp=2"
+  bool operator==(const Mesh& o) const;
+
+ private:
+  std::vector<MeshAxis> axes_;
+};
+
+// ---------------------------------------------------------------------------
+// An exact non-negative rational, always normalised (gcd 1, den > 0).
+struct Rational {
+  int64_t num = 0;
+  int64_t den = 1;
+  static Rational Of(int64_t num, int64_t den);
+  bool operator==(const Rational& o) const { return num == o.num && den == o.den; }
+  bool operator<(const Rational& o) const;
+  std::string ToString() const;  // "1/4", "0", "1"
+};
+
+// Which share of a sum a value holds: a set of disjoint half-open intervals of
+// [0, 1). The full value is [0, 1); a zero tensor is the empty set. Splitting a
+// reduction dim n ways gives Share(k, n); adding values with disjoint parts gives
+// their union. Replicas have equal parts and must never meet in one sum.
+class ValuePart {
+ public:
+  struct Piece {
+    Rational lo, hi;
+    bool operator==(const Piece& o) const { return lo == o.lo && hi == o.hi; }
+  };
+  static ValuePart Full();
+  static ValuePart Empty();
+  // The k-th of n equal refinements of every piece.
+  ValuePart Share(int64_t k, int64_t n) const;
+  bool IsFull() const;
+  bool IsEmpty() const { return pieces_.empty(); }
+  bool Disjoint(const ValuePart& o) const;
+  // Union of disjoint parts; error when they overlap.
+  absl::StatusOr<ValuePart> Union(const ValuePart& o) const;
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // "full", "0", "[0,1/2)", "[0,1/4)+[1/2,3/4)".
+  std::string ToString() const;
+  static absl::StatusOr<ValuePart> Parse(absl::string_view text);
+  bool operator==(const ValuePart& o) const { return pieces_ == o.pieces_; }
+  bool operator!=(const ValuePart& o) const { return !(*this == o); }
+
+ private:
+  std::vector<Piece> pieces_;  // sorted, disjoint, adjacent pieces merged
+};
+
+// ---------------------------------------------------------------------------
+struct Interval {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const Interval& o) const { return begin == o.begin && end == o.end; }
+};
+// An index region of a tensor: one interval per dim.
+using Box = std::vector<Interval>;
+Box FullBox(const Shape& shape);
+std::vector<int64_t> BoxDims(const Box& box);
+std::string BoxToString(const Box& box);  // "[0:2,4:8]"
+std::optional<Box> Intersect(const Box& a, const Box& b);
+bool Contains(const Box& outer, const Box& inner);
+
+// A piece of a logical tensor: index region and value share.
+struct SubTensor {
+  TensorId tensor = kNoId;
+  Box box;
+  ValuePart part = ValuePart::Full();
+  bool operator==(const SubTensor& o) const {
+    return tensor == o.tensor && box == o.box && part == o.part;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// X(enumerator, name). Sorted by name.
+#define LOOM_COLLECTIVE_KIND_LIST(X)   \
+  X(kAllGather, "all_gather")          \
+  X(kAllReduce, "all_reduce")          \
+  X(kAllToAll, "all_to_all")           \
+  X(kBroadcast, "broadcast")           \
+  X(kReduceScatter, "reduce_scatter")  \
+  X(kSendRecv, "send_recv")
+
+enum class CollectiveKind {
+#define LOOM_COLLECTIVE_ENUM_(e, name) e,
+  LOOM_COLLECTIVE_KIND_LIST(LOOM_COLLECTIVE_ENUM_)
+#undef LOOM_COLLECTIVE_ENUM_
+};
+absl::string_view CollectiveKindName(CollectiveKind kind);
+absl::StatusOr<CollectiveKind> ParseCollectiveKind(absl::string_view name);
+
+enum class ReduceOp { kSum, kMax };
+
+using ValueId = int32_t;
+using TaskId = int32_t;
+using CollectiveId = int32_t;
+
+// A buffer on one device.
+struct PlanValue {
+  ValueId id = kNoId;
+  int64_t device = 0;
+  SubTensor sub;             // the lineage claim
+  DType dtype = DType::kF32;
+  int microbatch = -1;
+  // Factored plans only: how the value changes in data-parallel replica r.
+  // dp_dim >= 0: the box along that dim moves by r * its extent (data split over dp).
+  // dp_share: the part becomes Share(r, dp) of the unit's part (a dp partial sum).
+  int dp_dim = -1;
+  bool dp_share = false;
+};
+
+// One op instance on one device. `op` is the logical op it computes a piece of;
+// kNoId for local data movement the transform inserted (slice, concat, accumulate,
+// fill for a zero share).
+struct Task {
+  TaskId id = kNoId;
+  OpId op = kNoId;
+  OpKind kind = OpKind::kAdd;
+  AttrMap attrs;  // rewritten for the piece (reshape shapes, split sizes, ...)
+  int64_t device = 0;
+  OpInfo info;     // phase, layer, micro-batch
+  int stage = -1;  // pipeline stage (virtual stage index), -1 when none
+  bool recompute = false;  // a forward op re-run before its backward
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  // Factored plans only: integer attributes that depend on the data-parallel
+  // replica. In replica r, attribute `name` becomes its value + r * step (a slice
+  // cutting replica r's rows out of a replicated value: begin and end step by the
+  // rows per replica).
+  std::map<std::string, int64_t> dp_attr_steps;
+};
+
+// A collective over a device group in rank order. inputs[i] / outputs[i] belong to
+// devices[i]. send_recv: devices {src, dst}, one input (on src), one output (on dst).
+// all_gather / reduce_scatter: `dim` is the gathered / scattered dim.
+// all_to_all: the input is split along `dim` and the pieces concatenated along `dim2`.
+// broadcast: inputs hold only the root's value (devices[0]).
+struct Collective {
+  CollectiveId id = kNoId;
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  ReduceOp reduce = ReduceOp::kSum;
+  std::vector<int64_t> devices;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  int dim = -1;
+  int dim2 = -1;
+  int microbatch = -1;
+  // The op whose input it prepares: its phase and layer, and whether it belongs to
+  // a recomputed forward piece.
+  Phase phase = Phase::kForward;
+  int layer = -1;
+  bool recompute = false;
+  // Factored plans only: the group spans every data-parallel replica: expanded,
+  // `devices` lists unit devices d as d + r * dp_device_stride for each replica r.
+  bool spans_dp = false;
+};
+
+// One step of a device's program.
+struct PlanStep {
+  bool is_collective = false;
+  int32_t id = kNoId;
+  bool operator==(const PlanStep& o) const {
+    return is_collective == o.is_collective && id == o.id;
+  }
+};
+
+// Replication rules of a factored plan.
+struct Factoring {
+  int64_t dp = 1;                // data-parallel replicas of the scale unit
+  int64_t dp_device_stride = 0;  // device id offset between replicas
+  int microbatches = 1;          // copies of the micro-batch-0 work per micro-batch
+};
+
+struct Plan {
+  std::string model;  // what it was made from (free text)
+  Mesh mesh;
+  std::vector<PlanValue> values;
+  std::vector<Task> tasks;
+  std::vector<Collective> collectives;
+  std::vector<ValueId> outputs;           // values claimed to hold the graph's outputs
+  std::vector<std::vector<PlanStep>> order;  // per device, once scheduled (may be empty)
+  std::optional<Factoring> factoring;     // set: the plan is factored
+
+  bool is_factored() const { return factoring.has_value(); }
+};
+
+// Field-by-field equality (ids, lineage, attributes, order, factoring).
+bool operator==(const MeshAxis& a, const MeshAxis& b);
+bool operator==(const PlanValue& a, const PlanValue& b);
+bool operator==(const Task& a, const Task& b);
+bool operator==(const Collective& a, const Collective& b);
+bool operator==(const Factoring& a, const Factoring& b);
+bool operator==(const Plan& a, const Plan& b);
+
+// Which op / tensor of micro-batch m corresponds to an op / tensor of micro-batch 0
+// in a training step built by BuildTrainingStep (same code per micro-batch, so the
+// k-th op tagged micro-batch m matches the k-th tagged 0). Checked structurally.
+//
+// Tagged ops are those with info.microbatch >= 0; every micro-batch 0..M-1 must have
+// the same number of them, and op k of micro-batch m must have the kind, attributes
+// and input / output counts of op k of micro-batch 0. Their outputs correspond
+// position by position. Data inputs (no producer, role input) belong to the
+// micro-batch of their first consumer and correspond by ordinal within it; a data
+// input without a tagged consumer is untagged. The map holds no reference to `spec`.
+class MicrobatchMap {
+ public:
+  static absl::StatusOr<MicrobatchMap> Build(const Graph& spec);
+  int microbatches() const { return microbatches_; }
+  // The op / tensor of micro-batch m at the same position as `op0` / `t0` (which may
+  // belong to any micro-batch). Identity for ops / tensors not tagged with a
+  // micro-batch; kNoId for an id or m out of range.
+  OpId Op(OpId op0, int m) const;
+  TensorId Tensor(TensorId t0, int m) const;
+  // Micro-batch of a tensor (of its producer, or of a data input's first consumer);
+  // -1 when untagged or out of range.
+  int TensorMicrobatch(TensorId t) const;
+
+ private:
+  int microbatches_ = 1;
+  std::vector<std::vector<OpId>> ops_;          // [m][ordinal]
+  std::vector<int> op_ordinal_;                 // by op id (-1 untagged)
+  std::vector<int> op_microbatch_;              // by op id (-1 untagged)
+  // [m][ordinal]: data inputs of micro-batch m, then outputs of its ops in order.
+  std::vector<std::vector<TensorId>> tensors_;
+  std::vector<int> tensor_ordinal_;             // by tensor id (-1 untagged)
+  std::vector<int> tensor_microbatch_;          // by tensor id (-1 untagged)
+};
+
+// The explicit plan a factored plan stands for (an explicit plan is returned as is).
+// Items are emitted replica-major: for each replica r = 0..dp-1, every value (then,
+// separately, every task, every collective, every output) of the factored plan in
+// its order; an item tagged micro-batch 0 becomes M consecutive copies for
+// m = 0..M-1, an untagged item one copy; a collective with spans_dp is emitted only
+// in replica 0's pass and covers every replica. Ids are dense in that order.
+// Per copy (r, m): devices d -> d + r * dp_device_stride; logical op / tensor ids
+// and micro-batch tags of tagged items map to micro-batch m (MicrobatchMap); a value
+// with dp_dim shifts its box along that dim by r * its extent, a value with dp_share
+// gets part Share(r, dp); dp_dim / dp_share are cleared. A task tagged micro-batch 0
+// reads copy m of each tagged input; an untagged task reads, in place of each tagged
+// input, its M copies in micro-batch order (how gradient accumulation over
+// micro-batches is written once). A spans_dp collective replaces unit rank i by the
+// dp ranks i * dp + r (device d + r * stride, value copy r), except a broadcast's
+// single input, which stays replica 0's. Factored plans carry no `order`.
+absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan);
+
+// Checks the replication rules of a factored plan (OK for an explicit one): dp >= 1,
+// micro-batches equal to mbmap's, dp * dp_device_stride within the mesh when dp > 1,
+// and no `order`.
+absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap);
+
+// Structural checks of an explicit or factored plan against its spec: ids dense and
+// in range, devices in the mesh (in the scale unit when factored), boxes inside
+// their tensors, tags consistent with the spec's micro-batches, each value written
+// at most once and used on its own device, task value shapes equal to the op's
+// inferred types under the task's attributes, collective group sizes and shapes
+// consistent, the replication rules of a factored plan (checked without expanding
+// it) and the per-device order. Lineage is the verifier's job. Never crashes on
+// arbitrary input. Errors name the item and place
+// ("plan: task 381 'linear' (device 5, micro-batch 2): input 1: value 99 is on device 4").
+absl::Status ValidatePlan(const Graph& spec, const Plan& plan);
+
+// Shape of a value: the extents of its box.
+Shape ValueShape(const PlanValue& value);
+
+}  // namespace loom::ir
+
+#endif  // LOOM_IR_PLAN_H_

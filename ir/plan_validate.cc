@@ -1,0 +1,516 @@
+// ValidatePlan: structural checks of a plan against its spec.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/op_schema.h"
+#include "ir/plan.h"
+#include "ir/status_macros.h"
+
+namespace loom::ir {
+namespace {
+
+std::string TypeString(const Shape& shape, DType dtype) {
+  return TensorType{shape, dtype}.ToString();
+}
+
+class Validator {
+ public:
+  Validator(const Graph& spec, const Plan& plan) : spec_(spec), plan_(plan) {}
+
+  absl::Status Run();
+
+ private:
+  template <typename... Args>
+  absl::Status Error(absl::string_view where, const Args&... message) const {
+    return absl::InvalidArgumentError(absl::StrCat("plan: ", where, ": ", message...));
+  }
+  std::string ValueWhere(int i) const;
+  std::string TaskWhere(int i) const;
+  std::string CollectiveWhere(int i) const;
+  std::string ValueType(ValueId v) const {
+    return TypeString(ValueShape(plan_.values[v]), plan_.values[v].dtype);
+  }
+  bool ValidValue(ValueId v) const {
+    return v >= 0 && v < static_cast<ValueId>(plan_.values.size());
+  }
+  // Empty when `device` may hold items of this plan, else why not.
+  std::string DeviceProblem(int64_t device) const;
+  std::string MicrobatchProblem(int microbatch) const;
+  absl::Status SetProducer(ValueId v, PlanStep step, absl::string_view where);
+
+  absl::Status CheckMesh();
+  absl::Status CheckValue(int i) const;
+  absl::Status CheckTask(int i);
+  absl::Status CheckTaskTypes(const Task& task, absl::string_view where) const;
+  absl::Status CheckCollective(int i);
+  absl::Status CheckCollectiveTypes(const Collective& c, absl::string_view where) const;
+  absl::Status CheckOrder() const;
+
+  const Graph& spec_;
+  const Plan& plan_;
+  MicrobatchMap mbmap_;
+  int64_t num_devices_ = 1;
+  int64_t dp_ = 1;  // factored plans: replicas of the unit
+  std::vector<PlanStep> producer_;  // by value; id kNoId = not produced
+};
+
+std::string Validator::ValueWhere(int i) const {
+  const PlanValue& v = plan_.values[i];
+  std::string mb = v.microbatch >= 0 ? absl::StrCat(", micro-batch ", v.microbatch) : "";
+  return absl::StrCat("value ", i, " (device ", v.device, mb, ")");
+}
+
+std::string Validator::TaskWhere(int i) const {
+  const Task& t = plan_.tasks[i];
+  std::string mb = t.info.microbatch >= 0 ? absl::StrCat(", micro-batch ", t.info.microbatch) : "";
+  return absl::StrCat("task ", i, " '", OpKindName(t.kind), "' (device ", t.device, mb, ")");
+}
+
+std::string Validator::CollectiveWhere(int i) const {
+  const Collective& c = plan_.collectives[i];
+  std::string mb = c.microbatch >= 0 ? absl::StrCat(", micro-batch ", c.microbatch) : "";
+  return absl::StrCat("collective ", i, " '", CollectiveKindName(c.kind), "' (devices [",
+                      absl::StrJoin(c.devices, ","), "]", mb, ")");
+}
+
+std::string Validator::DeviceProblem(int64_t device) const {
+  if (plan_.is_factored() && dp_ > 1) {
+    const int64_t stride = plan_.factoring->dp_device_stride;
+    if (device < 0 || device >= stride) {
+      return absl::StrCat("device ", device, " is outside the scale unit (devices 0..",
+                          stride - 1, ")");
+    }
+    return "";
+  }
+  if (device < 0 || device >= num_devices_) {
+    return absl::StrCat("device ", device, " is outside the mesh ", plan_.mesh.ToString(), " (",
+                        num_devices_, " devices)");
+  }
+  return "";
+}
+
+std::string Validator::MicrobatchProblem(int microbatch) const {
+  if (plan_.is_factored()) {
+    if (microbatch != -1 && microbatch != 0) {
+      return absl::StrCat("micro-batch ", microbatch, " in a factored plan (expected 0 or -1)");
+    }
+    return "";
+  }
+  if (microbatch < -1 || microbatch >= mbmap_.microbatches()) {
+    return absl::StrCat("micro-batch ", microbatch, " is outside the spec's ",
+                        mbmap_.microbatches(), " micro-batches");
+  }
+  return "";
+}
+
+absl::Status Validator::SetProducer(ValueId v, PlanStep step, absl::string_view where) {
+  PlanStep& p = producer_[v];
+  if (p.id != kNoId) {
+    return Error(where, "value ", v, " is also written by ",
+                 p.is_collective ? "collective " : "task ", p.id);
+  }
+  p = step;
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckMesh() {
+  constexpr int64_t kMaxDevices = int64_t{1} << 31;
+  int64_t n = 1;
+  for (const MeshAxis& a : plan_.mesh.axes()) {
+    if (a.size < 1) return Error("mesh", "axis '", a.name, "' has size ", a.size);
+    if (a.size > kMaxDevices || n * a.size > kMaxDevices) {
+      return Error("mesh", plan_.mesh.ToString(), " has more than ", kMaxDevices, " devices");
+    }
+    n *= a.size;
+  }
+  num_devices_ = n;
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckValue(int i) const {
+  const PlanValue& v = plan_.values[i];
+  const std::string where = ValueWhere(i);
+  if (v.id != i) {
+    return Error(where, "id is ", v.id, ", expected ", i, " (value ids are dense and in order)");
+  }
+  if (std::string p = DeviceProblem(v.device); !p.empty()) return Error(where, p);
+  if (std::string p = MicrobatchProblem(v.microbatch); !p.empty()) return Error(where, p);
+  if (v.sub.tensor < 0 || v.sub.tensor >= spec_.num_tensors()) {
+    return Error(where, "unknown tensor id ", v.sub.tensor);
+  }
+  const Tensor& t = spec_.tensor(v.sub.tensor);
+  const std::string tensor = absl::StrCat("tensor '", t.name, "' ", t.type().ToString());
+  if (static_cast<int>(v.sub.box.size()) != t.shape.rank()) {
+    return Error(where, "box ", BoxToString(v.sub.box), " has ", v.sub.box.size(), " dims, ",
+                 tensor, " has ", t.shape.rank());
+  }
+  for (int d = 0; d < t.shape.rank(); ++d) {
+    const Interval& iv = v.sub.box[d];
+    if (iv.begin < 0 || iv.begin > iv.end || iv.end > t.shape.dim(d)) {
+      return Error(where, "box ", BoxToString(v.sub.box), " lies outside ", tensor, " in dim ",
+                   d);
+    }
+  }
+  const int tensor_mb = mbmap_.TensorMicrobatch(v.sub.tensor);
+  if (tensor_mb >= 0 && v.microbatch != tensor_mb) {
+    return Error(where, tensor, " belongs to micro-batch ", tensor_mb, ", the value to ",
+                 v.microbatch);
+  }
+  if (!plan_.is_factored()) {
+    if (v.dp_dim != -1 || v.dp_share) {
+      return Error(where, "dp_dim / dp_share are set in an explicit plan");
+    }
+    return absl::OkStatus();
+  }
+  if (v.dp_dim < -1 || v.dp_dim >= t.shape.rank()) {
+    return Error(where, "dp_dim ", v.dp_dim, " is not a dim of ", tensor);
+  }
+  if (v.dp_dim >= 0) {
+    const Interval& iv = v.sub.box[v.dp_dim];
+    const __int128 last_end = static_cast<__int128>(iv.end) +
+                              static_cast<__int128>(dp_ - 1) * iv.size();
+    if (last_end > t.shape.dim(v.dp_dim)) {
+      return Error(where, "box ", BoxToString(v.sub.box), " shifted along dim ", v.dp_dim,
+                   " for ", dp_, " replicas leaves ", tensor);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckTask(int i) {
+  const Task& task = plan_.tasks[i];
+  const std::string where = TaskWhere(i);
+  if (task.id != i) {
+    return Error(where, "id is ", task.id, ", expected ", i, " (task ids are dense and in order)");
+  }
+  if (std::string p = DeviceProblem(task.device); !p.empty()) return Error(where, p);
+  if (std::string p = MicrobatchProblem(task.info.microbatch); !p.empty()) return Error(where, p);
+  if (task.stage < -1) return Error(where, "stage ", task.stage, " (expected >= -1)");
+  if (task.op < kNoId || task.op >= spec_.num_ops()) {
+    return Error(where, "unknown op id ", task.op);
+  }
+  if (!plan_.is_factored() && !task.dp_attr_steps.empty()) {
+    return Error(where, "dp_attrs are set in an explicit plan");
+  }
+  for (const auto& [name, step] : task.dp_attr_steps) {
+    if (!task.attrs.GetInt(name).ok()) {
+      return Error(where, "dp_attrs names '", name, "', which is not an integer attribute");
+    }
+  }
+  for (size_t k = 0; k < task.inputs.size(); ++k) {
+    const ValueId v = task.inputs[k];
+    if (!ValidValue(v)) return Error(where, "input ", k, ": unknown value id ", v);
+    const PlanValue& value = plan_.values[v];
+    if (value.device != task.device) {
+      return Error(where, "input ", k, ": value ", v, " is on device ", value.device);
+    }
+  }
+  for (size_t k = 0; k < task.outputs.size(); ++k) {
+    const ValueId v = task.outputs[k];
+    if (!ValidValue(v)) return Error(where, "output ", k, ": unknown value id ", v);
+    const PlanValue& value = plan_.values[v];
+    if (value.device != task.device) {
+      return Error(where, "output ", k, ": value ", v, " is on device ", value.device);
+    }
+    if (plan_.is_factored() && value.microbatch != task.info.microbatch) {
+      return Error(where, "output ", k, ": value ", v, " has micro-batch ", value.microbatch);
+    }
+    LOOM_RETURN_IF_ERROR(SetProducer(v, PlanStep{false, i}, where));
+  }
+  if (task.op != kNoId) {
+    const Op& op = spec_.op(task.op);
+    const std::string desc = DescribeOp(spec_, op);
+    if (op.kind != task.kind) return Error(where, "computes a piece of ", desc);
+    if (op.info.microbatch != task.info.microbatch) {
+      return Error(where, "computes a piece of ", desc, " of micro-batch ", op.info.microbatch);
+    }
+    if (task.outputs.size() != op.outputs.size()) {
+      return Error(where, "has ", task.outputs.size(), " outputs, ", desc, " has ",
+                   op.outputs.size());
+    }
+    for (size_t k = 0; k < task.outputs.size(); ++k) {
+      const TensorId claimed = plan_.values[task.outputs[k]].sub.tensor;
+      if (claimed != op.outputs[k]) {
+        return Error(where, "output ", k, ": value ", task.outputs[k], " claims tensor '",
+                     spec_.tensor(claimed).name, "', ", desc, " writes '",
+                     spec_.tensor(op.outputs[k]).name, "'");
+      }
+    }
+  }
+  return CheckTaskTypes(task, where);
+}
+
+absl::Status Validator::CheckTaskTypes(const Task& task, absl::string_view where) const {
+  std::vector<TensorType> in;
+  std::vector<std::string> described;
+  for (ValueId v : task.inputs) {
+    const PlanValue& value = plan_.values[v];
+    TensorType type{ValueShape(value), value.dtype};
+    // An untagged task of a factored plan reads every micro-batch's copy.
+    const int copies = plan_.is_factored() && task.info.microbatch == -1 && value.microbatch == 0
+                           ? mbmap_.microbatches()
+                           : 1;
+    for (int m = 0; m < copies; ++m) in.push_back(type);
+    described.push_back(absl::StrCat("value ", v, " ", type.ToString(),
+                                     copies > 1 ? absl::StrCat(" x ", copies, " micro-batches")
+                                                : ""));
+  }
+  // Attributes stepping with the replica are linear in r: replicas 0 and dp-1 bound
+  // every other.
+  std::vector<std::pair<std::string, AttrMap>> variants = {{"", task.attrs}};
+  if (!task.dp_attr_steps.empty() && dp_ > 1) {
+    AttrMap last = task.attrs;
+    for (const auto& [name, step] : task.dp_attr_steps) {
+      const __int128 v = static_cast<__int128>(*task.attrs.GetInt(name)) +
+                         static_cast<__int128>(dp_ - 1) * step;
+      if (v > INT64_MAX || v < INT64_MIN) {
+        return Error(where, "attribute '", name, "' overflows in replica ", dp_ - 1);
+      }
+      last.Set(name, static_cast<int64_t>(v));
+    }
+    variants.push_back({absl::StrCat("in replica ", dp_ - 1, " ", last.ToString(), ": "),
+                        std::move(last)});
+  }
+  for (const auto& [prefix, attrs] : variants) {
+    auto out = InferOutputTypes(task.kind, in, attrs);
+    if (!out.ok()) {
+      return Error(where, prefix, out.status().message(), " (inputs: ",
+                   absl::StrJoin(described, ", "), ")");
+    }
+    if (out->size() != task.outputs.size()) {
+      return Error(where, prefix, "has ", task.outputs.size(), " outputs, '",
+                   OpKindName(task.kind), "' infers ", out->size());
+    }
+    for (size_t k = 0; k < out->size(); ++k) {
+      const PlanValue& value = plan_.values[task.outputs[k]];
+      const TensorType& want = (*out)[k];
+      if (!want.shape.SameDims(ValueShape(value)) || want.dtype != value.dtype) {
+        return Error(where, prefix, "output ", k, ": value ", value.id, " is ",
+                     ValueType(value.id), ", '", OpKindName(task.kind), "' infers ",
+                     want.ToString());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckCollective(int i) {
+  const Collective& c = plan_.collectives[i];
+  const std::string where = CollectiveWhere(i);
+  if (c.id != i) {
+    return Error(where, "id is ", c.id, ", expected ", i,
+                 " (collective ids are dense and in order)");
+  }
+  if (std::string p = MicrobatchProblem(c.microbatch); !p.empty()) return Error(where, p);
+  if (c.devices.empty()) return Error(where, "has no devices");
+  absl::flat_hash_set<int64_t> seen;
+  for (int64_t d : c.devices) {
+    if (std::string p = DeviceProblem(d); !p.empty()) return Error(where, p);
+    if (!seen.insert(d).second) return Error(where, "lists device ", d, " twice");
+  }
+  if (c.spans_dp && !plan_.is_factored()) {
+    return Error(where, "spans_dp is set in an explicit plan");
+  }
+  if (c.spans_dp && c.kind == CollectiveKind::kSendRecv) {
+    return Error(where, "send_recv cannot span the data-parallel replicas");
+  }
+  const size_t n = c.devices.size();
+  size_t want_inputs = n, want_outputs = n;
+  if (c.kind == CollectiveKind::kSendRecv) {
+    if (n != 2) return Error(where, "send_recv needs 2 devices {src, dst}, has ", n);
+    want_inputs = want_outputs = 1;
+  } else if (c.kind == CollectiveKind::kBroadcast) {
+    want_inputs = 1;
+  }
+  if (c.inputs.size() != want_inputs || c.outputs.size() != want_outputs) {
+    return Error(where, "has ", c.inputs.size(), " inputs and ", c.outputs.size(),
+                 " outputs, expected ", want_inputs, " and ", want_outputs);
+  }
+  // Device of input / output k.
+  auto input_device = [&](size_t k) { return c.devices[k]; };
+  auto output_device = [&](size_t k) {
+    return c.kind == CollectiveKind::kSendRecv ? c.devices[1] : c.devices[k];
+  };
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    const ValueId v = c.inputs[k];
+    if (!ValidValue(v)) return Error(where, "input ", k, ": unknown value id ", v);
+    const PlanValue& value = plan_.values[v];
+    if (value.device != input_device(k)) {
+      return Error(where, "input ", k, ": value ", v, " is on device ", value.device,
+                   ", expected ", input_device(k));
+    }
+    if (plan_.is_factored() && value.microbatch == 0 && c.microbatch != 0) {
+      return Error(where, "input ", k, ": value ", v, " belongs to micro-batch 0");
+    }
+  }
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    const ValueId v = c.outputs[k];
+    if (!ValidValue(v)) return Error(where, "output ", k, ": unknown value id ", v);
+    const PlanValue& value = plan_.values[v];
+    if (value.device != output_device(k)) {
+      return Error(where, "output ", k, ": value ", v, " is on device ", value.device,
+                   ", expected ", output_device(k));
+    }
+    if (plan_.is_factored() && value.microbatch != c.microbatch) {
+      return Error(where, "output ", k, ": value ", v, " has micro-batch ", value.microbatch);
+    }
+    LOOM_RETURN_IF_ERROR(SetProducer(v, PlanStep{true, i}, where));
+  }
+  return CheckCollectiveTypes(c, where);
+}
+
+absl::Status Validator::CheckCollectiveTypes(const Collective& c, absl::string_view where) const {
+  const PlanValue& first = plan_.values[c.inputs[0]];
+  const Shape in_shape = ValueShape(first);
+  for (size_t k = 1; k < c.inputs.size(); ++k) {
+    const PlanValue& value = plan_.values[c.inputs[k]];
+    if (!ValueShape(value).SameDims(in_shape) || value.dtype != first.dtype) {
+      return Error(where, "input ", k, ": value ", value.id, " is ", ValueType(value.id),
+                   ", input 0 is ", ValueType(first.id));
+    }
+  }
+  // Ranks after expansion.
+  const int64_t n = static_cast<int64_t>(c.devices.size()) * (c.spans_dp ? dp_ : 1);
+  std::vector<int64_t> out_dims = in_shape.dims();
+  auto check_dim = [&](int dim, absl::string_view name) -> absl::Status {
+    if (dim < 0 || dim >= in_shape.rank()) {
+      return Error(where, name, " ", dim, " is not a dim of ", ValueType(first.id));
+    }
+    return absl::OkStatus();
+  };
+  auto split = [&](int dim) -> absl::Status {
+    if (out_dims[dim] % n != 0) {
+      return Error(where, "dim ", dim, " of ", ValueType(first.id), " does not split ", n,
+                   " ways");
+    }
+    out_dims[dim] /= n;
+    return absl::OkStatus();
+  };
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kSendRecv:
+      break;
+    case CollectiveKind::kAllGather:
+      LOOM_RETURN_IF_ERROR(check_dim(c.dim, "dim"));
+      out_dims[c.dim] *= n;
+      break;
+    case CollectiveKind::kReduceScatter:
+      LOOM_RETURN_IF_ERROR(check_dim(c.dim, "dim"));
+      LOOM_RETURN_IF_ERROR(split(c.dim));
+      break;
+    case CollectiveKind::kAllToAll:
+      LOOM_RETURN_IF_ERROR(check_dim(c.dim, "dim"));
+      LOOM_RETURN_IF_ERROR(check_dim(c.dim2, "dim2"));
+      LOOM_RETURN_IF_ERROR(split(c.dim));
+      out_dims[c.dim2] *= n;
+      break;
+  }
+  const Shape want(out_dims);
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    const PlanValue& value = plan_.values[c.outputs[k]];
+    if (!ValueShape(value).SameDims(want) || value.dtype != first.dtype) {
+      return Error(where, "output ", k, ": value ", value.id, " is ", ValueType(value.id),
+                   ", expected ", TypeString(want, first.dtype));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckOrder() const {
+  if (plan_.order.empty()) return absl::OkStatus();
+  if (static_cast<int64_t>(plan_.order.size()) != num_devices_) {
+    return Error("order", "has ", plan_.order.size(), " device lists, the mesh has ",
+                 num_devices_, " devices");
+  }
+  std::vector<int> task_seen(plan_.tasks.size(), 0);
+  std::vector<int64_t> collective_seen(plan_.collectives.size(), 0);
+  std::vector<int64_t> last_device(plan_.collectives.size(), -1);
+  for (int64_t d = 0; d < num_devices_; ++d) {
+    const std::vector<PlanStep>& steps = plan_.order[d];
+    for (size_t j = 0; j < steps.size(); ++j) {
+      const std::string where = absl::StrCat("order[", d, "][", j, "]");
+      const PlanStep& s = steps[j];
+      if (!s.is_collective) {
+        if (s.id < 0 || s.id >= static_cast<int32_t>(plan_.tasks.size())) {
+          return Error(where, "unknown task id ", s.id);
+        }
+        const Task& t = plan_.tasks[s.id];
+        if (t.device != d) return Error(where, "task ", s.id, " runs on device ", t.device);
+        if (++task_seen[s.id] > 1) return Error(where, "task ", s.id, " appears twice");
+        continue;
+      }
+      if (s.id < 0 || s.id >= static_cast<int32_t>(plan_.collectives.size())) {
+        return Error(where, "unknown collective id ", s.id);
+      }
+      const Collective& c = plan_.collectives[s.id];
+      bool member = false;
+      for (int64_t x : c.devices) member |= x == d;
+      if (!member) return Error(where, "collective ", s.id, " does not include device ", d);
+      if (last_device[s.id] == d) {
+        return Error(where, "collective ", s.id, " appears twice on device ", d);
+      }
+      last_device[s.id] = d;
+      ++collective_seen[s.id];
+    }
+  }
+  for (size_t t = 0; t < task_seen.size(); ++t) {
+    if (task_seen[t] == 0) {
+      return Error("order", "task ", t, " is on no device's list (device ",
+                   plan_.tasks[t].device, ")");
+    }
+  }
+  for (size_t c = 0; c < collective_seen.size(); ++c) {
+    if (collective_seen[c] != static_cast<int64_t>(plan_.collectives[c].devices.size())) {
+      return Error("order", "collective ", c, " is on ", collective_seen[c], " of its ",
+                   plan_.collectives[c].devices.size(), " devices' lists");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::Run() {
+  LOOM_RETURN_IF_ERROR(CheckMesh());
+  auto mbmap = MicrobatchMap::Build(spec_);
+  if (!mbmap.ok()) {
+    return absl::Status(mbmap.status().code(),
+                        absl::StrCat("plan: spec: ", mbmap.status().message()));
+  }
+  mbmap_ = *std::move(mbmap);
+  if (plan_.is_factored()) {
+    LOOM_RETURN_IF_ERROR(ValidateFactoring(plan_, mbmap_));
+    dp_ = plan_.factoring->dp;
+  }
+  for (int i = 0; i < static_cast<int>(plan_.values.size()); ++i) {
+    LOOM_RETURN_IF_ERROR(CheckValue(i));
+  }
+  producer_.assign(plan_.values.size(), PlanStep{});
+  for (int i = 0; i < static_cast<int>(plan_.tasks.size()); ++i) {
+    LOOM_RETURN_IF_ERROR(CheckTask(i));
+  }
+  for (int i = 0; i < static_cast<int>(plan_.collectives.size()); ++i) {
+    LOOM_RETURN_IF_ERROR(CheckCollective(i));
+  }
+  for (size_t i = 0; i < plan_.outputs.size(); ++i) {
+    if (!ValidValue(plan_.outputs[i])) {
+      return Error(absl::StrCat("outputs[", i, "]"), "unknown value id ", plan_.outputs[i]);
+    }
+  }
+  return CheckOrder();
+}
+
+}  // namespace
+
+absl::Status ValidatePlan(const Graph& spec, const Plan& plan) {
+  Validator validator(spec, plan);
+  return validator.Run();
+}
+
+}  // namespace loom::ir
