@@ -77,6 +77,31 @@ struct OpLayouts {
 absl::StatusOr<OpLayouts> LayoutsOf(const ir::Graph& spec, const ir::Op& op,
                                     const PartitionSpec& partition);
 
+// ---------------------------------------------------------------------------
+// Primitives: each edits the decisions of one op (or a set of ops) and checks it.
+
+// A partition where every op runs unsplit on virtual stage 0 of a mesh with axes
+// dp, pp, tp (dp outermost and nested innermost; see nest_order).
+PartitionSpec UnsplitPartition(const ir::Graph& spec, int64_t dp, int64_t pp, int64_t tp);
+
+// split(op, label, axis): split `label` of the op's signature (and its coupled
+// labels) along the grid axis named `axis`. Splitting a spatial label slices the
+// tensors carrying it; a reduction label makes the outputs partial sums. Fixed
+// labels, labels the op does not have and sizes the axis does not divide are errors.
+absl::Status Split(const ir::Graph& spec, PartitionSpec& partition, ir::OpId op,
+                   const std::string& label, const std::string& axis);
+
+// stage(ops) / assign: run the ops on one virtual pipeline stage.
+absl::Status Stage(PartitionSpec& partition, absl::Span<const ir::OpId> ops, int stage);
+
+// replicate(op, stages): run the op, unsplit along pp, on several stages (each
+// computes the same value).
+absl::Status Replicate(PartitionSpec& partition, ir::OpId op, std::vector<int> stages);
+
+// recompute(ops): re-run these forward ops before the backward ops of their layer.
+absl::Status Recompute(const ir::Graph& spec, PartitionSpec& partition,
+                       absl::Span<const ir::OpId> ops);
+
 // Builds the plan of `spec` under the decisions of `partition`: tasks for every op
 // piece on every device of its stages, and the collectives, slices and send/recv
 // that bring each input into the layout its consumer needs.
