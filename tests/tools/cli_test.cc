@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -85,7 +86,7 @@ TEST(CliTest, BadFlagsAreOneLineExit2) {
 
 // `--help` works on every subcommand and exits 0.
 TEST(CliTest, HelpOnEverySubcommand) {
-  for (const char* cmd : {"models", "ops", "show", "graph"}) {
+  for (const char* cmd : {"models", "ops", "plan", "show", "graph"}) {
     Result r = RunCli({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_TRUE(absl::StrContains(r.out, "usage: loom")) << cmd;
@@ -130,6 +131,44 @@ TEST(CliTest, MissingGraphFileNamesPath) {
   Result r = RunCli({"show", "--graph", "/nonexistent/g.loom"});
   EXPECT_EQ(r.code, kExitBadInput);
   EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/g.loom")) << r.err;
+}
+
+// `loom plan` writes a factored plan that reads back, and prints its size.
+TEST(CliTest, PlanWritesAPlanFile) {
+  std::string path = ::testing::TempDir() + "plan.json";
+  Result r = RunCli({"plan", "--model", "llama3-8b", "--tiny", "--dp", "2", "--tp", "2", "--pp",
+                     "2", "--microbatches", "2", "-o", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "8 devices")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "factored")) << r.out;
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(text, "\"loom.plan\"")) << text.substr(0, 200);
+}
+
+// Impossible strategies are one error line each, exit 2, and no file is written.
+TEST(CliTest, PlanRejectsBadStrategiesInOneLine) {
+  std::string path = ::testing::TempDir() + "never.json";
+  std::remove(path.c_str());
+  for (std::vector<std::string> extra : std::vector<std::vector<std::string>>{
+           {"--tp", "3"},
+           {"--pp", "64"},
+           {"--dp", "3"},
+           {"--sp"},
+           {"--zero", "4"},
+           {"--zero", "1"},
+           {"--vpp", "2"},
+           {"--ep", "2", "--dp", "2"},
+           {"--dp", "zero"},
+       }) {
+    std::vector<std::string> args = {"plan", "--model", "llama3-8b", "--tiny", "--batch", "4",
+                                     "-o", path};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Result r = RunCli(args);
+    EXPECT_EQ(r.code, kExitBadInput) << absl::StrJoin(extra, " ") << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_FALSE(std::ifstream(path).good()) << absl::StrJoin(extra, " ");
+  }
 }
 
 #ifdef LOOM_BINARY
