@@ -33,6 +33,7 @@ namespace loom::ir {
   X(kLayerNormGrad, "layernorm_grad", 3, 3, 3)     \
   X(kLinear, "linear", 2, 3, 1)                    \
   X(kLinearWGrad, "linear_wgrad", 2, 2, 1)         \
+  X(kLog, "log", 1, 1, 1)                          \
   X(kLogSoftmax, "log_softmax", 1, 1, 1)           \
   X(kLogSoftmaxGrad, "log_softmax_grad", 2, 2, 1)  \
   X(kMatMul, "matmul", 2, 2, 1)                    \
@@ -47,6 +48,8 @@ namespace loom::ir {
   X(kMulScalar, "mul_scalar", 2, 2, 1)             \
   X(kNeg, "neg", 1, 1, 1)                          \
   X(kPad, "pad", 1, 1, 1)                          \
+  X(kPick, "pick", 2, 2, 1)                        \
+  X(kPickGrad, "pick_grad", 2, 2, 1)               \
   X(kPow, "pow", 1, 1, 1)                          \
   X(kReshape, "reshape", 1, 1, 1)                  \
   X(kRmsNorm, "rmsnorm", 2, 2, 1)                  \
@@ -61,6 +64,7 @@ namespace loom::ir {
   X(kSoftmax, "softmax", 1, 1, 1)                  \
   X(kSoftmaxGrad, "softmax_grad", 2, 2, 1)         \
   X(kSplit, "split", 1, 1, -1)                     \
+  X(kStopGradient, "stop_gradient", 1, 1, 1)      \
   X(kSub, "sub", 2, 2, 1)                          \
   X(kSum, "sum", 1, 1, 1)                          \
   X(kSumSquares, "sum_squares", 1, 1, 1)           \

@@ -42,6 +42,7 @@ std::string DimSignature::ToString() const {
   std::vector<std::string> notes;
   for (const auto& [label, kind] : kinds) {
     if (kind == DimKind::kReduction) notes.push_back(absl::StrCat(label, ":reduce"));
+    if (kind == DimKind::kMaxReduction) notes.push_back(absl::StrCat(label, ":max"));
     if (kind == DimKind::kFixed) notes.push_back(absl::StrCat(label, ":fixed"));
   }
   for (const auto& group : coupled) {

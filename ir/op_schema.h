@@ -24,6 +24,8 @@ namespace loom::ir {
 enum class DimKind {
   kSpatial,    // split it and every tensor carrying it is sliced, outputs too
   kReduction,  // summed away: split it and outputs become partial sums
+  kMaxReduction,  // reduced by max: split it and outputs become partial maxima,
+                  // combined by a max-reduction
   kFixed,      // may not be split (softmax axis, normalised axis, ...)
 };
 

@@ -108,13 +108,19 @@ std::string BoxToString(const Box& box);  // "[0:2,4:8]"
 std::optional<Box> Intersect(const Box& a, const Box& b);
 bool Contains(const Box& outer, const Box& inner);
 
-// A piece of a logical tensor: index region and value share.
+// How shares of a value combine: by sum (partial sums, the usual case) or by max
+// (partial maxima, e.g. a softmax's row maximum over a vocabulary piece).
+enum class ReduceOp { kSum, kMax };
+
+// A piece of a logical tensor: index region and value share. A share that is
+// neither full nor empty combines with the others by `combine`.
 struct SubTensor {
   TensorId tensor = kNoId;
   Box box;
   ValuePart part = ValuePart::Full();
+  ReduceOp combine = ReduceOp::kSum;
   bool operator==(const SubTensor& o) const {
-    return tensor == o.tensor && box == o.box && part == o.part;
+    return tensor == o.tensor && box == o.box && part == o.part && combine == o.combine;
   }
 };
 
@@ -135,8 +141,6 @@ enum class CollectiveKind {
 };
 absl::string_view CollectiveKindName(CollectiveKind kind);
 absl::StatusOr<CollectiveKind> ParseCollectiveKind(absl::string_view name);
-
-enum class ReduceOp { kSum, kMax };
 
 using ValueId = int32_t;
 using TaskId = int32_t;

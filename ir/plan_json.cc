@@ -50,6 +50,7 @@ void AppendValue(std::string* out, const PlanValue& v) {
   }
   absl::StrAppend(out, "],\"part\":\"", v.sub.part.ToString(), "\",\"dtype\":\"",
                   DTypeName(v.dtype), "\",\"microbatch\":", v.microbatch);
+  if (v.sub.combine == ReduceOp::kMax) out->append(",\"combine\":\"max\"");
   if (v.dp_dim >= 0) absl::StrAppend(out, ",\"dp_dim\":", v.dp_dim);
   if (v.dp_share) absl::StrAppend(out, ",\"dp_share\":true");
   out->push_back('}');
@@ -322,6 +323,15 @@ absl::StatusOr<PlanValue> PlanReader::ReadValue(const Json& j, size_t index) con
   auto parsed_part = ValuePart::Parse(part);
   if (!parsed_part.ok()) return Error(At(item, "part"), parsed_part.status().message());
   v.sub.part = *std::move(parsed_part);
+  LOOM_ASSIGN_OR_RETURN(std::string combine, StringField(j, "combine", item, "sum"));
+  if (combine == "sum") {
+    v.sub.combine = ReduceOp::kSum;
+  } else if (combine == "max") {
+    v.sub.combine = ReduceOp::kMax;
+  } else {
+    return Error(At(item, "combine"), absl::StrCat("unknown combination '", combine,
+                                                   "' (expected sum or max)"));
+  }
   LOOM_ASSIGN_OR_RETURN(std::string dtype, StringField(j, "dtype", item));
   auto parsed_dtype = ParseDType(dtype);
   if (!parsed_dtype.ok()) return Error(At(item, "dtype"), parsed_dtype.status().message());

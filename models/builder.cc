@@ -141,9 +141,39 @@ absl::StatusOr<TensorId> GraphBuilder::Attention(TensorId q, TensorId k, TensorI
 }
 
 absl::Status GraphBuilder::Loss(TensorId logits, TensorId targets) {
+  // Mean token cross-entropy, written out so that the vocabulary can be split across
+  // devices: the row maximum (a max-reduction, held constant: the loss does not
+  // depend on the shift), the sum of exponentials and the target logit are each
+  // reductions over the vocabulary that combine across pieces.
+  const std::vector<int64_t> d = dims(logits);
+  const int last = static_cast<int>(d.size()) - 1;
+  std::vector<int64_t> rows(d.begin(), d.end() - 1);
+  std::vector<int64_t> rows1 = rows;
+  rows1.push_back(1);
+  int64_t positions = 1;
+  std::vector<int64_t> all_rows;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    positions *= rows[i];
+    all_rows.push_back(static_cast<int64_t>(i));
+  }
+  LOOM_ASSIGN_OR_RETURN(TensorId max, Op(OpKind::kMax, {logits}, {{"dim", int64_t{last}}},
+                                         "loss.row_max"));
+  LOOM_ASSIGN_OR_RETURN(TensorId shift, Op(OpKind::kStopGradient, {max}, {}, "loss.shift"));
+  LOOM_ASSIGN_OR_RETURN(TensorId shift1, Reshape(shift, rows1, "loss.shift_col"));
+  LOOM_ASSIGN_OR_RETURN(TensorId shift_b, Expand(shift1, last, d[last], "loss.shift_rows"));
+  LOOM_ASSIGN_OR_RETURN(TensorId z, Op(OpKind::kSub, {logits, shift_b}, {}, "loss.shifted"));
+  LOOM_ASSIGN_OR_RETURN(TensorId e, Op(OpKind::kExp, {z}, {}, "loss.exp"));
+  LOOM_ASSIGN_OR_RETURN(TensorId se, Op(OpKind::kSum, {e}, {{"dims", std::vector<int64_t>{last}}},
+                                        "loss.sum_exp"));
+  LOOM_ASSIGN_OR_RETURN(TensorId lse, Op(OpKind::kLog, {se}, {}, "loss.log_sum_exp"));
+  LOOM_ASSIGN_OR_RETURN(TensorId picked, Op(OpKind::kPick, {z, targets}, {}, "loss.target"));
+  LOOM_ASSIGN_OR_RETURN(TensorId nll, Op(OpKind::kSub, {lse, picked}, {}, "loss.nll"));
+  LOOM_ASSIGN_OR_RETURN(TensorId total, Op(OpKind::kSum, {nll}, {{"dims", all_rows}},
+                                           "loss.total_nll"));
   LOOM_ASSIGN_OR_RETURN(
       std::vector<TensorId> outs,
-      graph_.AddOp(OpKind::kCrossEntropy, {logits, targets}, {},
+      graph_.AddOp(OpKind::kScale, {total},
+                   {{"factor", 1.0 / static_cast<double>(positions)}},
                    ir::OpInfo{ir::Phase::kForward, layer_, /*microbatch=*/-1},
                    {{"loss", ir::TensorRole::kLoss}}));
   graph_.AddOutput(outs[0]);

@@ -93,7 +93,9 @@ class GraphBuilder {
   absl::StatusOr<ir::TensorId> Attention(ir::TensorId q, ir::TensorId k, ir::TensorId v,
                                          std::string name);
 
-  // cross_entropy(logits, targets) as the graph's one output, named "loss".
+  // The mean token cross-entropy of logits [..., V] against targets [...], written
+  // with vocabulary reductions (max, sum of exponentials, target pick) so that the
+  // vocabulary can be split; the graph's one output, named "loss".
   absl::Status Loss(ir::TensorId logits, ir::TensorId targets);
 
   ir::Graph Finish() && { return std::move(graph_); }

@@ -21,7 +21,10 @@ namespace {
 // Encodes a layout as a comparable key.
 std::vector<int> Key(const Layout& l) {
   std::vector<int> k;
-  for (const AxisLayout& a : l) k.push_back(static_cast<int>(a.kind) * 1000 + a.dim + 1);
+  for (const AxisLayout& a : l) {
+    k.push_back(static_cast<int>(a.kind) * 1000 + a.dim + 1 +
+                (a.reduce == ir::ReduceOp::kMax ? 100000 : 0));
+  }
   return k;
 }
 
@@ -97,6 +100,10 @@ absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorT
         case AxisKind::kPartial:
           add({}, ConversionKind::kCollective, ir::CollectiveKind::kAllReduce, -1, -1,
               link.latency_seconds + 2 * ring * bytes / link.bytes_per_second);
+          if (a.reduce == ir::ReduceOp::kMax) {
+            out.back().reduce = ir::ReduceOp::kMax;
+            break;  // partial maxima only become whole
+          }
           for (int d = 0; d < rank; ++d) {
             if (dim_free(l, d, g) && local_dim(l, d) % n == 0) {
               add({AxisKind::kSharded, d}, ConversionKind::kCollective,

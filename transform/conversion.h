@@ -29,6 +29,7 @@ struct ConversionStep {
   ir::CollectiveKind collective = ir::CollectiveKind::kAllReduce;
   int dim = -1;   // gathered / scattered / split dim
   int dim2 = -1;  // all_to_all: the dim the pieces are concatenated along
+  ir::ReduceOp reduce = ir::ReduceOp::kSum;  // all_reduce of partial maxima: max
   double seconds = 0;  // modelled cost
 };
 

@@ -41,7 +41,7 @@ std::string LayoutToString(const Layout& layout) {
         parts.push_back(absl::StrCat("S", a.dim));
         break;
       case AxisKind::kPartial:
-        parts.push_back("P");
+        parts.push_back(a.reduce == ir::ReduceOp::kMax ? "Pmax" : "P");
         break;
     }
   }
@@ -71,6 +71,7 @@ absl::StatusOr<OpLayouts> LayoutsOf(const Graph& spec, const Op& op,
       return -1;
     };
     bool reduces = false;
+    bool max_reduces = false;
     for (const std::string& l : labels) {
       auto it = sig.kinds.find(l);
       LOOM_RET_CHECK(it != sig.kinds.end()) << "label " << l << " not in signature of "
@@ -80,6 +81,11 @@ absl::StatusOr<OpLayouts> LayoutsOf(const Graph& spec, const Op& op,
             ir::DescribeOp(spec, op), ": dim label '", l, "' may not be split"));
       }
       reduces |= it->second == ir::DimKind::kReduction;
+      max_reduces |= it->second == ir::DimKind::kMaxReduction;
+    }
+    if (reduces && max_reduces) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ir::DescribeOp(spec, op), ": cannot split a sum and a max reduction together"));
     }
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       int d = labels.empty() ? -1 : find_dim(sig.inputs[i]);
@@ -96,6 +102,8 @@ absl::StatusOr<OpLayouts> LayoutsOf(const Graph& spec, const Op& op,
       int d = labels.empty() ? -1 : find_dim(sig.outputs[i]);
       if (d >= 0) {
         result.outputs[i][g] = {AxisKind::kSharded, d};
+      } else if (max_reduces) {
+        result.outputs[i][g] = {AxisKind::kPartial, -1, ir::ReduceOp::kMax};
       } else if (reduces || p.on_partials[g]) {
         result.outputs[i][g] = {AxisKind::kPartial, -1};
       }
@@ -201,6 +209,7 @@ SubTensor Materializer::MakeSub(TensorId t, const Layout& layout, int pos, int* 
         *dp_dim = a.dim;
       } else if (a.kind == AxisKind::kPartial) {
         *dp_share = true;
+        if (a.reduce == ir::ReduceOp::kMax) sub.combine = ir::ReduceOp::kMax;
       }
       continue;
     }
@@ -212,6 +221,7 @@ SubTensor Materializer::MakeSub(TensorId t, const Layout& layout, int pos, int* 
       iv.end = iv.begin + len;
     } else if (a.kind == AxisKind::kPartial) {
       sub.part = sub.part.Share(c, n);
+      if (a.reduce == ir::ReduceOp::kMax) sub.combine = ir::ReduceOp::kMax;
     }
   }
   return sub;
@@ -377,6 +387,7 @@ absl::StatusOr<const Version*> Materializer::Convert(TensorId t, int ppc, const 
           ir::Collective& c = EmitCollective(s.collective, group, ppc, info, IsFactoredAxis(g));
           c.dim = s.dim;
           c.dim2 = s.dim2;
+          c.reduce = s.reduce;
           const ir::CollectiveId cid = c.id;
           for (int pos : group) {
             ValueId v = NewValueLike(t, out.layout, pos, ppc, info.microbatch);

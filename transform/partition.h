@@ -24,13 +24,16 @@ enum class AxisKind {
 struct AxisLayout {
   AxisKind kind = AxisKind::kReplicated;
   int dim = -1;  // for kSharded
-  bool operator==(const AxisLayout& o) const { return kind == o.kind && dim == o.dim; }
+  ir::ReduceOp reduce = ir::ReduceOp::kSum;  // for kPartial: sums, or maxima
+  bool operator==(const AxisLayout& o) const {
+    return kind == o.kind && dim == o.dim && reduce == o.reduce;
+  }
   bool operator!=(const AxisLayout& o) const { return !(*this == o); }
 };
 
 // One AxisLayout per grid axis (the mesh axes other than pp, in mesh order).
 using Layout = std::vector<AxisLayout>;
-std::string LayoutToString(const Layout& layout);  // "dp:S0 tp:P"
+std::string LayoutToString(const Layout& layout);  // "S0,P" ("Pmax" for partial maxima)
 
 // The split of one logical op along each grid axis.
 struct OpPartition {

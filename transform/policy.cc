@@ -278,7 +278,8 @@ absl::Status Policy::Decide(const Op& op) {
       bool any = false, all = true;
       for (size_t i = 0; i < op.inputs.size(); ++i) {
         const AxisLayout* a = produced(i, g);
-        bool partial = a != nullptr && a->kind == AxisKind::kPartial;
+        bool partial = a != nullptr && a->kind == AxisKind::kPartial &&
+                       a->reduce == ir::ReduceOp::kSum;
         any |= partial;
         all &= partial;
       }
@@ -297,6 +298,20 @@ absl::Status Policy::Decide(const Op& op) {
     part.split_labels[g] = labels;
   }
   LOOM_ASSIGN_OR_RETURN(OpLayouts layouts, LayoutsOf(spec_, op, p_));
+  // A parameter (or optimizer state) lives in the layout its first reader wanted,
+  // replicated over data parallelism; later readers (the backward, the update)
+  // follow that split instead of gathering it.
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    const TensorId t = op.inputs[i];
+    if (!IsFree(spec_, t) || !layout_[t].empty()) continue;
+    Layout home = layouts.inputs[i];
+    for (AxisLayout& a : home) {
+      if (a.kind == AxisKind::kPartial) a = AxisLayout{};
+    }
+    home[kDp] = AxisLayout{};
+    if (kEp >= 0 && home[kEp].kind != AxisKind::kSharded) home[kEp] = AxisLayout{};
+    layout_[t] = home;
+  }
   for (size_t o = 0; o < op.outputs.size(); ++o) {
     layout_[op.outputs[o]] = layouts.outputs[o];
     // The sequence dim follows its label through the op.

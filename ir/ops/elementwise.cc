@@ -1,5 +1,5 @@
-// Elementwise ops: arithmetic, activations, constants and gradient accumulation.
-// All of them are spatial in every dim; none reduces.
+// Elementwise ops: arithmetic, activations, constants, gradient accumulation and
+// stop_gradient. All of them are spatial in every dim; none reduces.
 
 #include <cmath>
 
@@ -167,6 +167,14 @@ absl::Status KernelExp(absl::Span<const HostTensor* const> in, const AttrMap&,
                        absl::Span<HostTensor> out) {
   return Map1(in, out, [](double x) { return std::exp(x); });
 }
+absl::Status KernelLog(absl::Span<const HostTensor* const> in, const AttrMap&,
+                       absl::Span<HostTensor> out) {
+  return Map1(in, out, [](double x) { return std::log(x); });
+}
+absl::Status KernelIdentity(absl::Span<const HostTensor* const> in, const AttrMap&,
+                            absl::Span<HostTensor> out) {
+  return Map1(in, out, [](double x) { return x; });
+}
 absl::Status KernelRsqrt(absl::Span<const HostTensor* const> in, const AttrMap&,
                          absl::Span<HostTensor> out) {
   return Map1(in, out, [](double x) { return 1.0 / std::sqrt(x); });
@@ -284,6 +292,20 @@ Grads GradExp(GradBuilder& b) {
   return std::vector<std::optional<TensorId>>{dx};
 }
 
+// d/dx log(x) = x^(-1).
+Grads GradLog(GradBuilder& b) {
+  LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
+  LOOM_ASSIGN_OR_RETURN(TensorId inv, b.Emit1(OpKind::kPow, {b.input(0)},
+                                              {{"exponent", -1.0}}, "log_slope"));
+  LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(OpKind::kMul, {dy, inv}, {}, b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dx};
+}
+
+// No gradient flows back through stop_gradient.
+Grads GradStopGradient(GradBuilder&) {
+  return std::vector<std::optional<TensorId>>{std::nullopt};
+}
+
 // d/dx x^(-1/2) = -1/2 y^3 with y = x^(-1/2).
 Grads GradRsqrt(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
@@ -379,6 +401,8 @@ void RegisterElementwiseOps(SchemaTable& table) {
       GradActivation<OpKind::kGeluGrad>, "gelu(x), tanh approximation");
   reg(OpKind::kGeluGrad, InferSameType, SignatureAll, KernelGeluGrad, Flops<12>, nullptr,
       "gelu_grad(x, dy) -> dx");
+  reg(OpKind::kLog, InferUnary, SignatureAll, KernelLog, Flops<4>, GradLog,
+      "log(x) -> natural logarithm");
   reg(OpKind::kMul, InferSameType, SignatureAll, KernelMul, Flops<1>, GradMul,
       "mul(a, b) -> a * b (same shape)");
   reg(OpKind::kMulScalar, InferTensorScalar, SignatureTensorScalar, KernelMulScalar, Flops<1>,
@@ -394,6 +418,8 @@ void RegisterElementwiseOps(SchemaTable& table) {
       GradActivation<OpKind::kSiluGrad>, "silu(x) -> x * sigmoid(x)");
   reg(OpKind::kSiluGrad, InferSameType, SignatureAll, KernelSiluGrad, Flops<8>, nullptr,
       "silu_grad(x, dy) -> dx");
+  reg(OpKind::kStopGradient, InferUnary, SignatureAll, KernelIdentity, Flops<0>,
+      GradStopGradient, "stop_gradient(x) -> x; no gradient flows back to x");
   reg(OpKind::kSub, InferSameType, SignatureAll, KernelSub, Flops<1>, GradSub,
       "sub(a, b) -> a - b (same shape)");
   reg(OpKind::kSwiGlu, InferSameType, SignatureAll, KernelSwiGlu, Flops<6>, GradSwiGlu,

@@ -1,7 +1,10 @@
-// Reductions, softmax and losses.
+// Reductions, softmax, losses and the pieces of a vocabulary-split loss.
 // Reduced dims are removed from the result (no keepdim). A sum may be split along a
-// reduced dim into partial sums; a mean, a max and a softmax axis may not. The loss
-// divides by an explicit token count, so its token dims split into partial sums.
+// reduced dim into partial sums and a max into partial maxima; a mean and a softmax
+// axis may not. The loss divides by an explicit token count, so its token dims split
+// into partial sums. pick reads one logit per position: split along the vocabulary,
+// each piece holds the logit when the target falls in its range and zero otherwise,
+// so the pieces are partial sums.
 
 #include <algorithm>
 #include <cmath>
@@ -198,6 +201,47 @@ absl::StatusOr<std::vector<TensorType>> InferMaxGrad(absl::Span<const TensorType
   return std::vector<TensorType>{in[0]};
 }
 
+// The optional `vocab_begin` attribute: the vocabulary index of a piece's first entry.
+absl::StatusOr<std::optional<int64_t>> VocabBegin(const AttrMap& attrs) {
+  if (!attrs.Has("vocab_begin")) return std::optional<int64_t>();
+  LOOM_ASSIGN_OR_RETURN(int64_t begin, attrs.GetInt("vocab_begin"));
+  if (begin < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'vocab_begin' is ", begin, ", expected at least 0"));
+  }
+  return std::optional<int64_t>(begin);
+}
+
+// pick(x [..., V] float, targets [...] integer) {vocab_begin?} -> [...].
+absl::StatusOr<std::vector<TensorType>> InferPick(absl::Span<const TensorType> in,
+                                                  const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
+  LOOM_RETURN_IF_ERROR(ExpectMinRank(in, 0, 1));
+  LOOM_RETURN_IF_ERROR(ExpectInteger(in, 1));
+  const std::vector<int64_t>& dims = in[0].shape.dims();
+  std::vector<int64_t> lead(dims.begin(), dims.end() - 1);
+  LOOM_RETURN_IF_ERROR(ExpectDims(in, 1, lead));
+  LOOM_RETURN_IF_ERROR(VocabBegin(attrs).status());
+  return std::vector<TensorType>{Like(in[0], std::move(lead))};
+}
+
+// pick_grad(targets [...] integer, dy [...] float) {vocab, vocab_begin?} -> [..., vocab].
+absl::StatusOr<std::vector<TensorType>> InferPickGrad(absl::Span<const TensorType> in,
+                                                      const AttrMap& attrs) {
+  LOOM_RETURN_IF_ERROR(ExpectInteger(in, 0));
+  LOOM_RETURN_IF_ERROR(ExpectFloat(in, 1));
+  LOOM_RETURN_IF_ERROR(ExpectDims(in, 1, in[0].shape.dims()));
+  LOOM_ASSIGN_OR_RETURN(int64_t vocab, attrs.GetInt("vocab"));
+  if (vocab < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'vocab' is ", vocab, ", expected at least 1"));
+  }
+  LOOM_RETURN_IF_ERROR(VocabBegin(attrs).status());
+  std::vector<int64_t> dims = in[0].shape.dims();
+  dims.push_back(vocab);
+  return std::vector<TensorType>{Like(in[1], std::move(dims))};
+}
+
 absl::StatusOr<std::vector<TensorType>> InferSumSquares(absl::Span<const TensorType> in,
                                                         const AttrMap&) {
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
@@ -291,17 +335,21 @@ absl::StatusOr<DimSignature> SignatureMean(absl::Span<const TensorType> in,
   return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kFixed);
 }
 
+// A max over a piece of `dim` is a partial maximum: the label max-reduces.
 absl::StatusOr<DimSignature> SignatureMax(absl::Span<const TensorType> in,
                                           const AttrMap& attrs) {
   LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0], attrs));
   const int rank = in[0].shape.rank();
-  return ReduceSignature(rank, OnlyDim(rank, dim), DimKind::kFixed);
+  return ReduceSignature(rank, OnlyDim(rank, dim), DimKind::kMaxReduction);
 }
 
-// max_grad(a, dy) -> da: `dim` fixed, every other dim spatial.
+// max_grad(a, dy) -> da: `dim` fixed (the argmax needs the whole dim), every other
+// dim spatial.
 absl::StatusOr<DimSignature> SignatureMaxGrad(absl::Span<const TensorType> in,
                                               const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(DimSignature sig, SignatureMax(in, attrs));
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0], attrs));
+  const int rank = in[0].shape.rank();
+  DimSignature sig = ReduceSignature(rank, OnlyDim(rank, dim), DimKind::kFixed);
   sig.inputs.push_back(sig.outputs[0]);
   sig.outputs = {sig.inputs[0]};
   return sig;
@@ -348,6 +396,35 @@ absl::StatusOr<DimSignature> SignatureCrossEntropy(absl::Span<const TensorType> 
 absl::StatusOr<DimSignature> SignatureCrossEntropyGrad(absl::Span<const TensorType> in,
                                                        const AttrMap&) {
   return CrossEntropySignature(in[0].shape.rank(), /*grad=*/true);
+}
+
+// pick(x, targets) -> y: "d0 .. v, d0 .. -> d0 .." with v a reduction label (a
+// vocabulary piece holds the picked logit or zero, a partial sum of the whole pick).
+absl::StatusOr<DimSignature> SignaturePick(absl::Span<const TensorType> in, const AttrMap&) {
+  const int rank = in[0].shape.rank();
+  std::vector<std::string> lead = DimLabels(rank - 1);
+  DimSignature sig;
+  std::vector<std::string> x = lead;
+  x.push_back("v");
+  sig.inputs = {x, lead};
+  sig.outputs = {lead};
+  sig.kinds["v"] = DimKind::kReduction;
+  DefaultSpatial(sig);
+  return sig;
+}
+
+// pick_grad(targets, dy) -> dx: "d0 .., d0 .. -> d0 .. v", every label spatial; v
+// appears only in the output (a piece writes its vocabulary range).
+absl::StatusOr<DimSignature> SignaturePickGrad(absl::Span<const TensorType> in,
+                                               const AttrMap&) {
+  std::vector<std::string> lead = DimLabels(in[0].shape.rank());
+  DimSignature sig;
+  std::vector<std::string> dx = lead;
+  dx.push_back("v");
+  sig.inputs = {lead, lead};
+  sig.outputs = {dx};
+  DefaultSpatial(sig);
+  return sig;
 }
 
 // ---- FLOPs ------------------------------------------------------------------------
@@ -526,6 +603,50 @@ absl::Status KernelCrossEntropyGrad(absl::Span<const HostTensor* const> in, cons
   return absl::OkStatus();
 }
 
+// x[..., target - vocab_begin] when the target falls in this piece's vocabulary range,
+// 0 otherwise. Without `vocab_begin` the op holds the whole vocabulary and a target
+// outside it is an error.
+absl::Status KernelPick(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
+                        absl::Span<HostTensor> out) {
+  const HostTensor& x = *in[0];
+  const HostTensor& targets = *in[1];
+  const int64_t v = x.shape.dim(x.shape.rank() - 1);
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> begin, VocabBegin(attrs));
+  for (int64_t r = 0; r < targets.size(); ++r) {
+    if (!begin.has_value()) {
+      LOOM_ASSIGN_OR_RETURN(int64_t t, Target(targets, r, v));
+      out[0][r] = x[r * v + t];
+      continue;
+    }
+    const double local = targets[r] - static_cast<double>(*begin);
+    if (local >= 0 && local < static_cast<double>(v)) {
+      out[0][r] = x[r * v + static_cast<int64_t>(local)];
+    }
+  }
+  return absl::OkStatus();
+}
+
+// dx[..., target - vocab_begin] = dy[...] when in range, 0 elsewhere.
+absl::Status KernelPickGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
+                            absl::Span<HostTensor> out) {
+  const HostTensor& targets = *in[0];
+  const HostTensor& dy = *in[1];
+  LOOM_ASSIGN_OR_RETURN(int64_t v, attrs.GetInt("vocab"));
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> begin, VocabBegin(attrs));
+  for (int64_t r = 0; r < targets.size(); ++r) {
+    if (!begin.has_value()) {
+      LOOM_ASSIGN_OR_RETURN(int64_t t, Target(targets, r, v));
+      out[0][r * v + t] = dy[r];
+      continue;
+    }
+    const double local = targets[r] - static_cast<double>(*begin);
+    if (local >= 0 && local < static_cast<double>(v)) {
+      out[0][r * v + static_cast<int64_t>(local)] = dy[r];
+    }
+  }
+  return absl::OkStatus();
+}
+
 // ---- pieces -------------------------------------------------------------------------
 
 // A piece over a range of positions divides by the logical op's count: `count` is
@@ -537,6 +658,49 @@ absl::StatusOr<AttrMap> ShardAttrsCrossEntropy(const AttrMap& attrs,
   LOOM_ASSIGN_OR_RETURN(int64_t count, TokenCount(in[0].shape, attrs));
   AttrMap piece = attrs;
   piece.Set("count", count);
+  return piece;
+}
+
+// The piece's offset along the vocabulary: (existing vocab_begin or 0) + box begin.
+absl::StatusOr<int64_t> PieceVocabBegin(const AttrMap& attrs, const Interval& vocab_range) {
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> begin, VocabBegin(attrs));
+  return begin.value_or(0) + vocab_range.begin;
+}
+
+// A piece of pick reading part of the vocabulary sets `vocab_begin` to where its
+// part starts; a piece holding the whole vocabulary keeps the op's attributes.
+absl::StatusOr<AttrMap> ShardAttrsPick(const AttrMap& attrs, absl::Span<const TensorType> in,
+                                       absl::Span<const Box> in_boxes,
+                                       absl::Span<const TensorType>, absl::Span<const Box>) {
+  const int rank = in[0].shape.rank();
+  if (in_boxes.empty() || static_cast<int>(in_boxes[0].size()) != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pick piece needs an input 0 box of ", rank, " dims"));
+  }
+  const Interval& range = in_boxes[0][rank - 1];
+  if (range.begin == 0 && range.end == in[0].shape.dim(rank - 1)) return attrs;
+  LOOM_ASSIGN_OR_RETURN(int64_t begin, PieceVocabBegin(attrs, range));
+  AttrMap piece = attrs;
+  piece.Set("vocab_begin", begin);
+  return piece;
+}
+
+// A piece of pick_grad writes a vocabulary range: `vocab` becomes its extent and
+// `vocab_begin` where it starts.
+absl::StatusOr<AttrMap> ShardAttrsPickGrad(const AttrMap& attrs, absl::Span<const TensorType>,
+                                           absl::Span<const Box>,
+                                           absl::Span<const TensorType> out,
+                                           absl::Span<const Box> out_boxes) {
+  const int rank = out[0].shape.rank();
+  if (out_boxes.size() != 1 || static_cast<int>(out_boxes[0].size()) != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pick_grad piece needs one output box of ", rank, " dims"));
+  }
+  const Interval& range = out_boxes[0][rank - 1];
+  LOOM_ASSIGN_OR_RETURN(int64_t begin, PieceVocabBegin(attrs, range));
+  AttrMap piece = attrs;
+  piece.Set("vocab", range.end - range.begin);
+  piece.Set("vocab_begin", begin);
   return piece;
 }
 
@@ -633,6 +797,18 @@ Grads GradCrossEntropy(GradBuilder& b) {
   return std::vector<std::optional<TensorId>>{dlogits, std::nullopt};
 }
 
+// dx = pick_grad(targets, dy) over x's vocabulary (and offset); targets get none.
+Grads GradPick(GradBuilder& b) {
+  LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
+  const Shape x = b.input_type(0).shape;
+  AttrMap attrs{{"vocab", x.dim(x.rank() - 1)}};
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> begin, VocabBegin(b.op().attrs));
+  if (begin.has_value()) attrs.Set("vocab_begin", *begin);
+  LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(OpKind::kPickGrad, {b.input(1), dy},
+                                             std::move(attrs), b.GradName(0)));
+  return std::vector<std::optional<TensorId>>{dx, std::nullopt};
+}
+
 }  // namespace
 
 void RegisterReduceOps(SchemaTable& table) {
@@ -654,11 +830,19 @@ void RegisterReduceOps(SchemaTable& table) {
   reg(OpKind::kLogSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelLogSoftmaxGrad,
       Flops<10>, nullptr, "log_softmax_grad(y, dy) -> dy - exp(y) * sum_last(dy)");
   reg(OpKind::kMax, InferMax, SignatureMax, KernelMax, FlopsPerInput<1>, GradMax,
-      "max(a) {dim} -> largest value along dim (dim removed)");
+      "max(a) {dim} -> largest value along dim (dim removed; split, partial maxima)");
   reg(OpKind::kMaxGrad, InferMaxGrad, SignatureMaxGrad, KernelMaxGrad, FlopsPerInput<1>,
       nullptr, "max_grad(a, dy) {dim} -> dy at the first argmax along dim, 0 elsewhere");
   reg(OpKind::kMean, InferReduce, SignatureMean, KernelMean, FlopsMean, GradMean,
       "mean(a) {dims} -> a averaged over dims (dims removed)");
+  reg(OpKind::kPick, InferPick, SignaturePick, KernelPick, Flops<0>, GradPick,
+      "pick(x [..., V], targets [...] int) {vocab_begin?} -> x[..., target - vocab_begin] "
+      "when in [0, V), else 0 (without vocab_begin a target outside [0, V) is an error)",
+      ShardAttrsPick);
+  reg(OpKind::kPickGrad, InferPickGrad, SignaturePickGrad, KernelPickGrad, Flops<0>, nullptr,
+      "pick_grad(targets [...] int, dy [...]) {vocab, vocab_begin?} -> [..., vocab]: dy at "
+      "target - vocab_begin when in range, 0 elsewhere",
+      ShardAttrsPickGrad);
   reg(OpKind::kSoftmax, InferLastDim, SignatureLastDimFixed, KernelSoftmax, Flops<5>,
       GradFromOutput<OpKind::kSoftmaxGrad>, "softmax(x) over the last dim");
   reg(OpKind::kSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelSoftmaxGrad,

@@ -318,12 +318,24 @@ absl::StatusOr<DimSignature> SignatureSplit(absl::Span<const TensorType> in, con
   return OneDimChanges(rank, dim, {"c"}, DimLabels(static_cast<int>(sizes.size()), "c"));
 }
 
-// slice, pad, expand: the named dim changes extent (fixed), the others are spatial.
+// slice, pad: the named dim changes extent (fixed), the others are spatial.
 absl::StatusOr<DimSignature> SignatureOneDim(absl::Span<const TensorType> in,
                                              const AttrMap& attrs) {
   int rank = in[0].shape.rank();
   LOOM_ASSIGN_OR_RETURN(int dim, GetDim(attrs, rank));
   return OneDimChanges(rank, dim, {"x"}, {"y"});
+}
+
+// expand: the size-1 input dim `x` is fixed; the expanded output dim `y` is a spatial
+// label of the output alone, so a piece along it is a narrower expansion of the same
+// input.
+absl::StatusOr<DimSignature> SignatureExpand(absl::Span<const TensorType> in,
+                                             const AttrMap& attrs) {
+  int rank = in[0].shape.rank();
+  LOOM_ASSIGN_OR_RETURN(int dim, GetDim(attrs, rank));
+  DimSignature sig = OneDimChanges(rank, dim, {"x"}, {"y"});
+  sig.kinds["y"] = DimKind::kSpatial;
+  return sig;
 }
 
 // ---- pieces ---------------------------------------------------------------------
@@ -338,6 +350,22 @@ absl::StatusOr<AttrMap> ShardAttrsReshape(const AttrMap& attrs, absl::Span<const
   }
   AttrMap piece = attrs;
   piece.Set("shape", BoxDims(out_boxes[0]));
+  return piece;
+}
+
+// A piece of an expand produces its output box: `size` becomes the box's extent
+// along the expanded dim.
+absl::StatusOr<AttrMap> ShardAttrsExpand(const AttrMap& attrs, absl::Span<const TensorType>,
+                                         absl::Span<const Box>, absl::Span<const TensorType> out,
+                                         absl::Span<const Box> out_boxes) {
+  const int rank = out[0].shape.rank();
+  if (out_boxes.size() != 1 || static_cast<int>(out_boxes[0].size()) != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expand piece needs one output box of ", rank, " dims"));
+  }
+  LOOM_ASSIGN_OR_RETURN(int dim, GetDim(attrs, rank));
+  AttrMap piece = attrs;
+  piece.Set("size", out_boxes[0][dim].end - out_boxes[0][dim].begin);
   return piece;
 }
 
@@ -531,8 +559,9 @@ void RegisterShapeOps(SchemaTable& table) {
   };
   reg(OpKind::kConcat, InferConcat, SignatureConcat, KernelConcat, GradConcat,
       "concat(x0, x1, ...) {dim} -> inputs joined along dim (equal elsewhere)");
-  reg(OpKind::kExpand, InferExpand, SignatureOneDim, KernelExpand, GradExpand,
-      "expand(a) {dim, size} -> a repeated `size` times along dim, where a has size 1");
+  reg(OpKind::kExpand, InferExpand, SignatureExpand, KernelExpand, GradExpand,
+      "expand(a) {dim, size} -> a repeated `size` times along dim, where a has size 1",
+      ShardAttrsExpand);
   reg(OpKind::kPad, InferPad, SignatureOneDim, KernelPad, GradPad,
       "pad(a) {dim, before, after} -> a with zeros added before and after along dim");
   reg(OpKind::kReshape, InferReshape, SignatureReshape, KernelReshape, GradReshape,

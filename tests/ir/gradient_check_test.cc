@@ -29,6 +29,9 @@ std::vector<Case> Cases() {
   for (int i = 0; i < kNumOpKinds; ++i) {
     OpKind kind = static_cast<OpKind>(i);
     if (GetOpSchema(kind).grad == nullptr) continue;
+    // stop_gradient's correct gradient is "none": its rule returns no gradient, which
+    // a finite-difference check cannot compare (ops_vocab_split_test covers it).
+    if (kind == OpKind::kStopGradient) continue;
     for (uint64_t seed : {1, 2, 3}) cases.push_back({kind, seed});
   }
   return cases;

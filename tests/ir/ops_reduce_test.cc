@@ -253,10 +253,11 @@ TEST(ReduceOpsTest, MaxGradRoutesUpstreamToFirstArgmax) {
   EXPECT_EQ((*along_cols)[0].data, (std::vector<double>{0, 2, 3, 1, 0, 0}));
 }
 
-// max and max_grad fix the reduced dim and keep the others spatial.
-TEST(ReduceOpsTest, MaxFixesReducedLabel) {
+// max's reduced dim is a max-reduction (pieces give partial maxima); max_grad fixes
+// it (the argmax needs the whole dim). Other dims are spatial.
+TEST(ReduceOpsTest, MaxReducesByMaxAndMaxGradFixesReducedLabel) {
   EXPECT_EQ(Signature(OpKind::kMax, {F64({2, 3})}, {{"dim", int64_t{-1}}}),
-            "d0 d1 -> d0 | d1:fixed");
+            "d0 d1 -> d0 | d1:max");
   EXPECT_EQ(Signature(OpKind::kMaxGrad, {F64({2, 3}), F64({2})}, {{"dim", int64_t{1}}}),
             "d0 d1, d0 -> d0 d1 | d1:fixed");
 }

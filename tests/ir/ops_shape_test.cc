@@ -422,13 +422,14 @@ TEST(ExpandTest, GradientSumsTheCopies) {
   EXPECT_EQ(r->grads[0]->data, (std::vector<double>{6, 60}));
 }
 
-// slice, pad and expand fix the dim they change and keep the others spatial.
+// slice and split fix the dim they change and keep the others spatial; expand fixes
+// its size-1 input dim and gives the expanded output dim its own spatial label.
 TEST(ShapeOpsTest, OneDimOpsFixOnlyTheirDim) {
   EXPECT_EQ(Signature(OpKind::kSlice, {F64({2, 4, 3})},
                       {{"dim", int64_t{-2}}, {"begin", int64_t{0}}, {"end", int64_t{2}}}),
             "d0 x d2 -> d0 y d2 | x:fixed y:fixed");
   EXPECT_EQ(Signature(OpKind::kExpand, {F64({2, 1})}, {{"dim", int64_t{1}}, {"size", int64_t{3}}}),
-            "d0 x -> d0 y | x:fixed y:fixed");
+            "d0 x -> d0 y | x:fixed");
   EXPECT_EQ(Signature(OpKind::kSplit, {F64({4, 2})},
                       {{"dim", int64_t{0}}, {"sizes", std::vector<int64_t>{1, 3}}}),
             "c d1 -> c0 d1, c1 d1 | c:fixed c0:fixed c1:fixed");

@@ -17,6 +17,8 @@ void AddElementwiseSamples(std::mt19937_64& rng, std::vector<OpSample>& out) {
   out.push_back({"unary", OpKind::kNeg, {t}});
   out.push_back({"unary", OpKind::kExp, {t}});
   out.push_back({"positive", OpKind::kRsqrt, {t}, {}, positive});
+  out.push_back({"positive", OpKind::kLog, {t}, {}, positive});
+  out.push_back({"unary", OpKind::kStopGradient, {t}});
   out.push_back({"cube", OpKind::kPow, {t}, {{"exponent", 3.0}}});
   out.push_back({"fractional", OpKind::kPow, {t}, {{"exponent", 1.5}}, positive});
   out.push_back({"factor", OpKind::kScale, {t}, {{"factor", -0.75}}});

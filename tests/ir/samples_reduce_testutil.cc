@@ -57,6 +57,15 @@ void AddReduceSamples(std::mt19937_64& rng, std::vector<OpSample>& out) {
                  nullptr, vocab});
   out.push_back({"tokens", OpKind::kCrossEntropyGrad, {logits, targets, scalar}, {}, nullptr,
                  vocab});
+  out.push_back({"tokens", OpKind::kPick, {logits, targets}, {}, nullptr, vocab});
+  // A vocabulary piece [1, 1 + vocab) of a vocabulary of vocab + 2 entries: targets
+  // drawn from [0, vocab + 2) fall inside the piece, before it and after it.
+  out.push_back({"vocab_piece", OpKind::kPick, {logits, targets}, {{"vocab_begin", int64_t{1}}},
+                 nullptr, vocab + 2});
+  out.push_back({"tokens", OpKind::kPickGrad, {targets, F64({dims[0], dims[1]})},
+                 {{"vocab", vocab}}, nullptr, vocab});
+  out.push_back({"vocab_piece", OpKind::kPickGrad, {I64({dims[2]}), F64({dims[2]})},
+                 {{"vocab", vocab}, {"vocab_begin", int64_t{1}}}, nullptr, vocab + 2});
   // A piece of a loss over more positions than it holds.
   const int64_t count = 2 * dims[0] * dims[1] + 1;
   out.push_back({"global_count",

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/interpreter.h"
+#include "ir/op_schema.h"
 #include "models/builder.h"
 
 namespace loom::models {
@@ -215,7 +216,7 @@ void ExpectWellFormed(const Graph& g, int64_t batch, int64_t seq, int layers) {
   EXPECT_EQ(loss.name, "loss");
   EXPECT_EQ(loss.role, TensorRole::kLoss);
   EXPECT_EQ(loss.shape.rank(), 0);
-  EXPECT_EQ(g.op(loss.producer).kind, OpKind::kCrossEntropy);
+  EXPECT_EQ(g.op(loss.producer).kind, OpKind::kScale);  // the mean of the token losses
   // Ops are forward, for no particular micro-batch, and a block's ops read only that
   // block's parameters.
   for (const ir::Op& op : g.ops()) {
@@ -474,6 +475,35 @@ TEST(ModelsTest, TinyMoeCapacityFollowsTheMicroBatch) {
   EXPECT_EQ(dispatch.attrs.GetInt("groups").value_or(-1), 3);
   const ir::Op& combine = g->op(TensorNamed(*g, "layers.1.moe.routed").producer);
   EXPECT_EQ(combine.attrs.GetInt("groups").value_or(-1), 3);
+}
+
+}  // namespace
+}  // namespace loom::models
+
+namespace loom::models {
+namespace {
+
+// The written-out loss equals the fused cross_entropy op on the same logits.
+TEST(ModelsLossTest, ComposedLossEqualsCrossEntropy) {
+  for (const char* name : {"gpt2", "llama3-8b", "deepseek-v3-671b"}) {
+    ModelOptions options;
+    options.tiny = true;
+    options.dtype = ir::DType::kF64;
+    auto g = BuildForward(name, options);
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto feeds = ir::RandomFeeds(*g, /*seed=*/5, 1.0, {{"tokens", 64}, {"targets", 64}});
+    auto values = ir::Evaluate(*g, feeds);
+    ASSERT_TRUE(values.ok()) << values.status();
+    auto max_op = g->tensor(*g->FindTensor("loss.row_max")).producer;
+    ir::TensorId logits = g->op(max_op).inputs[0];
+    ir::TensorId targets = *g->FindTensor("targets");
+    ir::HostTensor fused(ir::Shape(), ir::DType::kF64);
+    std::vector<ir::HostTensor> out = {fused};
+    std::vector<const ir::HostTensor*> in = {&*(*values)[logits], &*(*values)[targets]};
+    ASSERT_TRUE(ir::GetOpSchema(ir::OpKind::kCrossEntropy).kernel(in, {}, absl::MakeSpan(out)).ok());
+    const double composed = (*(*values)[g->outputs()[0]])[0];
+    EXPECT_NEAR(composed, out[0][0], 1e-12 * std::abs(out[0][0])) << name;
+  }
 }
 
 }  // namespace
