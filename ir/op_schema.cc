@@ -16,6 +16,7 @@ SchemaTable BuildTable() {
   SchemaTable table;
   RegisterElementwiseOps(table);
   RegisterReduceOps(table);
+  RegisterLossOps(table);
   RegisterNormOps(table);
   RegisterMatMulOps(table);
   RegisterAttentionOps(table);

@@ -8,6 +8,7 @@ namespace loom::ir {
 // One registration function per op family; each file in ir/ops/ owns its schemas.
 void RegisterElementwiseOps(SchemaTable& table);  // elementwise.cc
 void RegisterReduceOps(SchemaTable& table);       // reduce.cc
+void RegisterLossOps(SchemaTable& table);         // loss.cc
 void RegisterNormOps(SchemaTable& table);         // norm.cc
 void RegisterMatMulOps(SchemaTable& table);       // matmul.cc
 void RegisterAttentionOps(SchemaTable& table);    // attention.cc
