@@ -393,6 +393,22 @@ absl::StatusOr<PartitionSpec> MegatronPolicy(const Graph& spec, const Strategy& 
 
 absl::StatusOr<ir::Plan> Parallelize(const Graph& spec, const Strategy& strategy) {
   LOOM_RETURN_IF_ERROR(ValidateStrategy(spec, strategy));
+  // Each op runs on the devices of one stage: an explicit plan holds about
+  // ops x dp x tp tasks, a factored one about (ops / micro-batches) x ep x tp.
+  // Refuse what would not fit in memory rather than run out of it.
+  constexpr double kMaxTasks = 3e7;
+  const double ops = static_cast<double>(spec.num_ops());
+  if (!strategy.factored && ops * strategy.dp * strategy.tp > kMaxTasks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an explicit plan would hold about ", static_cast<int64_t>(ops * strategy.dp * strategy.tp),
+        " tasks; write it factored (drop --explicit)"));
+  }
+  const double unit = ops / strategy.microbatches * strategy.ep * strategy.tp;
+  if (strategy.factored && unit > kMaxTasks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan's scale unit would hold about ", static_cast<int64_t>(unit),
+        " tasks; use a smaller ep x tp"));
+  }
   LOOM_ASSIGN_OR_RETURN(PartitionSpec partition, MegatronPolicy(spec, strategy));
   return Materialize(spec, partition);
 }

@@ -263,6 +263,20 @@ TEST(ParallelizeTest, FactoredPlanExpandsToTheExplicitOne) {
   }
 }
 
+// An explicit plan too large to hold is refused with a pointer to the factored form.
+TEST(ParallelizeTest, RefusesHugeExplicitPlans) {
+  models::ModelOptions options;
+  options.batch = 1024;
+  auto forward = models::BuildForward("llama3-405b", options);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  auto step = ir::BuildTrainingStep(*forward, ir::TrainingOptions{});
+  ASSERT_TRUE(step.ok()) << step.status();
+  Strategy s = Make(1024, 8, 16, 1);
+  auto plan = Parallelize(*step, s);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("factored"), std::string::npos) << plan.status();
+}
+
 // Bad strategies are one clear error each.
 TEST(ParallelizeTest, RejectsImpossibleStrategies) {
   ir::Graph spec = TinyStep("llama3-8b", 2, 2, 4);
