@@ -1,0 +1,3 @@
+#include "schedule/plan_blocks.h"
+
+namespace loom::schedule {}  // namespace loom::schedule

@@ -1,0 +1,3 @@
+#include "schedule/predefined.h"
+
+namespace loom::schedule {}  // namespace loom::schedule

@@ -1,0 +1,3 @@
+#include "schedule/render.h"
+
+namespace loom::schedule {}  // namespace loom::schedule

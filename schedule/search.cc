@@ -1,0 +1,3 @@
+#include "schedule/search.h"
+
+namespace loom::schedule {}  // namespace loom::schedule

@@ -1,0 +1,3 @@
+#include "schedule/torch_csv.h"
+
+namespace loom::schedule {}  // namespace loom::schedule
