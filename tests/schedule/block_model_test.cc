@@ -1,0 +1,116 @@
+#include "schedule/block_model.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "schedule/placements.h"
+
+namespace loom::schedule {
+namespace {
+
+using ::testing::HasSubstr;
+
+Block MakeBlock(std::string name, int64_t span, int64_t memory, std::vector<int> devices,
+                std::vector<int> preds = {}) {
+  Block b;
+  b.name = std::move(name);
+  b.span = span;
+  b.memory = memory;
+  b.devices = std::move(devices);
+  for (int p : preds) b.preds.push_back(Dep{p, 0});
+  return b;
+}
+
+// A dependency cycle is named block by block.
+TEST(BlockModelTest, RejectsCycleNamingItsBlocks) {
+  BlockModel m{"loop", 1, {MakeBlock("a", 1, 0, {0}, {1}), MakeBlock("b", 1, 0, {0}, {0})}, {}};
+  absl::Status s = ValidateBlockModel(m);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("dependency cycle: 'a' -> 'b' -> 'a'"));
+}
+
+// A block on a device the model does not have is refused with both numbers.
+TEST(BlockModelTest, RejectsMissingDevice) {
+  BlockModel m{"m", 4, {MakeBlock("F0", 1, 1, {5})}, {}};
+  absl::Status s = ValidateBlockModel(m);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("block 'F0' (index 0): device 5 does not exist (the model has 4 devices)"));
+}
+
+// The cap check uses the least peak over orders: freeing first lowers the peak.
+TEST(BlockModelTest, CapCheckUsesTheBestOrderOfOneMicrobatch) {
+  // On device 0: `keep` (+2) and an independent `free` (-1); running `free` first
+  // peaks at 1, the topological order at 2.
+  BlockModel m{"m", 1, {MakeBlock("keep", 1, 2, {0}), MakeBlock("free", 1, -1, {0})}, {}};
+  m.SetUniformCap(1);
+  EXPECT_TRUE(ValidateBlockModel(m).ok());
+  m.SetUniformCap(0);
+  absl::Status s = ValidateBlockModel(m);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("memory cap 0 on device 0 is below what one micro-batch needs (1)"));
+}
+
+// Spans must be positive and devices sorted and distinct.
+TEST(BlockModelTest, RejectsBadSpansAndDevices) {
+  BlockModel m{"m", 2, {MakeBlock("x", 0, 0, {0})}, {}};
+  EXPECT_THAT(std::string(ValidateBlockModel(m).message()), HasSubstr("span must be positive"));
+  m.blocks[0] = MakeBlock("x", 1, 0, {1, 0});
+  EXPECT_THAT(std::string(ValidateBlockModel(m).message()), HasSubstr("sorted and distinct"));
+}
+
+// Work, critical path and the makespan bound of the V pipeline are the textbook ones.
+TEST(BlockModelTest, VshapeFactsAndMakespanBound) {
+  auto m = MakePlacement("vshape", 4);
+  ASSERT_TRUE(m.ok());
+  auto f = AnalyzeBlockModel(*m);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->max_work, 4);
+  EXPECT_EQ(f->critical_path, 16);
+  // 1F1B's optimum (N + D - 1)(F + B) = 131 * 4.
+  EXPECT_EQ(MakespanLowerBound(*f, 128), 524);
+  EXPECT_EQ(f->single_peak, (std::vector<int64_t>{1, 1, 1, 1}));
+}
+
+// The inference form keeps forward blocks only, with no memory.
+TEST(BlockModelTest, InferenceFormDropsBackward) {
+  auto m = MakePlacement("kshape", 4, /*inference=*/true);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->num_blocks(), 5);
+  for (const Block& b : m->blocks) {
+    EXPECT_EQ(b.kind, BlockKind::kForward);
+    EXPECT_EQ(b.memory, 0);
+  }
+  EXPECT_TRUE(ValidateBlockModel(*m).ok());
+}
+
+// JSON round trip, dependencies with lag included.
+TEST(BlockModelTest, JsonRoundTrip) {
+  auto m = MakeStageModel(4, 8, "loop", StageCosts{1, 2, 1, 1, 2, 1});
+  ASSERT_TRUE(m.ok()) << m.status();
+  m->SetUniformCap(9);
+  auto back = BlockModelFromJson(BlockModelToJson(*m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *m);
+}
+
+// JSON errors name the file and the path.
+TEST(BlockModelTest, JsonErrorsNameThePlace) {
+  auto r = BlockModelFromJson(
+      R"({"devices": 2, "blocks": [{"name": "a", "devices": [0]},
+                                    {"name": "b", "devices": [1], "after": ["zz"]}]})",
+      "blocks.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(std::string(r.status().message()), "blocks.json: blocks[1].after[0]: unknown block 'zz'");
+  r = BlockModelFromJson(R"({"devices": 2, "blocks": [{"name": "a", "devices": [3]}]})", "b.json");
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("b.json: block 'a' (index 0): device 3"));
+  r = BlockModelFromJson("{", "c.json");
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("c.json: "));
+  r = BlockModelFromJson(R"({"devices": 1, "blocks": [{"name": "a", "kind": "sideways", "devices": [0]}]})",
+                         "d.json");
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("unknown block kind 'sideways'"));
+}
+
+}  // namespace
+}  // namespace loom::schedule
