@@ -31,42 +31,7 @@ struct Budget {
   }
 };
 
-// Peak of the running memory sum on one device over N micro-batches when each block
-// b there starts at s[b] + m * P (m = 0..N-1) and memory changes at block starts.
-// Instance (b, m) comes after m + floor((s[b] - s[c]) / P) + 1 instances of another
-// block c (clamped to [0, N]): the level after it is piecewise linear in m, so it
-// peaks where a clamp begins or ends, or at m = 0 or N - 1.
-int64_t DevicePeak(const BlockModel& model, const std::vector<int>& blocks,
-                   const std::vector<int64_t>& s, int64_t period, int n) {
-  const size_t k = blocks.size();
-  std::vector<int64_t> lead(k);
-  std::vector<int64_t> candidates;
-  int64_t peak = 0;
-  for (size_t i = 0; i < k; ++i) {
-    const int b = blocks[i];
-    for (size_t j = 0; j < k; ++j) {
-      const int64_t diff = s[b] - s[blocks[j]];
-      // floor division for negative differences
-      const int64_t q = diff >= 0 ? diff / period : -((-diff + period - 1) / period);
-      lead[j] = (j == i) ? 1 : q + 1;
-    }
-    candidates.assign({0, n - 1});
-    for (size_t j = 0; j < k; ++j) {
-      for (int64_t m : {-lead[j] - 1, -lead[j], n - lead[j] - 1, n - lead[j]}) {
-        if (m >= 0 && m < n) candidates.push_back(m);
-      }
-    }
-    for (int64_t m : candidates) {
-      int64_t level = 0;
-      for (size_t j = 0; j < k; ++j) {
-        const int64_t count = std::clamp<int64_t>(m + lead[j], 0, n);
-        level += model.blocks[blocks[j]].memory * count;
-      }
-      peak = std::max(peak, level);
-    }
-  }
-  return peak;
-}
+int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // Depth-first branch and bound over block offsets at one period.
 class ModuloSearch {
@@ -74,15 +39,14 @@ class ModuloSearch {
   enum class Outcome { kFound, kExhausted, kStopped };
 
   ModuloSearch(const BlockModel& model, const ModelFacts& facts, int microbatches,
-               int64_t period, bool use_memory, int64_t improve_nodes, Budget& budget)
+               int64_t period, bool use_memory, Budget& budget)
       : model_(model),
         facts_(facts),
         n_(microbatches),
         period_(period),
         use_memory_(use_memory && model.has_cap()),
         budget_(budget),
-        words_((period + 63) / 64),
-        improve_nodes_(improve_nodes) {}
+        words_((period + 63) / 64) {}
 
   Outcome Run() {
     const int blocks = model_.num_blocks();
@@ -92,7 +56,6 @@ class ModuloSearch {
     for (int d = 0; d < model_.num_devices; ++d) {
       remaining_[d] = static_cast<int>(facts_.on_device[d].size());
     }
-    peaks_.assign(model_.num_devices, 0);
     multi_device_sets_.clear();
     for (const Block& b : model_.blocks) {
       if (b.devices.size() > 1 &&
@@ -133,6 +96,84 @@ class ModuloSearch {
       for (int64_t i = 0; i < b.span; ++i) Mark(d, (t + i) % period_, on);
     }
   }
+  // Lower bound on the peak of the running memory sum on device d over N
+  // micro-batches, exact once every block there is placed. Block b at s[b] + m * P:
+  // instance (b, m) comes after clamp(m + floor((s[b] - s[c]) / P) + 1, 0, N)
+  // instances of another block c, so the level after it is piecewise linear in m and
+  // peaks where a clamp begins or ends, or at m = 0 or N - 1. An unplaced block that
+  // frees memory is counted as if it started at the earliest time its placed
+  // ancestors allow (counting at least as many of its instances); one that takes
+  // memory is left out (it adds at least 0).
+  int64_t DevicePeak(int d) const {
+    const std::vector<int>& blocks = facts_.on_device[d];
+    const size_t k = blocks.size();
+    bool complete = true;
+    for (int c : blocks) complete &= s_[c] >= 0;
+    if (!complete) StartBounds();
+    start_.resize(k);
+    used_.assign(k, 0);
+    for (size_t j = 0; j < k; ++j) {
+      const int c = blocks[j];
+      if (s_[c] >= 0) {
+        start_[j] = s_[c];
+        used_[j] = 1;
+      } else if (model_.blocks[c].memory < 0) {
+        start_[j] = earliest_[c];  // counts at most this many instances
+        used_[j] = 1;
+      } else if (model_.blocks[c].memory > 0) {
+        start_[j] = latest_[c];  // counts at least this many instances
+        used_[j] = 1;
+      }
+    }
+    lead_.resize(k);
+    int64_t peak = 0;
+    for (size_t i = 0; i < k; ++i) {
+      if (s_[blocks[i]] < 0) continue;  // events of placed blocks only
+      for (size_t j = 0; j < k; ++j) {
+        lead_[j] = j == i ? 1 : FloorDiv(start_[i] - start_[j], period_) + 1;
+      }
+      candidates_.assign({0, n_ - 1});
+      for (size_t j = 0; j < k; ++j) {
+        if (!used_[j]) continue;
+        for (int64_t m : {-lead_[j] - 1, -lead_[j], n_ - lead_[j] - 1, n_ - lead_[j]}) {
+          if (m >= 0 && m < n_) candidates_.push_back(m);
+        }
+      }
+      for (int64_t m : candidates_) {
+        int64_t level = 0;
+        for (size_t j = 0; j < k; ++j) {
+          if (used_[j]) {
+            level += model_.blocks[blocks[j]].memory * std::clamp<int64_t>(m + lead_[j], 0, n_);
+          }
+        }
+        peak = std::max(peak, level);
+      }
+    }
+    return peak;
+  }
+
+  // Earliest and latest starts of every block in this search's space (each block
+  // within one period of being ready), given the placed blocks.
+  void StartBounds() const {
+    const int n = model_.num_blocks();
+    earliest_.resize(n);
+    latest_.resize(n);
+    for (int b : facts_.topo) {
+      if (s_[b] >= 0) {
+        earliest_[b] = latest_[b] = s_[b];
+        continue;
+      }
+      int64_t lo = 0, hi = 0;
+      for (const Dep& p : model_.blocks[b].preds) {
+        const int64_t step = model_.blocks[p.block].span + p.lag;
+        lo = std::max(lo, earliest_[p.block] + step);
+        hi = std::max(hi, latest_[p.block] + step);
+      }
+      earliest_[b] = lo;
+      latest_[b] = hi + period_ - 1;
+    }
+  }
+
   // Earliest start allowed by the placed predecessors.
   int64_t Earliest(int b) const {
     int64_t est = 0;
@@ -146,7 +187,8 @@ class ModuloSearch {
   // least k long fit in the commonly free runs, a run of r columns holding at most
   // floor(r / k) of them.
   bool CapacityOk(const std::vector<int>& set) const {
-    std::vector<int> waiting;
+    std::vector<int>& waiting = waiting_;
+    waiting.clear();
     for (int b : facts_.on_device[set.front()]) {
       if (s_[b] < 0 && std::includes(model_.blocks[b].devices.begin(),
                                      model_.blocks[b].devices.end(), set.begin(), set.end())) {
@@ -168,7 +210,8 @@ class ModuloSearch {
         break;
       }
     }
-    std::vector<int64_t> runs;
+    std::vector<int64_t>& runs = runs_;
+    runs.clear();
     int64_t run = 0;
     for (int64_t i = 0; i < period_; ++i) {
       if (!free((origin + i) % period_)) {
@@ -215,10 +258,6 @@ class ModuloSearch {
 
   void Dfs(int depth, int64_t bound) {
     if (done_ || !budget_.Spend()) return;
-    if (!best_.empty() && budget_.nodes > improve_until_) {
-      done_ = true;
-      return;
-    }
     if (depth == model_.num_blocks()) {
       Leaf(bound);
       return;
@@ -230,24 +269,22 @@ class ModuloSearch {
     const int64_t last = depth == 0 ? 0 : est + period_ - 1;
     for (int64_t t = est; t <= last; ++t) {
       const int64_t reach = std::max(bound, t + block.span + facts_.tail[b]);
-      if (!best_.empty() && reach >= best_latency_) break;  // reach grows with t
       if (!Fits(block, t)) continue;
       if (period_ > kFullDomainPeriod && !LeftJustified(block, t, est)) continue;
       Book(block, t, true);
       s_[b] = t;
       bool ok = true;
-      std::vector<std::pair<int, int64_t>> saved;
       for (int d : block.devices) --remaining_[d];
       if (!CapacityAfter(block)) ok = false;
-      for (int d : block.devices) {
-        if (ok && remaining_[d] == 0) {
-          saved.push_back({d, peaks_[d]});
-          peaks_[d] = DevicePeak(model_, facts_.on_device[d], s_, period_, n_);
-          if (use_memory_ && peaks_[d] > model_.memory_cap[d]) ok = false;
+      if (ok && use_memory_) {
+        for (int d : block.devices) {
+          if (DevicePeak(d) > model_.memory_cap[d]) {
+            ok = false;
+            break;
+          }
         }
       }
       if (ok) Dfs(depth + 1, reach);  // capacity and memory both hold
-      for (const auto& [d, peak] : saved) peaks_[d] = peak;
       for (int d : block.devices) ++remaining_[d];
       s_[b] = -1;
       Book(block, t, false);
@@ -255,13 +292,11 @@ class ModuloSearch {
     }
   }
 
+  // The first complete placement is kept: at this period it is as good as any other.
   void Leaf(int64_t latency) {
-    if (!best_.empty() && latency >= best_latency_) return;
-    if (best_.empty()) improve_until_ = budget_.nodes + improve_nodes_;
     best_ = s_;
     best_latency_ = latency;
-    // Nothing can beat a micro-batch running at its critical path.
-    if (latency <= facts_.critical_path) done_ = true;
+    done_ = true;
   }
 
   const BlockModel& model_;
@@ -271,26 +306,107 @@ class ModuloSearch {
   const bool use_memory_;
   Budget& budget_;
   const int64_t words_;
-  const int64_t improve_nodes_;
   std::vector<int64_t> s_;
   std::vector<std::vector<uint64_t>> table_;
   std::vector<int> remaining_;
-  std::vector<int64_t> peaks_;
+  // Scratch space of DevicePeak and StartBounds.
+  mutable std::vector<int64_t> start_, lead_, candidates_, earliest_, latest_;
+  mutable std::vector<char> used_;
+  mutable std::vector<int> waiting_;
+  mutable std::vector<int64_t> runs_;
   std::vector<std::vector<int>> multi_device_sets_;
   std::vector<int64_t> best_;
   int64_t best_latency_ = std::numeric_limits<int64_t>::max();
   bool done_ = false;
-  int64_t improve_until_ = 0;
+};
+
+// A lower bound on device memory at a period that holds for every schedule. Each
+// unit a block takes is given back by blocks after it on the same device (a greedy
+// pairing along dependency paths, longest distance first). A pair (a, b) at distance
+// L (start to start) keeps at least floor(L / P) of a's instances alive at any time
+// of the steady state and ceil(L / P) right after a starts; with N micro-batches no
+// more than N. Returns, per device, the bound (0 where no pairing covers the device).
+class MemoryBound {
+ public:
+  MemoryBound(const BlockModel& model, const ModelFacts& facts) {
+    const int n = model.num_blocks();
+    std::vector<std::vector<int64_t>> dist(n, std::vector<int64_t>(n, -1));
+    if (n > 2048) return;
+    for (int b : facts.topo) {
+      dist[b][b] = 0;
+      for (const Dep& p : model.blocks[b].preds) {
+        const int64_t step = model.blocks[p.block].span + p.lag;
+        for (int a = 0; a < n; ++a) {
+          if (dist[a][p.block] >= 0) dist[a][b] = std::max(dist[a][b], dist[a][p.block] + step);
+        }
+      }
+    }
+    pairs_.assign(model.num_devices, {});
+    for (int d = 0; d < model.num_devices; ++d) {
+      if (facts.net_memory[d] != 0) continue;
+      std::vector<int64_t> left(n, 0);
+      for (int b : facts.on_device[d]) left[b] = -model.blocks[b].memory;  // to give back
+      bool covered = true;
+      for (int a : facts.on_device[d]) {
+        int64_t take = model.blocks[a].memory;
+        if (take <= 0) continue;
+        while (take > 0) {
+          int best = -1;
+          for (int b : facts.on_device[d]) {
+            if (left[b] > 0 && dist[a][b] > 0 && (best < 0 || dist[a][b] > dist[a][best])) best = b;
+          }
+          if (best < 0) break;
+          const int64_t f = std::min(take, left[best]);
+          pairs_[d].push_back({f, dist[a][best], a});
+          take -= f;
+          left[best] -= f;
+        }
+        covered &= take == 0;
+      }
+      if (!covered) pairs_[d].clear();
+    }
+  }
+
+  int64_t Device(int d, int64_t period, int n) const {
+    if (pairs_.empty() || pairs_[d].empty()) return 0;
+    // Right after one block a starts: ceil for its pairs, floor for the others, in
+    // the steady state; without one (few micro-batches), one pair alone.
+    int64_t floors = 0, most_ceil = 0, single = 0;
+    bool steady = true;
+    for (const Pair& p : pairs_[d]) {
+      floors += p.amount * (p.distance / period);
+      steady &= 2 * ((p.distance + period - 1) / period) + 1 <= n;
+      single = std::max(single, p.amount * std::min<int64_t>(n, (p.distance + period - 1) / period));
+    }
+    if (!steady) return single;
+    for (const Pair& p : pairs_[d]) {
+      int64_t extra = 0;
+      for (const Pair& q : pairs_[d]) {
+        if (q.from == p.from && q.distance % period != 0) extra += q.amount;
+      }
+      most_ceil = std::max(most_ceil, extra);
+    }
+    return std::max(single, floors + most_ceil);
+  }
+
+ private:
+  struct Pair {
+    int64_t amount;
+    int64_t distance;
+    int from;
+  };
+  std::vector<std::vector<Pair>> pairs_;
 };
 
 // Why no repetend exists at `period`, after the memory-aware search was exhausted.
 std::string ClassifyGap(const BlockModel& model, const ModelFacts& facts, int n, int64_t period,
-                        ModuloSearch::Outcome outcome, Budget& budget) {
+                        ModuloSearch::Outcome outcome, const std::string& memory_reason,
+                        Budget& budget) {
   if (outcome == ModuloSearch::Outcome::kStopped) {
     return absl::StrCat("period ", period, ": not decided within the search budget");
   }
-  ModuloSearch packing(model, facts, n, period, /*use_memory=*/false, /*improve_nodes=*/0,
-                       budget);
+  if (!memory_reason.empty()) return memory_reason;
+  ModuloSearch packing(model, facts, n, period, /*use_memory=*/false, budget);
   const ModuloSearch::Outcome p = packing.Run();
   if (p == ModuloSearch::Outcome::kFound) {
     return absl::StrCat("period ", period,
@@ -330,11 +446,10 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
           " micro-batches cannot stay within its cap ", model.memory_cap[d]));
     }
   }
-  Budget budget;
-  budget.limit = options.node_limit;
+  Clock::time_point deadline = Clock::time_point::max();
   if (options.time_limit_seconds > 0) {
-    budget.deadline = started + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(options.time_limit_seconds));
+    deadline = started + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(options.time_limit_seconds));
   }
   // At this period micro-batches cannot overlap at all, so a repetend exists
   // whenever one micro-batch fits alone.
@@ -349,31 +464,103 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   result.makespan_lower_bound = MakespanLowerBound(facts, options.microbatches);
   std::vector<int64_t> offsets;
   std::vector<std::pair<int64_t, ModuloSearch::Outcome>> failed;
-  for (int64_t period = facts.max_work; period <= serial && !budget.stopped; ++period) {
+  // Periods the memory bound rules out for every schedule, with the reason.
+  const MemoryBound memory_bound(model, facts);
+  std::vector<std::pair<int64_t, std::string>> memory_reasons;
+  auto memory_reason = [&](int64_t period) -> std::string {
+    if (!model.has_cap()) return "";
+    for (int d = 0; d < model.num_devices; ++d) {
+      const int64_t need = memory_bound.Device(d, period, options.microbatches);
+      if (need > model.memory_cap[d]) {
+        return absl::StrCat("period ", period, ": device ", d, " must hold at least ", need,
+                            " memory (its blocks' dependency distances span that many "
+                            "micro-batches), above its cap ", model.memory_cap[d]);
+      }
+    }
+    return "";
+  };
+  auto try_period = [&](int64_t period, int64_t limit) {
+    if (std::string why = memory_reason(period); !why.empty()) {
+      memory_reasons.push_back({period, why});
+      return ModuloSearch::Outcome::kExhausted;
+    }
+    Budget local;
+    local.limit = limit;
+    local.deadline = deadline;
     ModuloSearch search(model, facts, options.microbatches, period, /*use_memory=*/true,
-                        options.improve_nodes, budget);
+                        local);
     const ModuloSearch::Outcome outcome = search.Run();
+    result.nodes += local.nodes;
     if (outcome == ModuloSearch::Outcome::kFound) {
       offsets = search.best();
       result.period = period;
       result.latency = search.best_latency();
-      break;
     }
+    return outcome;
+  };
+  // Probe: periods upward from the bound with a small budget each, until one gives a
+  // repetend (after 64 periods the step grows geometrically, for large spans).
+  const int64_t probe = std::max<int64_t>(1000, options.node_limit / 1024);
+  int64_t period = facts.max_work;
+  for (int attempt = 0; period <= serial; ++attempt) {
+    const int64_t left = options.node_limit - result.nodes;
+    if (left <= 0 || Clock::now() > deadline) break;
+    const ModuloSearch::Outcome outcome = try_period(period, std::min(probe, left));
+    if (outcome == ModuloSearch::Outcome::kFound) break;
     failed.push_back({period, outcome});
+    period = attempt < 64 ? period + 1 : std::max(period + 1, period * 21 / 20);
+  }
+  // Tighten: the periods below the one found that the probe left undecided share a
+  // quarter of the budget, lowest first.
+  const int64_t tighten_start = result.nodes;
+  const int64_t tighten_limit = options.node_limit / 4;
+  for (size_t i = 0; i < failed.size() && !offsets.empty(); ++i) {
+    if (failed[i].second != ModuloSearch::Outcome::kStopped || failed[i].first >= result.period) {
+      continue;
+    }
+    size_t undecided = 0;
+    for (size_t j = i; j < failed.size(); ++j) {
+      undecided += failed[j].second == ModuloSearch::Outcome::kStopped &&
+                   failed[j].first < result.period;
+    }
+    const int64_t left = tighten_limit - (result.nodes - tighten_start);
+    if (left <= 0 || Clock::now() > deadline) break;
+    failed[i].second = try_period(failed[i].first, std::max<int64_t>(probe, left / undecided));
+    if (failed[i].second == ModuloSearch::Outcome::kFound) break;
   }
   if (offsets.empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "no schedule found for '", model.name, "' within ", budget.nodes, " search nodes",
-        budget.stopped ? " (limit reached)" : " (memory caps too small)"));
+    // Out of budget: the serial period still gives a valid schedule.
+    try_period(serial, std::max<int64_t>(options.node_limit, 1000));
+  }
+  if (offsets.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no schedule found for '", model.name, "' within ", result.nodes,
+                     " search nodes: the memory caps leave no room even when micro-batches "
+                     "run one after another"));
   }
   result.period_optimal = result.period == result.period_lower_bound;
   if (!result.period_optimal) {
     // The first period above the bound explains the gap (the others usually repeat it).
-    Budget classify = budget;
-    classify.stopped = false;
-    classify.limit = budget.nodes + std::max<int64_t>(options.node_limit / 4, 1000);
+    Budget classify;
+    classify.limit = std::max<int64_t>(options.node_limit / 4, 1000);
+    classify.deadline = deadline;
+    std::string why;
+    for (const auto& [p, text] : memory_reasons) {
+      if (p == failed.front().first) why = text;
+    }
     result.gap_reason = ClassifyGap(model, facts, options.microbatches, failed.front().first,
-                                    failed.front().second, classify);
+                                    failed.front().second, why, classify);
+    // Name the periods below the one found that stayed undecided.
+    int64_t lo = -1, hi = -1;
+    for (const auto& [p, outcome] : failed) {
+      if (outcome != ModuloSearch::Outcome::kStopped || p >= result.period) continue;
+      if (lo < 0) lo = p;
+      hi = p;
+    }
+    if (lo >= 0 && lo != failed.front().first) {
+      absl::StrAppend(&result.gap_reason, "; periods ", lo, " to ", hi,
+                      " not decided within the search budget");
+    }
   }
   const int n = model.num_blocks();
   std::vector<int64_t> start(static_cast<size_t>(n) * options.microbatches);
@@ -388,7 +575,6 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   int64_t first_end = 0;
   for (int b = 0; b < n; ++b) first_end = std::max(first_end, offsets[b] + model.blocks[b].span);
   result.in_flight = static_cast<int>((first_end + result.period - 1) / result.period);
-  result.nodes = budget.nodes;
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return result;
 }

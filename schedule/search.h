@@ -5,9 +5,11 @@
 // one micro-batch once, block b of micro-batch m starting at offset[b] + m * P for a
 // period P. It is searched as a modulo schedule: offsets are placed block by block
 // in dependency order on a reservation table of P columns per device (a block on
-// several devices books the same columns on each), by a depth-first branch and bound
-// that minimises one micro-batch's latency under the memory cap, for P rising from
-// the lower bound max_d(work of device d per micro-batch). Warm-up and cool-down are
+// several devices books the same columns on each), by a depth-first search pruned by
+// column capacity and a memory lower bound, for P rising from
+// the lower bound max_d(work of device d per micro-batch); the first repetend found at
+// the least feasible period is kept (blocks are tried as early as they are ready, so
+// it is also short). Warm-up and cool-down are
 // not built apart: the N copies of the repetend are laid out together and the whole
 // schedule is re-timed as soon as possible with the per-device orders, so the ramps
 // are tightened jointly with the steady state. The search is deterministic.
@@ -25,10 +27,7 @@ struct SearchOptions {
   int microbatches = 1;
   // Depth-first nodes the search may visit over all periods it tries; the search is
   // deterministic as long as this budget, not the time limit, ends it.
-  int64_t node_limit = 4'000'000;
-  // Once a repetend is found at a period, how many more nodes may go into lowering
-  // its latency.
-  int64_t improve_nodes = 200'000;
+  int64_t node_limit = 1'000'000;
   // Wall-clock safety net in seconds; 0: none.
   double time_limit_seconds = 0;
 };

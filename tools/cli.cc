@@ -18,30 +18,12 @@
 #include "ir/text_format.h"
 #include "models/models.h"
 #include "tools/flags.h"
+#include "tools/schedule_commands.h"
 
 namespace loom::tools {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
-
-int ExitCodeFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kUnimplemented:
-      return kExitBadInput;
-    default:
-      return kExitFailure;
-  }
-}
-
-int Fail(std::ostream& err, absl::string_view command, const absl::Status& status) {
-  err << "loom " << command << ": error: " << status.message() << "\n";
-  return ExitCodeFor(status);
-}
 
 // "8.03B", "124.4M", "12.0K".
 std::string Compact(double n) {
@@ -124,24 +106,6 @@ absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
 }
 
 using Command = std::function<int(const std::vector<std::string>&, std::ostream&, std::ostream&)>;
-
-// Parses flags, handling --help. Returns -1 to continue, else an exit code.
-int ParseOrExit(FlagSet& flags, const std::vector<std::string>& args, std::ostream& out,
-                std::ostream& err) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      out << flags.Help();
-      return kExitOk;
-    }
-  }
-  absl::Status s = flags.Parse(args);
-  if (!s.ok()) {
-    err << "loom " << flags.command() << ": error: " << s.message() << " (see 'loom "
-        << flags.command() << " --help')\n";
-    return kExitBadInput;
-  }
-  return -1;
-}
 
 int CmdModels(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("models", "Lists the models Loom can build.");
@@ -389,6 +353,8 @@ const std::vector<std::pair<std::string, std::string>>& Summaries() {
       {"plan", "split a model's training step into a distributed plan"},
       {"show", "summarise a model's training graph or a graph file"},
       {"graph", "write a model's training graph as text IR or JSON"},
+      {"search", "search a pipeline schedule (repetend, warm-up, cool-down) under memory caps"},
+      {"simulate", "time and check a schedule; write its Gantt chart and trace"},
   };
   return *list;
 }
@@ -421,7 +387,8 @@ int RunLoom(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return kExitOk;
   }
   static const auto* commands = new std::vector<std::pair<std::string, Command>>{
-      {"models", CmdModels}, {"ops", CmdOps}, {"plan", CmdPlan}, {"show", CmdShow}, {"graph", CmdGraph}};
+      {"models", CmdModels}, {"ops", CmdOps}, {"plan", CmdPlan}, {"show", CmdShow}, {"graph", CmdGraph},
+      {"search", CmdSearch}, {"simulate", CmdSimulate}};
   std::vector<std::string> rest(args.begin() + 1, args.end());
   for (const auto& [name, fn] : *commands) {
     if (name == command) return fn(rest, out, err);

@@ -33,6 +33,10 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg.size() < 2 || arg[0] != '-') {
+      if (!positional_name_.empty() && positionals_.empty()) {
+        positionals_.push_back(arg);
+        continue;
+      }
       return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
     }
     std::string name = arg;
@@ -97,8 +101,24 @@ absl::StatusOr<double> FlagSet::GetDouble(absl::string_view name, double fallbac
   return v;
 }
 
+void FlagSet::AddPositional(std::string value_name, std::string help) {
+  positional_name_ = std::move(value_name);
+  positional_help_ = std::move(help);
+}
+
+std::optional<std::string> FlagSet::Positional() const {
+  if (positionals_.empty()) return std::nullopt;
+  return positionals_.front();
+}
+
 std::string FlagSet::Help() const {
-  std::string out = absl::StrCat("usage: loom ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  std::string out = absl::StrCat("usage: loom ", command_, " [flags]",
+                                 positional_name_.empty() ? "" : " [" + positional_name_ + "]",
+                                 "\n\n", summary_, "\n\n");
+  if (!positional_name_.empty()) {
+    absl::StrAppend(&out, absl::StrFormat("  %-28s %s\n\n", positional_name_, positional_help_));
+  }
+  absl::StrAppend(&out, "flags:\n");
   for (const Flag& f : flags_) {
     std::string left = f.name;
     for (const auto& [alias, target] : aliases_) {
@@ -109,6 +129,42 @@ std::string FlagSet::Help() const {
   }
   absl::StrAppend(&out, absl::StrFormat("  %-28s %s\n", "--help", "show this help"));
   return out;
+}
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kUnimplemented:
+      return kExitBadInput;
+    default:
+      return kExitFailure;
+  }
+}
+
+int Fail(std::ostream& err, absl::string_view command, const absl::Status& status) {
+  err << "loom " << command << ": error: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+int ParseOrExit(FlagSet& flags, const std::vector<std::string>& args, std::ostream& out,
+                std::ostream& err) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      out << flags.Help();
+      return kExitOk;
+    }
+  }
+  absl::Status s = flags.Parse(args);
+  if (!s.ok()) {
+    err << "loom " << flags.command() << ": error: " << s.message() << " (see 'loom "
+        << flags.command() << " --help')\n";
+    return kExitBadInput;
+  }
+  return -1;
 }
 
 }  // namespace loom::tools

@@ -4,11 +4,14 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "tools/cli.h"
 
 namespace loom::tools {
 
@@ -22,6 +25,9 @@ class FlagSet {
   void AddString(std::string name, std::string value_name, std::string help);
   void AddBool(std::string name, std::string help);
   void AddAlias(std::string alias, std::string name);
+  // Accepts one argument that is not a flag (a file name), shown in the help.
+  void AddPositional(std::string value_name, std::string help);
+  std::optional<std::string> Positional() const;
 
   // Parses `args` (after the subcommand). Errors name the flag:
   // "unknown flag '--foo'", "flag '--layers' needs a value".
@@ -52,7 +58,18 @@ class FlagSet {
   std::vector<Flag> flags_;
   std::map<std::string, std::string> aliases_;
   std::map<std::string, std::string> values_;
+  std::string positional_name_;
+  std::string positional_help_;
+  std::vector<std::string> positionals_;
 };
+
+// Exit code for a failed status: bad input (kExitBadInput) or internal failure.
+int ExitCodeFor(const absl::Status& status);
+// Writes "loom <command>: error: <message>" and returns ExitCodeFor(status).
+int Fail(std::ostream& err, absl::string_view command, const absl::Status& status);
+// Parses flags, printing the help for --help. Returns -1 to go on, else an exit code.
+int ParseOrExit(FlagSet& flags, const std::vector<std::string>& args, std::ostream& out,
+                std::ostream& err);
 
 }  // namespace loom::tools
 

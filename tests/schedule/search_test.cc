@@ -38,7 +38,9 @@ TEST(SearchTest, PresetsReachThePeriodBoundAndBeatTessel) {
     EXPECT_EQ(r->gap_reason, "");
     EXPECT_GE(r->sim.makespan, r->makespan_lower_bound);
     for (int64_t peak : r->sim.peak_memory) EXPECT_LE(peak, c.memory);
-    if (c.tessel_makespan > 0) EXPECT_LE(r->sim.makespan, c.tessel_makespan);
+    if (c.tessel_makespan > 0) {
+      EXPECT_LE(r->sim.makespan, c.tessel_makespan);
+    }
   }
 }
 

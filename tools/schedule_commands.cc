@@ -1,0 +1,254 @@
+#include "tools/schedule_commands.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "ir/json_util.h"
+#include "ir/status_macros.h"
+#include "schedule/block_model.h"
+#include "schedule/placements.h"
+#include "schedule/schedule.h"
+#include "schedule/search.h"
+#include "tools/cli.h"
+#include "tools/flags.h"
+
+namespace loom::tools {
+namespace {
+
+std::string Slashed(const std::vector<int64_t>& values) { return absl::StrJoin(values, "/"); }
+
+std::string Percent(double ratio) { return absl::StrFormat("%.2f%%", 100.0 * ratio); }
+
+// "1,2,1" -> {1, 2, 1}: positive or zero integers, `min_count` to `max_count` of them.
+absl::StatusOr<std::vector<int64_t>> IntList(absl::string_view flag, absl::string_view text,
+                                             size_t min_count, size_t max_count) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "flag '", flag, "' expects comma-separated non-negative integers, got '", text, "'"));
+    }
+    out.push_back(v);
+  }
+  if (out.size() < min_count || out.size() > max_count) {
+    return absl::InvalidArgumentError(absl::StrCat("flag '", flag, "' expects ", min_count, " to ",
+                                                   max_count, " numbers, got '", text, "'"));
+  }
+  return out;
+}
+
+void AddModelSourceFlags(FlagSet& flags) {
+  flags.AddString("--placement", "NAME",
+                  absl::StrCat("a preset placement: ",
+                               absl::StrJoin(schedule::PlacementNames(), ", ")));
+  flags.AddString("--devices", "D", "devices of the placement or stage model");
+  flags.AddBool("--infer", "the inference form of the placement (forward blocks, no memory)");
+  flags.AddString("--blocks", "FILE", "a block model in JSON (docs/formats.md)");
+  flags.AddString("--stages", "S", "a pipeline stage model with S stages on --devices devices");
+  flags.AddString("--layout", "L", "stage placement: loop (default; stage s on device s % D) or v");
+  flags.AddString("--costs", "F,B[,W[,C]]",
+                  "stage model spans: forward, backward (input gradient when W > 0), weight "
+                  "gradient, transfer lag (default 1,1,1,0)");
+  flags.AddString("--activation", "A[,W]",
+                  "stage model memory: a forward keeps A, the weight backward frees W of it "
+                  "(default 2,1; A alone when the backward is not split)");
+  flags.AddString("--memory", "M", "memory cap of every device (replaces the model's caps)");
+}
+
+// The block model the flags name: a placement, a stage model or a JSON file.
+absl::StatusOr<schedule::BlockModel> ModelFromFlags(const FlagSet& flags) {
+  const int sources = flags.Has("--placement") + flags.Has("--blocks") + flags.Has("--stages");
+  if (sources != 1) {
+    return absl::InvalidArgumentError("give exactly one of --placement, --stages or --blocks");
+  }
+  schedule::BlockModel model;
+  if (auto file = flags.GetString("--blocks")) {
+    LOOM_ASSIGN_OR_RETURN(model, schedule::LoadBlockModelFile(*file));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(int64_t devices, flags.GetInt("--devices", -1, 1, 4096));
+    if (devices < 0) return absl::InvalidArgumentError("missing --devices D");
+    if (auto placement = flags.GetString("--placement")) {
+      LOOM_ASSIGN_OR_RETURN(model, schedule::MakePlacement(*placement, static_cast<int>(devices),
+                                                           flags.GetBool("--infer")));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(int64_t stages, flags.GetInt("--stages", 0, 1, 65536));
+      LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> costs,
+                            IntList("--costs", flags.GetString("--costs").value_or("1,1,1,0"), 2, 4));
+      schedule::StageCosts c;
+      c.forward = costs[0];
+      c.backward_input = costs[1];
+      c.backward_weight = costs.size() > 2 ? costs[2] : 0;
+      c.comm = costs.size() > 3 ? costs[3] : 0;
+      LOOM_ASSIGN_OR_RETURN(
+          std::vector<int64_t> memory,
+          IntList("--activation", flags.GetString("--activation").value_or("2,1"), 1, 2));
+      c.activation = memory[0];
+      c.weight_memory = memory.size() > 1 ? memory[1] : 0;
+      if (c.backward_weight == 0) c.weight_memory = 0;
+      LOOM_ASSIGN_OR_RETURN(model, schedule::MakeStageModel(
+                                       static_cast<int>(devices), static_cast<int>(stages),
+                                       flags.GetString("--layout").value_or("loop"), c));
+    }
+  }
+  if (flags.Has("--memory")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t cap, flags.GetInt("--memory", 0, 0, int64_t{1} << 50));
+    model.SetUniformCap(cap);
+  }
+  LOOM_RETURN_IF_ERROR(schedule::ValidateBlockModel(model));
+  return model;
+}
+
+std::string CapText(const schedule::BlockModel& model) {
+  if (!model.has_cap()) return "unlimited";
+  const auto [lo, hi] = std::minmax_element(model.memory_cap.begin(), model.memory_cap.end());
+  return *lo == *hi ? absl::StrCat(*lo) : Slashed(model.memory_cap);
+}
+
+void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult& r,
+                 int microbatches, std::ostream& out) {
+  out << "model:        " << model.name << ", " << model.num_blocks() << " blocks on "
+      << model.num_devices << " devices, " << microbatches << " micro-batches, memory cap "
+      << CapText(model) << "\n";
+  out << "period:       " << r.period
+      << (r.period_optimal ? " (optimal: equals the lower bound)" : "") << "\n";
+  out << "lower bound:  " << r.period_lower_bound << " (most work of one micro-batch on a device)\n";
+  if (!r.period_optimal) out << "gap:          " << r.gap_reason << "\n";
+  out << "makespan:     " << r.sim.makespan << " (lower bound " << r.makespan_lower_bound
+      << (r.sim.makespan == r.makespan_lower_bound ? ", optimal" : "") << ")\n";
+  out << "bubble:       " << Percent(r.sim.bubble_ratio) << "\n";
+  out << "peak memory:  " << Slashed(r.sim.peak_memory) << "\n";
+  out << "repetend:     " << r.in_flight << " micro-batches in flight, latency " << r.latency
+      << "\n";
+  out << absl::StrFormat("search time:  %.4f s (%d nodes)\n", r.seconds, r.nodes);
+  out << "valid:        " << (r.sim.valid ? "yes" : "no: " + r.sim.violation) << "\n";
+}
+
+std::string SearchJson(const schedule::BlockModel& model, const schedule::SearchResult& r) {
+  ir::OrderedJson j;
+  j["model"] = model.name;
+  j["devices"] = model.num_devices;
+  j["microbatches"] = r.schedule.microbatches;
+  j["period"] = r.period;
+  j["lower_bound"] = r.period_lower_bound;
+  j["optimal"] = r.period_optimal;
+  if (!r.period_optimal) j["gap_reason"] = r.gap_reason;
+  j["makespan"] = r.sim.makespan;
+  j["makespan_lower_bound"] = r.makespan_lower_bound;
+  j["bubble_ratio"] = r.sim.bubble_ratio;
+  j["peak_memory"] = r.sim.peak_memory;
+  j["in_flight"] = r.in_flight;
+  j["search_seconds"] = r.seconds;
+  j["search_nodes"] = r.nodes;
+  j["valid"] = r.sim.valid;
+  return ir::DumpJson(j) + "\n";
+}
+
+}  // namespace
+
+int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("search",
+                "Searches the order of every device's blocks across micro-batches: a repetend\n"
+                "(steady state) at the least period the memory cap allows, with warm-up and\n"
+                "cool-down re-timed with it. Prints the period, its lower bound, the makespan,\n"
+                "bubble, peak memory and search time.");
+  AddModelSourceFlags(flags);
+  flags.AddString("--microbatches", "N", "micro-batches to schedule (default 1)");
+  flags.AddString("--time-limit", "S", "stop searching after S seconds (default: no limit)");
+  flags.AddString("--node-limit", "N", "search nodes allowed (default 1000000; deterministic)");
+  flags.AddBool("--json", "print the figures as JSON");
+  flags.AddString("--output", "FILE", "write the schedule as JSON");
+  flags.AddAlias("-o", "--output");
+  if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  auto fail = [&](const absl::Status& s) { return Fail(err, "search", s); };
+  auto model = ModelFromFlags(flags);
+  if (!model.ok()) return fail(model.status());
+  schedule::SearchOptions options;
+  auto microbatches = flags.GetInt("--microbatches", 1, 1, 1 << 20);
+  if (!microbatches.ok()) return fail(microbatches.status());
+  options.microbatches = static_cast<int>(*microbatches);
+  auto seconds = flags.GetDouble("--time-limit", 0, 0, 1e6);
+  if (!seconds.ok()) return fail(seconds.status());
+  options.time_limit_seconds = *seconds;
+  auto nodes = flags.GetInt("--node-limit", options.node_limit, 1, int64_t{1} << 40);
+  if (!nodes.ok()) return fail(nodes.status());
+  options.node_limit = *nodes;
+  auto result = schedule::SearchSchedule(*model, options);
+  if (!result.ok()) {
+    // No schedule within the limits is a finding about the input, not a crash.
+    if (result.status().code() == absl::StatusCode::kResourceExhausted) {
+      err << "loom search: error: " << result.status().message() << "\n";
+      return kExitBadInput;
+    }
+    return fail(result.status());
+  }
+  if (auto path = flags.GetString("--output")) {
+    absl::Status s = ir::WriteFileAtomically(
+        *path, schedule::ScheduleToJson(*model, result->schedule, &result->sim));
+    if (!s.ok()) return fail(s);
+  }
+  if (flags.GetBool("--json")) {
+    out << SearchJson(*model, *result);
+  } else {
+    PrintSearch(*model, *result, options.microbatches, out);
+    if (auto path = flags.GetString("--output")) out << "wrote " << *path << "\n";
+  }
+  return kExitOk;
+}
+
+int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("simulate",
+                "Times a schedule as soon as possible with its device orders (or at its own\n"
+                "times), checks every rule (completeness, deadlock, overlap, dependencies,\n"
+                "memory) and prints its makespan, bubble and peak memory. Exit 0 when valid,\n"
+                "1 when a rule is broken (the first one is named), 2 on bad input.");
+  flags.AddPositional("SCHEDULE", "a schedule file (JSON, as 'loom search -o' writes)");
+  flags.AddString("--memory", "M", "memory cap of every device (replaces the schedule's caps)");
+  flags.AddBool("--json", "print the figures as JSON");
+  if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  auto fail = [&](const absl::Status& s) { return Fail(err, "simulate", s); };
+  auto file = flags.Positional();
+  if (!file.has_value()) return fail(absl::InvalidArgumentError("missing the schedule file"));
+  auto loaded = schedule::LoadScheduleFile(*file);
+  if (!loaded.ok()) return fail(loaded.status());
+  if (flags.Has("--memory")) {
+    auto cap = flags.GetInt("--memory", 0, 0, int64_t{1} << 50);
+    if (!cap.ok()) return fail(cap.status());
+    loaded->model.SetUniformCap(*cap);
+  }
+  auto sim = schedule::Simulate(loaded->model, loaded->schedule);
+  if (!sim.ok()) return fail(sim.status());
+  if (flags.GetBool("--json")) {
+    ir::OrderedJson j;
+    j["valid"] = sim->valid;
+    if (!sim->valid) j["violation"] = sim->violation;
+    j["makespan"] = sim->makespan;
+    j["bubble_ratio"] = sim->bubble_ratio;
+    j["bubble"] = sim->bubble;
+    j["peak_memory"] = sim->peak_memory;
+    out << ir::DumpJson(j) << "\n";
+  } else {
+    const schedule::BlockModel& m = loaded->model;
+    out << "schedule:     " << (loaded->schedule.name.empty() ? *file : loaded->schedule.name)
+        << ", " << m.name << " on " << m.num_devices << " devices, "
+        << loaded->schedule.microbatches << " micro-batches\n";
+    out << "valid:        " << (sim->valid ? "yes" : "no: " + sim->violation) << "\n";
+    if (!sim->start.empty()) {
+      std::vector<std::string> per_device;
+      for (double b : sim->bubble) per_device.push_back(Percent(b));
+      out << "makespan:     " << sim->makespan << "\n";
+      out << "bubble:       " << Percent(sim->bubble_ratio) << " (per device "
+          << absl::StrJoin(per_device, " ") << ")\n";
+      out << "peak memory:  " << Slashed(sim->peak_memory) << " (cap " << CapText(m) << ")\n";
+    }
+  }
+  return sim->valid ? kExitOk : kExitFailure;
+}
+
+}  // namespace loom::tools
