@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   costs.activation = 1;
   auto big = loom::schedule::MakeStageModel(16, 32, "loop", costs);
   if (!big.ok()) return 1;
-  for (int cap : {64, 8}) {
+  for (int cap : {64, 24}) {
     big->SetUniformCap(cap);
     Timed t;
     if (!TimeSearch(*big, 128, repetitions, t)) return 1;

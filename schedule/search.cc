@@ -510,22 +510,17 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     failed.push_back({period, outcome});
     period = attempt < 64 ? period + 1 : std::max(period + 1, period * 21 / 20);
   }
-  // Tighten: the periods below the one found that the probe left undecided share a
-  // quarter of the budget, lowest first.
+  // Tighten: the periods below the one found that the probe left undecided share
+  // half of the budget, lowest first, each taking half of what is left.
   const int64_t tighten_start = result.nodes;
-  const int64_t tighten_limit = options.node_limit / 4;
+  const int64_t tighten_limit = options.node_limit / 2;
   for (size_t i = 0; i < failed.size() && !offsets.empty(); ++i) {
     if (failed[i].second != ModuloSearch::Outcome::kStopped || failed[i].first >= result.period) {
       continue;
     }
-    size_t undecided = 0;
-    for (size_t j = i; j < failed.size(); ++j) {
-      undecided += failed[j].second == ModuloSearch::Outcome::kStopped &&
-                   failed[j].first < result.period;
-    }
     const int64_t left = tighten_limit - (result.nodes - tighten_start);
     if (left <= 0 || Clock::now() > deadline) break;
-    failed[i].second = try_period(failed[i].first, std::max<int64_t>(probe, left / undecided));
+    failed[i].second = try_period(failed[i].first, std::max<int64_t>(probe, left / 2));
     if (failed[i].second == ModuloSearch::Outcome::kFound) break;
   }
   if (offsets.empty()) {

@@ -27,7 +27,7 @@ struct SearchOptions {
   int microbatches = 1;
   // Depth-first nodes the search may visit over all periods it tries; the search is
   // deterministic as long as this budget, not the time limit, ends it.
-  int64_t node_limit = 1'000'000;
+  int64_t node_limit = 2'000'000;
   // Wall-clock safety net in seconds; 0: none.
   double time_limit_seconds = 0;
 };

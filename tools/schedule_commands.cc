@@ -161,7 +161,7 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   AddModelSourceFlags(flags);
   flags.AddString("--microbatches", "N", "micro-batches to schedule (default 1)");
   flags.AddString("--time-limit", "S", "stop searching after S seconds (default: no limit)");
-  flags.AddString("--node-limit", "N", "search nodes allowed (default 1000000; deterministic)");
+  flags.AddString("--node-limit", "N", "search nodes allowed (default 2000000; deterministic)");
   flags.AddBool("--json", "print the figures as JSON");
   flags.AddString("--output", "FILE", "write the schedule as JSON");
   flags.AddAlias("-o", "--output");
