@@ -13,8 +13,11 @@
 #include "ir/status_macros.h"
 #include "schedule/block_model.h"
 #include "schedule/placements.h"
+#include "schedule/predefined.h"
+#include "schedule/render.h"
 #include "schedule/schedule.h"
 #include "schedule/search.h"
+#include "schedule/torch_csv.h"
 #include "tools/cli.h"
 #include "tools/flags.h"
 
@@ -44,6 +47,74 @@ absl::StatusOr<std::vector<int64_t>> IntList(absl::string_view flag, absl::strin
   return out;
 }
 
+// Stage model costs from --costs and --activation (`fallback` when --costs is absent).
+absl::StatusOr<schedule::StageCosts> StageCostsFromFlags(const FlagSet& flags,
+                                                         absl::string_view fallback) {
+  LOOM_ASSIGN_OR_RETURN(
+      std::vector<int64_t> costs,
+      IntList("--costs", flags.GetString("--costs").value_or(std::string(fallback)), 2, 4));
+  schedule::StageCosts c;
+  c.forward = costs[0];
+  c.backward_input = costs[1];
+  c.backward_weight = costs.size() > 2 ? costs[2] : 0;
+  c.comm = costs.size() > 3 ? costs[3] : 0;
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> memory,
+                        IntList("--activation", flags.GetString("--activation").value_or("2,1"), 1, 2));
+  c.activation = memory[0];
+  c.weight_memory = memory.size() > 1 ? memory[1] : 0;
+  if (c.backward_weight == 0) c.weight_memory = 0;
+  return c;
+}
+
+void AddStageFlags(FlagSet& flags) {
+  flags.AddString("--costs", "F,B[,W[,C]]",
+                  "stage spans: forward, backward (input gradient when W > 0), weight "
+                  "gradient, transfer lag between devices (default 1,1,1,0)");
+  flags.AddString("--activation", "A[,W]",
+                  "stage memory: a forward keeps A, the weight backward frees W of it "
+                  "(default 2,1; A alone when the backward is not split)");
+}
+
+void AddOutputFlags(FlagSet& flags) {
+  flags.AddString("--output", "FILE", "write the schedule as JSON");
+  flags.AddAlias("-o", "--output");
+  flags.AddString("--csv", "FILE", "write the schedule as torch.distributed.pipelining CSV");
+  flags.AddString("--gantt", "FILE", "write an SVG Gantt chart (one row per device)");
+  flags.AddString("--trace", "FILE", "write a Chrome trace (opens in Perfetto)");
+}
+
+// Writes the files the output flags ask for and says so on `out` (unless quiet).
+absl::Status WriteOutputs(const FlagSet& flags, const schedule::BlockModel& model,
+                          const schedule::Schedule& schedule, const schedule::SimResult& sim,
+                          bool quiet, std::ostream& out) {
+  std::vector<std::pair<std::string, std::string>> files;
+  if (auto path = flags.GetString("--output")) {
+    files.push_back({*path, schedule::ScheduleToJson(model, schedule, &sim)});
+  }
+  if (auto path = flags.GetString("--csv")) {
+    LOOM_ASSIGN_OR_RETURN(std::string csv, schedule::ScheduleToTorchCsv(model, schedule, &sim));
+    files.push_back({*path, std::move(csv)});
+  }
+  const bool timed = !sim.start.empty();
+  if (flags.Has("--gantt") || flags.Has("--trace")) {
+    if (!timed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot draw the schedule: ", sim.violation));
+    }
+  }
+  if (auto path = flags.GetString("--gantt")) {
+    files.push_back({*path, schedule::ScheduleToSvg(model, schedule, sim)});
+  }
+  if (auto path = flags.GetString("--trace")) {
+    files.push_back({*path, schedule::ScheduleToChromeTrace(model, schedule, sim)});
+  }
+  for (const auto& [path, text] : files) {
+    LOOM_RETURN_IF_ERROR(ir::WriteFileAtomically(path, text));
+    if (!quiet) out << "wrote " << path << "\n";
+  }
+  return absl::OkStatus();
+}
+
 void AddModelSourceFlags(FlagSet& flags) {
   flags.AddString("--placement", "NAME",
                   absl::StrCat("a preset placement: ",
@@ -53,12 +124,7 @@ void AddModelSourceFlags(FlagSet& flags) {
   flags.AddString("--blocks", "FILE", "a block model in JSON (docs/formats.md)");
   flags.AddString("--stages", "S", "a pipeline stage model with S stages on --devices devices");
   flags.AddString("--layout", "L", "stage placement: loop (default; stage s on device s % D) or v");
-  flags.AddString("--costs", "F,B[,W[,C]]",
-                  "stage model spans: forward, backward (input gradient when W > 0), weight "
-                  "gradient, transfer lag (default 1,1,1,0)");
-  flags.AddString("--activation", "A[,W]",
-                  "stage model memory: a forward keeps A, the weight backward frees W of it "
-                  "(default 2,1; A alone when the backward is not split)");
+  AddStageFlags(flags);
   flags.AddString("--memory", "M", "memory cap of every device (replaces the model's caps)");
 }
 
@@ -79,19 +145,7 @@ absl::StatusOr<schedule::BlockModel> ModelFromFlags(const FlagSet& flags) {
                                                            flags.GetBool("--infer")));
     } else {
       LOOM_ASSIGN_OR_RETURN(int64_t stages, flags.GetInt("--stages", 0, 1, 65536));
-      LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> costs,
-                            IntList("--costs", flags.GetString("--costs").value_or("1,1,1,0"), 2, 4));
-      schedule::StageCosts c;
-      c.forward = costs[0];
-      c.backward_input = costs[1];
-      c.backward_weight = costs.size() > 2 ? costs[2] : 0;
-      c.comm = costs.size() > 3 ? costs[3] : 0;
-      LOOM_ASSIGN_OR_RETURN(
-          std::vector<int64_t> memory,
-          IntList("--activation", flags.GetString("--activation").value_or("2,1"), 1, 2));
-      c.activation = memory[0];
-      c.weight_memory = memory.size() > 1 ? memory[1] : 0;
-      if (c.backward_weight == 0) c.weight_memory = 0;
+      LOOM_ASSIGN_OR_RETURN(schedule::StageCosts c, StageCostsFromFlags(flags, "1,1,1,0"));
       LOOM_ASSIGN_OR_RETURN(model, schedule::MakeStageModel(
                                        static_cast<int>(devices), static_cast<int>(stages),
                                        flags.GetString("--layout").value_or("loop"), c));
@@ -163,8 +217,7 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.AddString("--time-limit", "S", "stop searching after S seconds (default: no limit)");
   flags.AddString("--node-limit", "N", "search nodes allowed (default 2000000; deterministic)");
   flags.AddBool("--json", "print the figures as JSON");
-  flags.AddString("--output", "FILE", "write the schedule as JSON");
-  flags.AddAlias("-o", "--output");
+  AddOutputFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
   auto fail = [&](const absl::Status& s) { return Fail(err, "search", s); };
   auto model = ModelFromFlags(flags);
@@ -188,34 +241,108 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
     }
     return fail(result.status());
   }
-  if (auto path = flags.GetString("--output")) {
-    absl::Status s = ir::WriteFileAtomically(
-        *path, schedule::ScheduleToJson(*model, result->schedule, &result->sim));
-    if (!s.ok()) return fail(s);
-  }
-  if (flags.GetBool("--json")) {
+  const bool json = flags.GetBool("--json");
+  if (json) {
     out << SearchJson(*model, *result);
   } else {
     PrintSearch(*model, *result, options.microbatches, out);
-    if (auto path = flags.GetString("--output")) out << "wrote " << *path << "\n";
   }
+  absl::Status written = WriteOutputs(flags, *model, result->schedule, result->sim, json, out);
+  if (!written.ok()) return fail(written);
   return kExitOk;
 }
+
+namespace {
+
+// The stage model a predefined schedule is defined on (see predefined.h).
+absl::StatusOr<schedule::LoadedSchedule> PredefinedFromFlags(const FlagSet& flags,
+                                                             const std::string& name) {
+  LOOM_ASSIGN_OR_RETURN(int64_t devices, flags.GetInt("--devices", -1, 1, 4096));
+  if (devices < 0) return absl::InvalidArgumentError("missing --devices D");
+  LOOM_ASSIGN_OR_RETURN(int64_t microbatches, flags.GetInt("--microbatches", -1, 1, 1 << 20));
+  if (microbatches < 0) return absl::InvalidArgumentError("missing --microbatches N");
+  LOOM_ASSIGN_OR_RETURN(int64_t chunks, flags.GetInt("--chunks", 2, 1, 64));
+  const bool split = name == "zb_h1" || name == "zb_h2" || name == "zb_v" || name == "dualpipe";
+  LOOM_ASSIGN_OR_RETURN(schedule::StageCosts costs,
+                        StageCostsFromFlags(flags, split ? "1,1,1,0" : "1,1"));
+  const int p = static_cast<int>(devices);
+  schedule::LoadedSchedule loaded;
+  if (name == "chimera" || name == "dualpipe") {
+    LOOM_ASSIGN_OR_RETURN(loaded.model, schedule::MakeBidirectionalStageModel(p, costs));
+  } else if (name == "zb_v") {
+    LOOM_ASSIGN_OR_RETURN(loaded.model, schedule::MakeStageModel(p, 2 * p, "v", costs));
+  } else if (name == "interleaved_1f1b") {
+    LOOM_ASSIGN_OR_RETURN(loaded.model,
+                          schedule::MakeStageModel(p, p * static_cast<int>(chunks), "loop", costs));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(loaded.model, schedule::MakeStageModel(p, p, "loop", costs));
+  }
+  LOOM_ASSIGN_OR_RETURN(loaded.schedule, schedule::MakePredefinedSchedule(
+                                             name, loaded.model, static_cast<int>(microbatches)));
+  return loaded;
+}
+
+// The schedule the flags name: a schedule file (JSON, or a torch CSV by its
+// extension) or a predefined schedule.
+absl::StatusOr<schedule::LoadedSchedule> ScheduleFromFlags(const FlagSet& flags) {
+  auto file = flags.Positional();
+  auto name = flags.GetString("--schedule");
+  if (file.has_value() == name.has_value()) {
+    return absl::InvalidArgumentError("give a schedule file or --schedule NAME (one of them)");
+  }
+  if (name.has_value()) return PredefinedFromFlags(flags, *name);
+  const bool csv = file->size() >= 4 && file->substr(file->size() - 4) == ".csv";
+  if (!csv) return schedule::LoadScheduleFile(*file);
+  LOOM_ASSIGN_OR_RETURN(std::string text, ir::ReadTextFile(*file));
+  schedule::TorchImportOptions options;
+  LOOM_ASSIGN_OR_RETURN(options.costs, StageCostsFromFlags(flags, "1,1,1,0"));
+  options.comm_steps = flags.GetBool("--comm-steps");
+  return schedule::ScheduleFromTorchCsv(text, *file, options);
+}
+
+void PrintSimulation(const std::string& what, const schedule::BlockModel& m,
+                     const schedule::Schedule& schedule, const schedule::SimResult& sim,
+                     std::ostream& out) {
+  out << "schedule:     " << what << ", " << m.name << " on " << m.num_devices << " devices, "
+      << schedule.microbatches << " micro-batches\n";
+  out << "valid:        " << (sim.valid ? "yes" : "no: " + sim.violation) << "\n";
+  if (sim.start.empty()) return;
+  std::vector<std::string> per_device;
+  for (double b : sim.bubble) per_device.push_back(Percent(b));
+  out << "makespan:     " << sim.makespan << "\n";
+  out << "bubble:       " << Percent(sim.bubble_ratio) << " (per device "
+      << absl::StrJoin(per_device, " ") << ")\n";
+  out << "peak memory:  " << Slashed(sim.peak_memory) << " (cap " << CapText(m) << ")\n";
+}
+
+}  // namespace
 
 int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("simulate",
                 "Times a schedule as soon as possible with its device orders (or at its own\n"
                 "times), checks every rule (completeness, deadlock, overlap, dependencies,\n"
-                "memory) and prints its makespan, bubble and peak memory. Exit 0 when valid,\n"
-                "1 when a rule is broken (the first one is named), 2 on bad input.");
-  flags.AddPositional("SCHEDULE", "a schedule file (JSON, as 'loom search -o' writes)");
+                "memory) and prints its makespan, bubble and peak memory; writes its Gantt\n"
+                "chart and trace. Exit 0 when valid, 1 when a rule is broken (the first one\n"
+                "is named), 2 on bad input.");
+  flags.AddPositional("SCHEDULE",
+                      "a schedule file: JSON as 'loom search -o' writes, or a\n"
+                      "                               torch.distributed.pipelining CSV (*.csv)");
+  flags.AddString("--schedule", "NAME",
+                  absl::StrCat("a predefined schedule instead: ",
+                               absl::StrJoin(schedule::PredefinedScheduleNames(), ", ")));
+  flags.AddString("--devices", "P", "pipeline devices of the predefined schedule");
+  flags.AddString("--microbatches", "N",
+                  "micro-batches of the predefined schedule (pairs for chimera, dualpipe)");
+  flags.AddString("--chunks", "V", "model chunks per device for interleaved_1f1b (default 2)");
+  AddStageFlags(flags);
+  flags.AddBool("--comm-steps", "CSV input: count sends and receives as steps, as torch's "
+                                "simulator does");
   flags.AddString("--memory", "M", "memory cap of every device (replaces the schedule's caps)");
   flags.AddBool("--json", "print the figures as JSON");
+  AddOutputFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
   auto fail = [&](const absl::Status& s) { return Fail(err, "simulate", s); };
-  auto file = flags.Positional();
-  if (!file.has_value()) return fail(absl::InvalidArgumentError("missing the schedule file"));
-  auto loaded = schedule::LoadScheduleFile(*file);
+  auto loaded = ScheduleFromFlags(flags);
   if (!loaded.ok()) return fail(loaded.status());
   if (flags.Has("--memory")) {
     auto cap = flags.GetInt("--memory", 0, 0, int64_t{1} << 50);
@@ -224,7 +351,8 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   auto sim = schedule::Simulate(loaded->model, loaded->schedule);
   if (!sim.ok()) return fail(sim.status());
-  if (flags.GetBool("--json")) {
+  const bool json = flags.GetBool("--json");
+  if (json) {
     ir::OrderedJson j;
     j["valid"] = sim->valid;
     if (!sim->valid) j["violation"] = sim->violation;
@@ -234,20 +362,12 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
     j["peak_memory"] = sim->peak_memory;
     out << ir::DumpJson(j) << "\n";
   } else {
-    const schedule::BlockModel& m = loaded->model;
-    out << "schedule:     " << (loaded->schedule.name.empty() ? *file : loaded->schedule.name)
-        << ", " << m.name << " on " << m.num_devices << " devices, "
-        << loaded->schedule.microbatches << " micro-batches\n";
-    out << "valid:        " << (sim->valid ? "yes" : "no: " + sim->violation) << "\n";
-    if (!sim->start.empty()) {
-      std::vector<std::string> per_device;
-      for (double b : sim->bubble) per_device.push_back(Percent(b));
-      out << "makespan:     " << sim->makespan << "\n";
-      out << "bubble:       " << Percent(sim->bubble_ratio) << " (per device "
-          << absl::StrJoin(per_device, " ") << ")\n";
-      out << "peak memory:  " << Slashed(sim->peak_memory) << " (cap " << CapText(m) << ")\n";
-    }
+    std::string what = loaded->schedule.name;
+    if (what.empty()) what = flags.Positional().value_or("schedule");
+    PrintSimulation(what, loaded->model, loaded->schedule, *sim, out);
   }
+  absl::Status written = WriteOutputs(flags, loaded->model, loaded->schedule, *sim, json, out);
+  if (!written.ok()) return fail(written);
   return sim->valid ? kExitOk : kExitFailure;
 }
 

@@ -109,11 +109,46 @@ TEST(ScheduleCliTest, InvalidBlockModelsExitTwo) {
 // A stage model from flags: Zero Bubble's costs reach the period F + B + W.
 TEST(ScheduleCliTest, SearchStageModel) {
   Result r = RunCli({"search", "--stages", "8", "--devices", "4", "--costs", "1,1,1,0",
-                  "--memory", "8", "--microbatches", "16", "--json"});
+                  "--memory", "16", "--microbatches", "16", "--json"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   const ir::Json j = ir::Json::parse(r.out);
   EXPECT_EQ(j["period"], 6);  // two stages per device
   EXPECT_EQ(j["optimal"], true);
+}
+
+// A predefined schedule simulates, writes the Gantt chart, the trace and a torch
+// CSV, and the CSV simulates back to the same makespan.
+TEST(ScheduleCliTest, SimulatePredefinedWritesPicturesAndCsv) {
+  const std::string dir = ::testing::TempDir();
+  Result r = RunCli({"simulate", "--schedule", "1f1b", "--devices", "4", "--microbatches", "8",
+                     "--gantt", dir + "1f1b.svg", "--trace", dir + "1f1b.trace.json", "--csv",
+                     dir + "1f1b.csv"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  // (m + p - 1)(F + B) = 11 * 2.
+  EXPECT_TRUE(absl::StrContains(r.out, "makespan:     22")) << r.out;
+  auto svg = ir::ReadTextFile(dir + "1f1b.svg");
+  ASSERT_TRUE(svg.ok());
+  EXPECT_TRUE(absl::StartsWith(*svg, "<svg") || absl::StrContains(*svg, "<svg ")) << svg->substr(0, 80);
+  auto trace = ir::ReadTextFile(dir + "1f1b.trace.json");
+  ASSERT_TRUE(trace.ok());
+  EXPECT_TRUE(ir::Json::parse(*trace).contains("traceEvents"));
+  Result back = RunCli({"simulate", dir + "1f1b.csv", "--costs", "1,1"});
+  ASSERT_EQ(back.code, kExitOk) << back.err;
+  EXPECT_TRUE(absl::StrContains(back.out, "makespan:     22")) << back.out;
+  Result bad = RunCli({"simulate", "--schedule", "zb_h9", "--devices", "4", "--microbatches", "8"});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_EQ(Lines(bad.err), 1) << bad.err;
+}
+
+// A deadlocking torch CSV is reported with exit 1 and the cycle.
+TEST(ScheduleCliTest, SimulateReportsDeadlock) {
+  // Rank 0 waits for micro-batch 0's backward before sending micro-batch 1's
+  // forward, which rank 1 wants first.
+  const std::string path = WriteTemp("deadlock.csv",
+                                     "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
+  Result r = RunCli({"simulate", path, "--costs", "1,1"});
+  EXPECT_EQ(r.code, kExitFailure) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "valid:        no: deadlock on devices 0, 1")) << r.out;
 }
 
 }  // namespace
