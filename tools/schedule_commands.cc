@@ -180,7 +180,7 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
   out << "peak memory:  " << Slashed(r.sim.peak_memory) << "\n";
   out << "repetend:     " << r.in_flight << " micro-batches in flight, latency " << r.latency
       << "\n";
-  out << absl::StrFormat("search time:  %.4f s (%d nodes)\n", r.seconds, r.nodes);
+  out << absl::StrFormat("search time:  %.2f ms (%d nodes)\n", r.seconds * 1e3, r.nodes);
   out << "valid:        " << (r.sim.valid ? "yes" : "no: " + r.sim.violation) << "\n";
 }
 
