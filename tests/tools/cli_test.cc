@@ -10,34 +10,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "tests/tools/cli_test_util.h"
 
 namespace loom::tools {
 namespace {
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result RunCli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int code = RunLoom(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-// Error output is exactly one line.
-int Lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
-
-std::string WriteTemp(const std::string& name, const std::string& content) {
-  std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << content;
-  return path;
-}
+using testing::Lines;
+using testing::Result;
+using testing::RunCli;
+using testing::WriteTemp;
 
 // `loom models` lists every model of the zoo.
 TEST(CliTest, ModelsListsTheZoo) {

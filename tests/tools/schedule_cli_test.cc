@@ -5,35 +5,17 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tests/tools/cli_test_util.h"
 #include "ir/json_util.h"
 #include "tools/cli.h"
 
 namespace loom::tools {
 namespace {
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result RunCli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int code = RunLoom(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-int Lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
-
-std::string WriteTemp(const std::string& name, const std::string& content) {
-  std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << content;
-  return path;
-}
+using testing::Lines;
+using testing::Result;
+using testing::RunCli;
+using testing::WriteTemp;
 
 // `loom search` prints the table of the example and writes a schedule that
 // `loom simulate` accepts with the same makespan.
