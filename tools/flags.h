@@ -34,6 +34,8 @@ class FlagSet {
   absl::Status Parse(const std::vector<std::string>& args);
 
   bool Has(absl::string_view name) const;
+  // Forgets a parsed flag (as if it had not been given).
+  void Erase(absl::string_view name) { values_.erase(std::string(name)); }
   bool GetBool(absl::string_view name) const { return Has(name); }
   std::optional<std::string> GetString(absl::string_view name) const;
   // A present flag must hold an integer within [min, max]; absent gives `fallback`.

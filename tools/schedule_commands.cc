@@ -1,6 +1,7 @@
 #include "tools/schedule_commands.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -9,10 +10,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "ir/autodiff.h"
 #include "ir/json_util.h"
+#include "ir/plan_json.h"
+#include "models/models.h"
 #include "ir/status_macros.h"
 #include "schedule/block_model.h"
 #include "schedule/placements.h"
+#include "schedule/plan_blocks.h"
 #include "schedule/predefined.h"
 #include "schedule/render.h"
 #include "schedule/schedule.h"
@@ -115,6 +120,34 @@ absl::Status WriteOutputs(const FlagSet& flags, const schedule::BlockModel& mode
   return absl::OkStatus();
 }
 
+// The logical training step a plan was made from, rebuilt from the same model flags
+// `loom plan` took (batch defaults to the plan's data-parallel size, micro-batches to
+// its own count).
+absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan) {
+  auto name = flags.GetString("--model");
+  if (!name.has_value()) {
+    return absl::InvalidArgumentError("--plan needs the --model (and size flags) it was made from");
+  }
+  models::ModelOptions options;
+  options.tiny = flags.GetBool("--tiny");
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, 100000));
+  options.layers = static_cast<int>(layers);
+  LOOM_ASSIGN_OR_RETURN(options.batch,
+                        flags.GetInt("--batch", plan.mesh.AxisSize("dp"), 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(options.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(*name, options));
+  ir::TrainingOptions training;
+  int64_t planned = 1;
+  if (plan.factoring.has_value()) {
+    planned = plan.factoring->microbatches;
+  } else {
+    for (const ir::Task& t : plan.tasks) planned = std::max<int64_t>(planned, t.info.microbatch + 1);
+  }
+  LOOM_ASSIGN_OR_RETURN(int64_t microbatches, flags.GetInt("--microbatches", planned, 1, 4096));
+  training.microbatches = static_cast<int>(microbatches);
+  return ir::BuildTrainingStep(forward, training);
+}
+
 void AddModelSourceFlags(FlagSet& flags) {
   flags.AddString("--placement", "NAME",
                   absl::StrCat("a preset placement: ",
@@ -125,14 +158,25 @@ void AddModelSourceFlags(FlagSet& flags) {
   flags.AddString("--stages", "S", "a pipeline stage model with S stages on --devices devices");
   flags.AddString("--layout", "L", "stage placement: loop (default; stage s on device s % D) or v");
   AddStageFlags(flags);
-  flags.AddString("--memory", "M", "memory cap of every device (replaces the model's caps)");
+  flags.AddString("--memory", "M", "memory cap of every device (replaces the model's caps; "
+                                   "MiB with --plan)");
+  flags.AddString("--plan", "FILE",
+                  "blocks from a distributed plan (one per pipeline stage and phase); -o then "
+                  "writes the plan with every device's order");
+  flags.AddString("--model", "NAME", "with --plan: the model the plan was made from");
+  flags.AddBool("--tiny", "with --plan: the model at tiny size");
+  flags.AddString("--layers", "N", "with --plan: the model's layer count");
+  flags.AddString("--batch", "B", "with --plan: sequences per micro-batch (default: dp)");
+  flags.AddString("--seq", "S", "with --plan: tokens per sequence");
 }
 
 // The block model the flags name: a placement, a stage model or a JSON file.
 absl::StatusOr<schedule::BlockModel> ModelFromFlags(const FlagSet& flags) {
-  const int sources = flags.Has("--placement") + flags.Has("--blocks") + flags.Has("--stages");
+  const int sources = flags.Has("--placement") + flags.Has("--blocks") + flags.Has("--stages") +
+                      flags.Has("--plan");
   if (sources != 1) {
-    return absl::InvalidArgumentError("give exactly one of --placement, --stages or --blocks");
+    return absl::InvalidArgumentError(
+        "give exactly one of --placement, --stages, --blocks or --plan");
   }
   schedule::BlockModel model;
   if (auto file = flags.GetString("--blocks")) {
@@ -220,10 +264,38 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   AddOutputFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
   auto fail = [&](const absl::Status& s) { return Fail(err, "search", s); };
-  auto model = ModelFromFlags(flags);
+  // With --plan, the blocks come from the plan and the order goes back into it.
+  std::optional<ir::Plan> plan;
+  std::optional<ir::Graph> spec;
+  std::optional<schedule::PlanBlocks> plan_blocks;
+  absl::StatusOr<schedule::BlockModel> model = absl::UnknownError("no model");
+  if (auto path = flags.GetString("--plan")) {
+    if (flags.Has("--placement") || flags.Has("--blocks") || flags.Has("--stages")) {
+      return fail(absl::InvalidArgumentError(
+          "give exactly one of --placement, --stages, --blocks or --plan"));
+    }
+    auto loaded = ir::LoadPlanFile(*path);
+    if (!loaded.ok()) return fail(loaded.status());
+    plan = *std::move(loaded);
+    auto built = SpecForPlan(flags, *plan);
+    if (!built.ok()) return fail(built.status());
+    spec = *std::move(built);
+    auto blocks = schedule::BlocksFromPlan(*spec, *plan);
+    if (!blocks.ok()) return fail(blocks.status());
+    plan_blocks = *std::move(blocks);
+    schedule::BlockModel m = plan_blocks->model;
+    if (flags.Has("--memory")) {
+      auto cap = flags.GetInt("--memory", 0, 0, int64_t{1} << 50);
+      if (!cap.ok()) return fail(cap.status());
+      m.SetUniformCap(*cap);
+    }
+    model = std::move(m);
+  } else {
+    model = ModelFromFlags(flags);
+  }
   if (!model.ok()) return fail(model.status());
   schedule::SearchOptions options;
-  auto microbatches = flags.GetInt("--microbatches", 1, 1, 1 << 20);
+  auto microbatches = flags.GetInt("--microbatches", plan_blocks.has_value() ? plan_blocks->microbatches : 1, 1, 1 << 20);
   if (!microbatches.ok()) return fail(microbatches.status());
   options.microbatches = static_cast<int>(*microbatches);
   auto seconds = flags.GetDouble("--time-limit", 0, 0, 1e6);
@@ -247,7 +319,23 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   } else {
     PrintSearch(*model, *result, options.microbatches, out);
   }
-  absl::Status written = WriteOutputs(flags, *model, result->schedule, result->sim, json, out);
+  if (plan.has_value()) {
+    if (options.microbatches != plan_blocks->microbatches) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--microbatches ", options.microbatches, " differs from the plan's ",
+          plan_blocks->microbatches)));
+    }
+    if (auto path = flags.GetString("--output")) {
+      auto ordered = schedule::ApplySchedule(*spec, *plan, *plan_blocks, result->schedule);
+      if (!ordered.ok()) return fail(ordered.status());
+      absl::Status saved = ir::SavePlanFile(*ordered, *path);
+      if (!saved.ok()) return fail(saved);
+      if (!json) out << "wrote " << *path << " (the plan with every device's order)\n";
+    }
+  }
+  FlagSet outputs = flags;
+  if (plan.has_value()) outputs.Erase("--output");  // the plan, written above
+  absl::Status written = WriteOutputs(outputs, *model, result->schedule, result->sim, json, out);
   if (!written.ok()) return fail(written);
   return kExitOk;
 }

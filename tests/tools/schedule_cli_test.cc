@@ -133,5 +133,28 @@ TEST(ScheduleCliTest, SimulateReportsDeadlock) {
   EXPECT_TRUE(absl::StrContains(r.out, "valid:        no: deadlock on devices 0, 1")) << r.out;
 }
 
+// Blocks derived from a plan are searched and the order is written back into the
+// plan, which then reads back with one program per device.
+TEST(ScheduleCliTest, SearchPlanWritesTheOrderIntoThePlan) {
+  const std::string dir = ::testing::TempDir();
+  Result p = RunCli({"plan", "--model", "llama3-8b", "--tiny", "--layers", "4", "--pp", "2",
+                     "--tp", "2", "--microbatches", "4", "--explicit", "-o", dir + "p.json"});
+  ASSERT_EQ(p.code, kExitOk) << p.err;
+  Result r = RunCli({"search", "--plan", dir + "p.json", "--model", "llama3-8b", "--tiny",
+                     "--layers", "4", "-o", dir + "p.ordered.json"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "4 blocks on 2 devices, 4 micro-batches")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "(the plan with every device's order)")) << r.out;
+  auto text = ir::ReadTextFile(dir + "p.ordered.json");
+  ASSERT_TRUE(text.ok());
+  const ir::Json j = ir::Json::parse(*text);
+  ASSERT_TRUE(j.contains("order"));
+  EXPECT_EQ(j["order"].size(), 4u);  // pp2 x tp2 devices
+  // Without the model it came from, the plan cannot be read.
+  Result missing = RunCli({"search", "--plan", dir + "p.json"});
+  EXPECT_EQ(missing.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(missing.err, "--plan needs the --model")) << missing.err;
+}
+
 }  // namespace
 }  // namespace loom::tools
