@@ -33,7 +33,8 @@ struct Budget {
 
 int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-// Depth-first branch and bound over block offsets at one period.
+// Depth-first search over block offsets at one period, pruned by column capacity
+// and a memory lower bound.
 class ModuloSearch {
  public:
   enum class Outcome { kFound, kExhausted, kStopped };
