@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "exec/plan_interpreter.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tiny_step.h"
 #include "ir/autodiff.h"
 #include "ir/plan.h"
 #include "models/models.h"
@@ -21,21 +22,7 @@
 namespace loom::schedule {
 namespace {
 
-// The training step of a tiny model.
-ir::Graph TinyStep(const std::string& model, int microbatches, int layers, int64_t batch = 2) {
-  models::ModelOptions options;
-  options.tiny = true;
-  options.layers = layers;
-  options.batch = batch;
-  options.dtype = ir::DType::kF64;
-  auto forward = models::BuildForward(model, options);
-  EXPECT_TRUE(forward.ok()) << forward.status();
-  ir::TrainingOptions training;
-  training.microbatches = microbatches;
-  auto step = ir::BuildTrainingStep(*forward, training);
-  EXPECT_TRUE(step.ok()) << step.status();
-  return *std::move(step);
-}
+using ::loom::testing::TinyStep;
 
 transform::Strategy Make(int dp, int tp, int pp, int mb, int vpp = 1, bool recompute = false) {
   transform::Strategy s;

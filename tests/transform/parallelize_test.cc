@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "exec/plan_interpreter.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tiny_step.h"
 #include "ir/autodiff.h"
 #include "ir/plan.h"
 #include "models/models.h"
@@ -16,21 +17,7 @@
 namespace loom::transform {
 namespace {
 
-// The training step of a tiny model with `microbatches` micro-batches.
-ir::Graph TinyStep(const std::string& model, int microbatches, int layers = 0, int64_t batch = 0) {
-  models::ModelOptions options;
-  options.tiny = true;
-  options.layers = layers;
-  options.batch = batch;
-  options.dtype = ir::DType::kF64;
-  auto forward = models::BuildForward(model, options);
-  EXPECT_TRUE(forward.ok()) << forward.status();
-  ir::TrainingOptions training;
-  training.microbatches = microbatches;
-  auto step = ir::BuildTrainingStep(*forward, training);
-  EXPECT_TRUE(step.ok()) << step.status();
-  return *std::move(step);
-}
+using ::loom::testing::TinyStep;
 
 struct Case {
   std::string name;
