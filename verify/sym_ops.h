@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "ir/attributes.h"
+#include "ir/graph.h"
 #include "ir/op_kind.h"
 #include "ir/shape.h"
 #include "smt/term.h"
