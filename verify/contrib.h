@@ -1,0 +1,79 @@
+#ifndef LOOM_VERIFY_CONTRIB_H_
+#define LOOM_VERIFY_CONTRIB_H_
+
+// Contributions: what a plan value holds relative to the box of its logical
+// tensor (see verify/derive.h), interned so that equal contributions share an id,
+// and the exact arithmetic of summing them.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+#include "ir/plan.h"
+#include "verify/derive.h"
+
+namespace loom::verify {
+
+using ContribId = int32_t;
+inline constexpr ContribId kFullContrib = 0;
+inline constexpr ContribId kZeroContrib = 1;
+inline constexpr ContribId kBadContrib = 2;  // not derivable; failure already recorded
+
+struct Contrib {
+  enum Kind { kFull, kZero, kBad, kRed, kLin };
+  Kind kind = kBad;
+  int family = -1;              // kRed: the reduction
+  std::vector<ir::Box> chunks;  // kRed: disjoint boxes of its index space, sorted
+  std::vector<int> additive;    // kRed: copies of each additive input included
+  int desc = -1;                // kLin: the linear op piece
+  std::vector<ContribId> parts; // kLin: contribution at each linear position
+};
+
+// A reduction: op output `key` summed (or maxed) over the index space of `labels`.
+struct Family {
+  std::string key;
+  std::vector<std::string> labels;
+  std::vector<int64_t> extents;
+  ir::ReduceOp reduce = ir::ReduceOp::kSum;
+  int num_additive = 0;
+  std::string what;  // "linear -> 'h1'"
+};
+
+class ContribStore {
+ public:
+  ContribStore();
+
+  int InternFamily(Family family);
+  int InternDesc(const std::string& key, const std::string& what);
+  ContribId Red(int family, std::vector<ir::Box> chunks, std::vector<int> additive);
+  ContribId Lin(int desc, std::vector<ContribId> parts);
+
+  const Contrib& get(ContribId id) const { return contribs_[id]; }
+  const Family& family(int id) const { return families_[id]; }
+  std::string Describe(ContribId id) const;
+
+  struct SumResult {
+    bool ok = true;
+    ContribId id = kBadContrib;
+    FailureClass cls = FailureClass::kComputationDiffers;
+    std::string message;  // on failure: "adds 2 copies of the complete value"
+  };
+  // The contribution of the sum (or maximum) of values holding `ids` over one box.
+  SumResult Sum(absl::Span<const ContribId> ids, ir::ReduceOp reduce);
+
+ private:
+  ContribId Intern(Contrib c);
+
+  std::vector<Contrib> contribs_;
+  absl::flat_hash_map<std::string, ContribId> contrib_ids_;
+  std::vector<Family> families_;
+  absl::flat_hash_map<std::string, int> family_ids_;
+  std::vector<std::string> descs_;  // what
+  absl::flat_hash_map<std::string, int> desc_ids_;
+};
+
+}  // namespace loom::verify
+
+#endif  // LOOM_VERIFY_CONTRIB_H_

@@ -1,0 +1,117 @@
+#ifndef LOOM_VERIFY_DERIVE_H_
+#define LOOM_VERIFY_DERIVE_H_
+
+// Lineage derivation: what each plan value holds, derived from what produced it.
+//
+// A plan value claims to hold a piece of a logical tensor (ir::SubTensor). The
+// derivation never trusts a claim: it starts from the plan's inputs (parameter,
+// optimizer-state and data shards, whose claims define what the loader puts
+// there) and walks the plan in data-flow order. For every task and collective it
+// computes what the outputs hold from what the inputs hold and the item's
+// semantics, and compares that with the outputs' claims. What a value holds is a
+// *contribution* to its logical tensor over its box:
+//   full      the box of the tensor itself;
+//   zero      zeros (a share that contributes nothing);
+//   reduced   a chunk of a reduction: op o computed over part of a reduction index
+//             space (a split contracted dim), plus the op's additive inputs (a
+//             bias) where this piece includes them; chunks of one reduction that
+//             tile its index space sum (or max) to the full value;
+//   linear    op o applied to partial inputs at positions where o is linear
+//             (add, accumulate, scale, a matmul operand, ...): pieces whose
+//             inputs at each position sum to the full input sum to o's output.
+// Sums (all-reduce, reduce-scatter, local accumulation) are exact set arithmetic
+// on chunks: a gap is a missing piece, an overlap a doubled piece, chunks of two
+// different reductions a wrong group. Each compute task must be a correct piece
+// of its logical op: same kind, operands in order, boxes consistent with the op's
+// partition signature, attributes equal to the op's piece attributes; that the op
+// kind's pieces compose is a law proved separately per kind and split pattern
+// (verify/laws.h), collected here as LawUse records.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ir/attributes.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+
+namespace loom::verify {
+
+// X(enumerator, name, plain words)
+#define LOOM_FAILURE_CLASS_LIST(X)                                                   \
+  X(kMissingReduction, "missing_reduction", "missing reduction")                    \
+  X(kScaled, "scaled", "scaled by a constant factor")                               \
+  X(kWrongShard, "wrong_shard", "wrong shard or wrong offset")                      \
+  X(kWrongGroup, "wrong_group", "wrong group or peer")                              \
+  X(kSwappedOperands, "swapped_operands", "swapped operands")                       \
+  X(kMissingPiece, "missing_piece", "missing piece")                                \
+  X(kDoubledPiece, "doubled_piece", "doubled piece")                                \
+  X(kComputationDiffers, "computation_differs", "computation differs")              \
+  X(kWrongClaim, "wrong_claim", "lineage claim contradicts the data flow")          \
+  X(kDeadlock, "deadlock", "schedule can deadlock")                                 \
+  X(kScheduleOrder, "schedule_order", "schedule order is unsafe")                   \
+  X(kMemory, "memory", "memory above capacity")
+
+enum class FailureClass {
+#define LOOM_FAILURE_ENUM_(e, name, words) e,
+  LOOM_FAILURE_CLASS_LIST(LOOM_FAILURE_ENUM_)
+#undef LOOM_FAILURE_ENUM_
+};
+std::string FailureClassName(FailureClass c);   // "missing_reduction"
+std::string FailureClassWords(FailureClass c);  // "missing reduction"
+
+// One place where the plan does not compute what the spec computes.
+struct Failure {
+  FailureClass cls = FailureClass::kComputationDiffers;
+  std::string item;       // "task 12 'linear'" / "collective 3 all_reduce"
+  std::vector<int64_t> devices;
+  int microbatch = -1;
+  std::string tensor;     // logical tensor
+  std::string box;        // "[0:2,0:8]"
+  std::string part;       // the claimed value part
+  std::string first_op;   // logical op where the values first diverge
+  std::string message;    // one line
+  std::string counterexample;  // small concrete values, when there is one
+  int64_t position = 0;   // data-flow position, for ordering
+};
+
+// Something the derivation could not decide (never a proof either way).
+struct Undecided {
+  std::string item;
+  std::string reason;
+};
+
+// A compute task's use of its op kind's partition law: the logical op's
+// attributes and input types and, per signature label, the interval the piece
+// covers and the label's extent.
+struct LawUse {
+  ir::OpKind kind = ir::OpKind::kAdd;
+  ir::OpId op = ir::kNoId;          // first spec op seen with this law
+  std::vector<ir::TensorType> inputs;
+  ir::AttrMap attrs;
+  std::vector<std::string> labels;  // sorted label names
+  std::vector<ir::Interval> intervals;
+  std::vector<int64_t> extents;
+  std::vector<int> partial_inputs;  // positions holding partial sums
+  std::string key;                  // canonical key (kind, attrs, types, pattern)
+};
+
+struct Derivation {
+  std::vector<Failure> failures;    // in data-flow order
+  std::vector<Undecided> undecided;
+  std::vector<LawUse> laws;         // distinct by key
+  int64_t items = 0;                // tasks and collectives derived
+  int64_t values = 0;
+};
+
+// Derives every value of an explicit plan (expand a factored plan first) and
+// checks coverage of the spec's outputs: the values listed in plan.outputs must
+// hold, for every output tensor of `spec`, boxes that tile it exactly with full
+// values. Errors only for plans ValidatePlan rejects; everything about lineage is
+// a Failure or an Undecided.
+absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan);
+
+}  // namespace loom::verify
+
+#endif  // LOOM_VERIFY_DERIVE_H_
