@@ -242,18 +242,8 @@ void Deriver::SetOutput(ValueId v, Fact derived, const std::string& item, int mi
     facts_[v] = FromClaim(v);
     return;
   }
-  if (!claim.part.IsFull() && !claim.part.IsEmpty() &&
-      (c.kind == Contrib::kFull || c.kind == Contrib::kZero)) {
-    // A complete value labelled as one share: adding it to the other shares
-    // would count it again.
-    Fail(c.kind == Contrib::kFull ? FailureClass::kDoubledPiece : FailureClass::kWrongClaim,
-         item, devices, microbatch, v, first_op,
-         absl::StrCat("value ", v, " claims share ", claim.part.ToString(), " of '",
-                      name(claim.tensor), "' but holds ", contribs_.Describe(derived.contrib)));
-    facts_[v] = derived;
-    facts_[v].contrib = kBadContrib;
-    return;
-  }
+  // A share claim on a complete value or on zeros is a zero-split (one member
+  // keeps the value, the others hold zeros); sums check that it is counted once.
   facts_[v] = std::move(derived);
 }
 

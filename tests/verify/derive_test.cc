@@ -6,28 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ir/plan.h"
+#include "tests/testing/strategy_matrix.h"
 #include "tests/testing/tiny_step.h"
 #include "transform/parallelize.h"
 
 namespace loom::verify {
 namespace {
 
+using ::loom::testing::Make;
 using ::loom::testing::TinyStep;
-
-transform::Strategy Make(int dp, int tp, int pp, int mb, int vpp = 1, bool sp = false,
-                         int zero = 0, bool recompute = false, int ep = 1) {
-  transform::Strategy s;
-  s.dp = dp;
-  s.tp = tp;
-  s.pp = pp;
-  s.microbatches = mb;
-  s.vpp = vpp;
-  s.sp = sp;
-  s.zero = zero;
-  s.recompute = recompute;
-  s.ep = ep;
-  return s;
-}
 
 std::string Summary(const Derivation& d) {
   std::string s;
@@ -50,6 +37,18 @@ void ExpectClean(const std::string& model, const transform::Strategy& s, int lay
       << model << " " << s.ToString() << "\n" << Summary(*d).substr(0, 4000);
   EXPECT_GT(d->laws.size(), 0u);
 }
+
+class DeriveMatrixTest : public ::testing::TestWithParam<::loom::testing::Case> {};
+
+// Every plan of the transform's strategy matrix derives without a failure.
+TEST_P(DeriveMatrixTest, NoFalseAlarms) {
+  const auto& c = GetParam();
+  ExpectClean(c.model, c.strategy, c.layers, c.batch > 0 ? c.batch : 2 * c.strategy.dp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DeriveMatrixTest,
+                         ::testing::ValuesIn(::loom::testing::Matrix()),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(DeriveTest, SingleDevice) { ExpectClean("gpt2", Make(1, 1, 1, 1)); }
 TEST(DeriveTest, DataParallel) { ExpectClean("llama3-8b", Make(2, 1, 1, 2)); }
