@@ -1,0 +1,261 @@
+#include "verify/laws.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ir/op_schema.h"
+#include "smt/prove.h"
+#include "smt/term.h"
+#include "verify/sym_ops.h"
+
+namespace loom::verify {
+namespace {
+
+using ir::Box;
+using ir::Interval;
+
+SymTensor Variables(smt::Terms& terms, const ir::TensorType& type, const std::string& prefix) {
+  SymTensor t;
+  t.shape = type.shape;
+  t.dtype = type.dtype;
+  const int64_t n = type.shape.num_elements();
+  t.data.reserve(n);
+  for (int64_t i = 0; i < n; ++i) t.data.push_back(terms.Var(absl::StrCat(prefix, "_", i)));
+  return t;
+}
+
+// The elements of `t` inside `box`, row-major.
+SymTensor Slice(const SymTensor& t, const Box& box) {
+  SymTensor out;
+  std::vector<int64_t> dims;
+  for (const Interval& iv : box) dims.push_back(iv.size());
+  out.shape = ir::Shape(dims);
+  out.dtype = t.dtype;
+  const int rank = t.shape.rank();
+  const std::vector<int64_t> strides = t.shape.Strides();
+  const int64_t n = out.shape.num_elements();
+  out.data.reserve(n);
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t flat = 0;
+    for (int d = 0; d < rank; ++d) flat += (box[d].begin + idx[d]) * strides[d];
+    out.data.push_back(t.data[flat]);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+// The box of a tensor whose dims carry `labels`, for label intervals given as
+// fractions of their extents.
+bool BoxFor(const std::vector<std::string>& labels, const ir::Shape& shape,
+            const std::map<std::string, std::pair<Interval, int64_t>>& at, Box* box) {
+  box->clear();
+  for (size_t d = 0; d < labels.size(); ++d) {
+    const int64_t e = shape.dim(static_cast<int>(d));
+    auto it = at.find(labels[d]);
+    if (it == at.end()) {
+      box->push_back(Interval{0, e});
+      continue;
+    }
+    const auto& [iv, le] = it->second;
+    if ((iv.begin * e) % le != 0 || (iv.end * e) % le != 0) return false;
+    box->push_back(Interval{iv.begin * e / le, iv.end * e / le});
+  }
+  return true;
+}
+
+LawProof Unknown(std::string why) {
+  LawProof p;
+  p.verdict = smt::Verdict::kUnknown;
+  p.detail = std::move(why);
+  return p;
+}
+
+}  // namespace
+
+std::string LawCacheKey(const LawUse& law) {
+  return absl::StrCat("v", SemanticsVersion(law.kind), "|", law.key);
+}
+
+LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
+  const std::string kind = std::string(ir::OpKindName(law.kind));
+  if (!HasSymbolicSemantics(law.kind)) {
+    return Unknown(absl::StrCat("op '", kind, "' has no symbolic semantics"));
+  }
+  int64_t elements = 0;
+  for (const auto& t : law.inputs) elements += t.shape.num_elements();
+  if (elements > kMaxLawElements) {
+    return Unknown(absl::StrCat("op '", kind, "' on ", elements,
+                                " input elements is above the law size limit"));
+  }
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  auto sig = schema.signature(law.inputs, law.attrs);
+  auto out_types = ir::InferOutputTypes(law.kind, law.inputs, law.attrs);
+  if (!sig.ok() || !out_types.ok()) return Unknown("the op's signature or types do not build");
+
+  smt::Terms terms;
+  std::vector<SymTensor> whole_in;
+  for (size_t i = 0; i < law.inputs.size(); ++i) {
+    whole_in.push_back(Variables(terms, law.inputs[i], absl::StrCat("x", i)));
+  }
+  std::map<std::string, std::pair<Interval, int64_t>> at;
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    at[law.labels[k]] = {law.intervals[k], law.extents[k]};
+  }
+  // Split reduction labels, and which outputs sum over them.
+  std::vector<std::string> reduced;
+  bool is_max = false;
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    auto kind_it = sig->kinds.find(law.labels[k]);
+    if (kind_it == sig->kinds.end()) continue;
+    const bool red = kind_it->second == ir::DimKind::kReduction ||
+                     kind_it->second == ir::DimKind::kMaxReduction;
+    const bool full = law.intervals[k].begin == 0 && law.intervals[k].end == law.extents[k];
+    if (red && !full) {
+      reduced.push_back(law.labels[k]);
+      if (kind_it->second == ir::DimKind::kMaxReduction) is_max = true;
+    }
+  }
+  // Every sibling chunk assignment of the reduced labels (equal chunks).
+  std::vector<std::map<std::string, std::pair<Interval, int64_t>>> siblings = {at};
+  if (!reduced.empty()) {
+    siblings.clear();
+    std::vector<std::map<std::string, std::pair<Interval, int64_t>>> acc = {at};
+    for (const std::string& l : reduced) {
+      const auto [iv, e] = at[l];
+      if (iv.size() <= 0 || e % iv.size() != 0) return Unknown("uneven reduction chunks");
+      std::vector<std::map<std::string, std::pair<Interval, int64_t>>> next;
+      for (const auto& a : acc) {
+        for (int64_t b = 0; b < e; b += iv.size()) {
+          auto c = a;
+          c[l] = {Interval{b, b + iv.size()}, e};
+          next.push_back(std::move(c));
+        }
+      }
+      acc = std::move(next);
+    }
+    siblings = std::move(acc);
+  }
+  // Partial operands: split them into y + z.
+  std::vector<SymTensor> y_in = whole_in, z_in = whole_in;
+  for (int p : law.partial_inputs) {
+    y_in[p] = Variables(terms, law.inputs[p], absl::StrCat("y", p));
+    z_in[p] = Variables(terms, law.inputs[p], absl::StrCat("z", p));
+    for (size_t e = 0; e < whole_in[p].data.size(); ++e) {
+      whole_in[p].data[e] = terms.Add(y_in[p].data[e], z_in[p].data[e]);
+    }
+  }
+  std::vector<const SymTensor*> whole_ptrs;
+  for (const SymTensor& t : whole_in) whole_ptrs.push_back(&t);
+  auto whole = EvalSymbolic(terms, law.kind, whole_ptrs, law.attrs);
+  if (!whole.ok()) return Unknown(absl::StrCat("symbolic '", kind, "': ", whole.status().message()));
+
+  // Runs the piece for label intervals `pat` on inputs `src`; outputs and boxes.
+  auto run_piece = [&](const std::map<std::string, std::pair<Interval, int64_t>>& pat,
+                       const std::vector<SymTensor>& src, bool keep_additive,
+                       std::vector<SymTensor>* outs, std::vector<Box>* out_boxes) -> bool {
+    std::vector<Box> in_boxes(law.inputs.size());
+    std::vector<SymTensor> pieces;
+    for (size_t i = 0; i < law.inputs.size(); ++i) {
+      if (!BoxFor(sig->inputs[i], law.inputs[i].shape, pat, &in_boxes[i])) return false;
+      pieces.push_back(Slice(src[i], in_boxes[i]));
+      const bool additive = std::find(sig->additive_inputs.begin(), sig->additive_inputs.end(),
+                                      static_cast<int>(i)) != sig->additive_inputs.end();
+      if (additive && !keep_additive) {
+        for (auto& term : pieces.back().data) term = terms.Zero();
+      }
+    }
+    out_boxes->assign(out_types->size(), Box{});
+    for (size_t k = 0; k < out_types->size(); ++k) {
+      if (!BoxFor(sig->outputs[k], (*out_types)[k].shape, pat, &(*out_boxes)[k])) return false;
+    }
+    ir::AttrMap attrs = law.attrs;
+    if (schema.shard_attrs != nullptr) {
+      auto a = schema.shard_attrs(law.attrs, law.inputs, in_boxes, *out_types, *out_boxes);
+      if (!a.ok()) return false;
+      attrs = *std::move(a);
+    }
+    std::vector<const SymTensor*> ptrs;
+    for (const SymTensor& t : pieces) ptrs.push_back(&t);
+    auto r = EvalSymbolic(terms, law.kind, ptrs, attrs);
+    if (!r.ok()) return false;
+    *outs = *std::move(r);
+    return true;
+  };
+
+  std::vector<smt::Goal> goals;
+  std::vector<std::vector<SymTensor>> piece_outs;
+  std::vector<Box> boxes;
+  for (size_t s = 0; s < siblings.size(); ++s) {
+    std::vector<SymTensor> outs;
+    if (law.partial_inputs.empty()) {
+      if (!run_piece(siblings[s], whole_in, s == 0, &outs, &boxes)) {
+        return Unknown("a sibling piece has no valid attributes or shapes");
+      }
+    } else {
+      std::vector<SymTensor> oy, oz;
+      if (!run_piece(siblings[s], y_in, true, &oy, &boxes) ||
+          !run_piece(siblings[s], z_in, true, &oz, &boxes)) {
+        return Unknown("the piece has no valid attributes or shapes");
+      }
+      outs = oy;
+      for (size_t k = 0; k < outs.size(); ++k) {
+        for (size_t e = 0; e < outs[k].data.size(); ++e) {
+          outs[k].data[e] = terms.Add(oy[k].data[e], oz[k].data[e]);
+        }
+      }
+    }
+    piece_outs.push_back(std::move(outs));
+  }
+  for (size_t k = 0; k < out_types->size(); ++k) {
+    // Outputs that keep every reduced label as a dim are pieces of their own.
+    bool sums = false;
+    for (const std::string& l : reduced) {
+      const auto& ol = sig->outputs[k];
+      if (std::find(ol.begin(), ol.end(), l) == ol.end()) sums = true;
+    }
+    Box box;
+    if (!BoxFor(sig->outputs[k], (*out_types)[k].shape, at, &box)) return Unknown("output box");
+    const SymTensor expect = Slice((*whole)[k], box);
+    if (!sums) {
+      // The law's own piece (sibling 0 is `at` when nothing is reduced).
+      size_t self = 0;
+      for (size_t s = 0; s < siblings.size(); ++s) {
+        if (siblings[s] == at) self = s;
+      }
+      const SymTensor& got = piece_outs[self][k];
+      if (got.data.size() != expect.data.size()) return Unknown("piece shape differs");
+      for (size_t e = 0; e < got.data.size(); ++e) goals.push_back({got.data[e], expect.data[e]});
+      continue;
+    }
+    for (size_t e = 0; e < expect.data.size(); ++e) {
+      std::vector<smt::TermId> parts;
+      for (const auto& outs : piece_outs) {
+        if (outs[k].data.size() != expect.data.size()) return Unknown("piece shape differs");
+        parts.push_back(outs[k].data[e]);
+      }
+      goals.push_back({is_max ? terms.Max(parts) : terms.Sum(parts), expect.data[e]});
+    }
+  }
+  smt::SolverOptions options;
+  options.timeout_ms = timeout_ms;
+  smt::ProofResult r = smt::ProveEqual(terms, goals, options);
+  LawProof proof;
+  proof.verdict = r.verdict;
+  proof.solver_calls = r.solver_calls;
+  if (r.verdict == smt::Verdict::kInvalid) {
+    proof.detail = absl::StrCat("element ", r.failed_goal, ": pieces give ", r.lhs_value,
+                                ", the op gives ", r.rhs_value);
+  } else if (r.verdict == smt::Verdict::kUnknown) {
+    proof.detail = r.detail;
+  }
+  return proof;
+}
+
+}  // namespace loom::verify

@@ -1,0 +1,41 @@
+#ifndef LOOM_VERIFY_LAWS_H_
+#define LOOM_VERIFY_LAWS_H_
+
+// Partition laws: an op kind's pieces, as a plan uses them, compose to the op.
+//
+// For a LawUse (op kind, the logical op's attributes and input types, the piece's
+// interval per signature label, its partial operands) the law is proved with the
+// symbolic kernels (verify/sym_ops.h) over the reals:
+//  - spatial pieces: the piece, run on its input boxes with the piece attributes
+//    the op's schema gives, equals the op's output over its box;
+//  - split reductions: the pieces of every sibling chunk of the reduction (the
+//    additive inputs in the first chunk only) sum, or max, to the op's output;
+//  - partial operands: the op is additive in them: op(y + z) = op(y) + op(z) on the
+//    piece, for fresh y and z.
+// Equal canonical terms prove a goal at once; the rest goes to Z3.
+
+#include <string>
+
+#include "smt/solver.h"
+#include "verify/derive.h"
+
+namespace loom::verify {
+
+struct LawProof {
+  smt::Verdict verdict = smt::Verdict::kUnknown;
+  std::string detail;  // why not proved; a counterexample when refuted
+  int solver_calls = 0;
+};
+
+// Terms built for one law are bounded: a larger instance is undecided (the
+// reduced-shape instance of such ops is not built yet).
+inline constexpr int64_t kMaxLawElements = 1 << 16;
+
+LawProof ProveLaw(const LawUse& law, unsigned timeout_ms);
+
+// The law's cache key: its LawUse key and the symbolic semantics version of its kind.
+std::string LawCacheKey(const LawUse& law);
+
+}  // namespace loom::verify
+
+#endif  // LOOM_VERIFY_LAWS_H_
