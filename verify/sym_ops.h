@@ -48,6 +48,12 @@ bool HasSymbolicSemantics(ir::OpKind kind);
 // Bumped whenever a kind's symbolic kernel changes meaning; part of proof-cache keys.
 int SemanticsVersion(ir::OpKind kind);
 
+// Registers with `terms` the numeric meaning of the uninterpreted functions the
+// symbolic kernels use for discrete choices ("argmax": index of the first largest
+// argument; "topk_index": position j of a stable descending sort of the remaining
+// arguments), so that Terms::Evaluate can evaluate their outputs.
+void DefineSymbolicFunctions(smt::Terms& terms);
+
 // ---- registration (one function per op family, verify/sym_ops_<family>.cc)
 using SymKernelFn = absl::StatusOr<std::vector<SymTensor>> (*)(
     smt::Terms& terms, absl::Span<const SymTensor* const> in, const ir::AttrMap& attrs,

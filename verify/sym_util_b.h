@@ -1,0 +1,96 @@
+#ifndef LOOM_VERIFY_SYM_UTIL_B_H_
+#define LOOM_VERIFY_SYM_UTIL_B_H_
+
+// Helpers shared by the symbolic kernels of the reduce, loss, attention, MoE, norm
+// and optimizer families (verify/sym_ops_<family>.cc): output allocation, row
+// access, the softmax and log-sum-exp formulas of the reference kernels, and
+// lookups by integer-valued terms.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "ir/attributes.h"
+#include "ir/op_kind.h"
+#include "ir/shape.h"
+#include "smt/term.h"
+#include "verify/sym_ops.h"
+
+namespace loom::verify::internal {
+
+// Uninterpreted functions whose numeric meaning DefineSymbolicFunctions registers.
+// argmax(x_0, ..., x_{n-1}): the index of the first largest argument.
+inline constexpr absl::string_view kArgMaxFn = "argmax";
+// topk_index(j, s_0, ..., s_{n-1}): the index at position j when the indices are
+// sorted by descending s, ties keeping the lower index first (a stable sort).
+inline constexpr absl::string_view kTopKIndexFn = "topk_index";
+
+// `status` with its message prefixed by "op '<kind>': ".
+absl::Status WithOpName(ir::OpKind kind, const absl::Status& status);
+
+// Wraps a kernel so that its errors name the op.
+template <ir::OpKind kKind, SymKernelFn kFn>
+absl::StatusOr<std::vector<SymTensor>> NamedKernel(smt::Terms& terms,
+                                                   absl::Span<const SymTensor* const> in,
+                                                   const ir::AttrMap& attrs,
+                                                   absl::Span<const ir::TensorType> out_types) {
+  absl::StatusOr<std::vector<SymTensor>> out = kFn(terms, in, attrs, out_types);
+  if (!out.ok()) return WithOpName(kKind, out.status());
+  return out;
+}
+
+// The registry entry of `kFn` for `kKind`, its errors naming the op.
+template <ir::OpKind kKind, SymKernelFn kFn>
+SymKernel MakeSymKernel(int version = 1) {
+  return SymKernel{kKind, &NamedKernel<kKind, kFn>, version};
+}
+
+// A tensor of `type` holding zeros.
+SymTensor ZerosLike(smt::Terms& terms, const ir::TensorType& type);
+// Zero tensors for every output type.
+std::vector<SymTensor> ZeroOutputs(smt::Terms& terms, absl::Span<const ir::TensorType> types);
+
+// Size of the last dim (1 for a scalar) and the number of rows of that length.
+int64_t LastDim(const ir::Shape& shape);
+int64_t NumRows(const ir::Shape& shape);
+
+// Terms [offset, offset + n) of `t`.
+std::vector<smt::TermId> Slice(const SymTensor& t, int64_t offset, int64_t n);
+
+// Applications of the transcendental functions of the reference kernels.
+smt::TermId Exp(smt::Terms& terms, smt::TermId x);
+smt::TermId Log(smt::Terms& terms, smt::TermId x);
+smt::TermId Sqrt(smt::Terms& terms, smt::TermId x);
+
+// min(a, b) written as -max(-a, -b).
+smt::TermId Min(smt::Terms& terms, smt::TermId a, smt::TermId b);
+
+// Mean of `row` (sum times 1/n); n > 0.
+smt::TermId Mean(smt::Terms& terms, absl::Span<const smt::TermId> row);
+
+// max(row) + log(sum_j exp(row_j - max(row))), as ir/ops/reduce_util.cc; n > 0.
+smt::TermId LogSumExp(smt::Terms& terms, absl::Span<const smt::TermId> row);
+// exp(row_j - max(row)) / sum_l exp(row_l - max(row)); n > 0.
+std::vector<smt::TermId> Softmax(smt::Terms& terms, absl::Span<const smt::TermId> row);
+
+// The entry of `values` that the integer-valued `index` selects, with entry v at
+// index v + offset: sum_v Indicator(index, v + offset) * values[v] (0 when `index`
+// names no entry).
+smt::TermId Select(smt::Terms& terms, smt::TermId index, absl::Span<const smt::TermId> values,
+                   int64_t offset = 0);
+
+// An integer attribute that must be 0 or 1.
+absl::StatusOr<bool> FlagAttr(const ir::AttrMap& attrs, absl::string_view name,
+                              int64_t default_value);
+
+// Numeric meanings of kArgMaxFn and kTopKIndexFn.
+double ArgMaxValue(absl::Span<const double> args);
+double TopKIndexValue(absl::Span<const double> args);
+
+}  // namespace loom::verify::internal
+
+#endif  // LOOM_VERIFY_SYM_UTIL_B_H_
