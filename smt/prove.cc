@@ -44,6 +44,9 @@ class Translator {
     return result;
   }
 
+  // Facts that hold for the real meanings of the functions met so far.
+  const z3::expr_vector& facts() const { return facts_; }
+
   // The real constants made for variables, by name.
   const absl::flat_hash_map<std::string, z3::expr>& variables() const { return variables_; }
 
@@ -91,6 +94,7 @@ class Translator {
         const std::string symbol = absl::StrCat(atom.name, "/", atom.args.size());
         z3::func_decl decl = ctx_.function(symbol.c_str(), domain, ctx_.real_sort());
         result = decl(args);
+        AddRangeFacts(atom, result);
         break;
       }
       case AtomKind::kInv:
@@ -113,8 +117,22 @@ class Translator {
     return result;
   }
 
+  // Ranges of the total built-in functions (unless redefined by the user):
+  // exp > 0, 0 < sigmoid < 1, -1 < tanh < 1, -1 < erf < 1.
+  void AddRangeFacts(const loom::smt::Atom& atom, const z3::expr& app) {
+    if (atom.args.size() != 1 || impl_.functions.contains(atom.name)) return;
+    if (atom.name == "exp") {
+      facts_.push_back(app > 0);
+    } else if (atom.name == "sigmoid") {
+      facts_.push_back(app > 0 && app < 1);
+    } else if (atom.name == "tanh" || atom.name == "erf") {
+      facts_.push_back(app > -1 && app < 1);
+    }
+  }
+
   z3::context& ctx_;
   const Terms::Impl& impl_;
+  z3::expr_vector facts_{ctx_};
   absl::flat_hash_map<TermId, z3::expr> terms_;
   absl::flat_hash_map<AtomId, z3::expr> atoms_;
   absl::flat_hash_map<std::string, z3::expr> variables_;
@@ -224,13 +242,14 @@ void ProveWithSolver(const Terms& terms, absl::Span<const Goal> all_goals,
   solver.set(params);
   Translator translator(ctx, terms.impl());
   std::vector<Goal> goals(all_goals.begin(), all_goals.end());
+  z3::expr_vector negated(ctx);
+  for (int i : open) {
+    negated.push_back(translator.Term(goals[i].lhs) != translator.Term(goals[i].rhs));
+  }
+  solver.add(translator.facts());
 
   if (open.size() > 1) {
     // All goals at once: one unsat answer proves them all.
-    z3::expr_vector negated(ctx);
-    for (int i : open) {
-      negated.push_back(translator.Term(goals[i].lhs) != translator.Term(goals[i].rhs));
-    }
     solver.push();
     solver.add(z3::mk_or(negated));
     const z3::check_result status = solver.check();
@@ -245,6 +264,15 @@ void ProveWithSolver(const Terms& terms, absl::Span<const Goal> all_goals,
     if (!CheckGoal(terms, goals, i, solver, translator, result)) return;
   }
   result.verdict = Verdict::kValid;
+}
+
+ProofResult Undecided(const std::vector<int>& open, std::string detail) {
+  ProofResult result;
+  result.verdict = Verdict::kUnknown;
+  result.failed_goal = open.front();
+  result.detail = std::move(detail);
+  result.solver_calls = static_cast<int>(open.size());
+  return result;
 }
 
 }  // namespace
@@ -271,15 +299,9 @@ ProofResult ProveEqual(const Terms& terms, absl::Span<const Goal> goals,
   try {
     ProveWithSolver(terms, goals, open, options, result);
   } catch (const z3::exception& e) {
-    result = ProofResult{.verdict = Verdict::kUnknown,
-                         .failed_goal = open.front(),
-                         .detail = absl::StrCat("solver error: ", e.msg()),
-                         .solver_calls = static_cast<int>(open.size())};
+    result = Undecided(open, absl::StrCat("solver error: ", e.msg()));
   } catch (const std::exception& e) {
-    result = ProofResult{.verdict = Verdict::kUnknown,
-                         .failed_goal = open.front(),
-                         .detail = absl::StrCat("error while proving: ", e.what()),
-                         .solver_calls = static_cast<int>(open.size())};
+    result = Undecided(open, absl::StrCat("error while proving: ", e.what()));
   }
   return result;
 }

@@ -37,8 +37,10 @@ struct ProofResult {
 // without a solver call. The others are sent to Z3 together (one context per
 // call, so calls on different threads are independent): uninterpreted functions
 // become Z3 functions, inverses divisions, maxima and indicators if-then-else
-// terms. A model of a failing goal is checked with Terms::Evaluate before it is
-// reported as a counterexample.
+// terms; the ranges of the built-in total functions (exp > 0, sigmoid in (0, 1),
+// tanh and erf in (-1, 1)) are asserted unless the user redefined them. A model
+// of a failing goal is checked with Terms::Evaluate before it is reported as a
+// counterexample. Never throws.
 ProofResult ProveEqual(const Terms& terms, absl::Span<const Goal> goals,
                        const SolverOptions& options = {});
 

@@ -195,7 +195,7 @@ TermId Terms::Impl::Multiply(TermId a, TermId b) {
   const size_t na = terms[a].monos.size();
   const size_t nb = terms[b].monos.size();
   MonoMap map;
-  map.reserve(na * nb);
+  map.reserve(std::min<size_t>(na * nb, size_t{1} << 16));
   for (size_t i = 0; i < na; ++i) {
     for (size_t j = 0; j < nb; ++j) {
       // MulMono may grow `monos` but never `terms`, so these references stay valid.

@@ -41,7 +41,9 @@ class Terms {
   TermId One();
   TermId Int(int64_t value);
   TermId Rational(int64_t num, int64_t den);  // den != 0
-  TermId Double(double value);                // exact binary value; finite only
+  // The exact binary value of a finite double. Infinities and NaN become the
+  // opaque constants inf(), -inf() and nan() (functions without arguments).
+  TermId Double(double value);
   // The variable called `name` (the same id for the same name).
   TermId Var(absl::string_view name);
 
@@ -63,9 +65,11 @@ class Terms {
   // the same name and arity are the same function (congruence).
   TermId Fn(absl::string_view name, absl::Span<const TermId> args);
   // Maximum of the terms: flattened, sorted, duplicates dropped; one term is itself.
+  // Constant arguments fold into the largest one. The maximum of no terms is 0.
   TermId Max(absl::Span<const TermId> terms);
   // 1 when a == b, else 0 (a and b are typically integer-valued: token ids,
-  // expert indices). Symmetric; Indicator(a, a) = 1; two different constants give 0.
+  // expert indices). Symmetric; Indicator(a, a) = 1; sides that differ by a
+  // non-zero constant (two different constants included) give 0.
   TermId Indicator(TermId a, TermId b);
 
   // ---- inspection

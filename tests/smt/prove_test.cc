@@ -59,6 +59,17 @@ TEST(ProveTest, SolverProvesMaxAndIndicatorIdentities) {
   EXPECT_EQ(r.solver_calls, 3);
 }
 
+// Softmax weights sum to one: needs exp > 0 so the denominator is non-zero.
+TEST(ProveTest, ProvesSoftmaxWeightsSumToOne) {
+  Terms t;
+  TermId ea = t.Fn("exp", {t.Var("a")}), eb = t.Fn("exp", {t.Var("b")});
+  TermId denominator = t.Add(ea, eb);
+  TermId total = t.Add(t.Div(ea, denominator), t.Div(eb, denominator));
+  ProofResult r = ProveEqual(t, {{total, t.One()}});
+  EXPECT_EQ(r.verdict, Verdict::kValid) << r.detail;
+  EXPECT_EQ(r.solver_calls, 1);
+}
+
 // A wrong goal is refuted with a counterexample that evaluation confirms.
 TEST(ProveTest, RefutesWrongGoalWithConfirmedCounterexample) {
   Terms t;
