@@ -5,13 +5,11 @@
 // uninterpreted functions and gelu's constants at their exact binary values.
 
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ir/attributes.h"
-#include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
 #include "verify/sym_util_a.h"
 
@@ -56,12 +54,10 @@ TermId Gelu(Terms& t, TermId x) {
 // 0.5 (1 + th) + 0.5 x (1 - th^2) du, th = tanh(u), du = kGeluC (1 + 3 kGeluA x^2).
 TermId GeluDerivative(Terms& t, TermId x) {
   const TermId th = t.Fn("tanh", {GeluInner(t, x)});
-  const TermId du = t.Mul(
-      t.Double(kGeluC),
-      t.Add(t.One(), t.Product({t.Int(3), t.Double(kGeluA), t.PowInt(x, 2)})));
+  const TermId du = t.Mul(t.Double(kGeluC),
+                          t.Add(t.One(), t.Product({t.Int(3), t.Double(kGeluA), t.PowInt(x, 2)})));
   const TermId left = t.Mul(t.Rational(1, 2), t.Add(t.One(), th));
-  const TermId right =
-      t.Product({t.Rational(1, 2), x, t.Sub(t.One(), t.PowInt(th, 2)), du});
+  const TermId right = t.Product({t.Rational(1, 2), x, t.Sub(t.One(), t.PowInt(th, 2)), du});
   return t.Add(left, right);
 }
 
@@ -84,8 +80,8 @@ Outputs Unary(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
 
 template <TermId (*F)(Terms&, TermId, TermId)>
 Outputs Binary(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
-  return std::vector<SymTensor>{MapElements2(
-      *in[0], *in[1], out_types[0], [&t](TermId a, TermId b) { return F(t, a, b); })};
+  return std::vector<SymTensor>{
+      MapElements2(*in[0], *in[1], out_types[0], [&t](TermId a, TermId b) { return F(t, a, b); })};
 }
 
 TermId AddFn(Terms& t, TermId a, TermId b) { return t.Add(a, b); }

@@ -7,7 +7,6 @@
 // in the reference kernel.
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -102,8 +101,8 @@ absl::StatusOr<int64_t> VocabBegin(absl::string_view op, const ir::AttrMap& attr
   absl::StatusOr<int64_t> begin = attrs.GetInt("vocab_begin");
   if (!begin.ok()) return OpError(op, begin.status());
   if (*begin < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "op '", op, "': attribute 'vocab_begin' is ", *begin, ", expected at least 0"));
+    return absl::InvalidArgumentError(absl::StrCat("op '", op, "': attribute 'vocab_begin' is ",
+                                                   *begin, ", expected at least 0"));
   }
   return *begin;
 }
@@ -162,8 +161,8 @@ Outputs EmbeddingGrad(Terms& t, Inputs in, const ir::AttrMap& attrs, OutTypes ou
 std::vector<SymKernel> MatmulSymKernels() {
   using ir::OpKind;
   return {
-      {OpKind::kEmbedding, Embedding},   {OpKind::kEmbeddingGrad, EmbeddingGrad},
-      {OpKind::kLinear, Linear},         {OpKind::kLinearWGrad, LinearWGrad},
+      {OpKind::kEmbedding, Embedding}, {OpKind::kEmbeddingGrad, EmbeddingGrad},
+      {OpKind::kLinear, Linear},       {OpKind::kLinearWGrad, LinearWGrad},
       {OpKind::kMatMul, MatMul},
   };
 }

@@ -56,8 +56,8 @@ Outputs Transpose(Terms& t, Inputs in, const ir::AttrMap& attrs, OutTypes out_ty
   if (!raw.ok()) return OpError("transpose", raw.status());
   if (static_cast<int>(raw->size()) != rank) {
     return absl::InvalidArgumentError(absl::StrCat("op 'transpose': attribute 'perm' [",
-                                                   absl::StrJoin(*raw, ","), "] has ",
-                                                   raw->size(), " entries, expected ", rank));
+                                                   absl::StrJoin(*raw, ","), "] has ", raw->size(),
+                                                   " entries, expected ", rank));
   }
   std::vector<int> perm;
   for (int64_t p : *raw) {
@@ -99,9 +99,9 @@ Outputs Slice(Terms& t, Inputs in, const ir::AttrMap& attrs, OutTypes out_types)
   LOOM_ASSIGN_OR_RETURN(int64_t begin, GetInt("slice", attrs, "begin"));
   LOOM_ASSIGN_OR_RETURN(int64_t end, GetInt("slice", attrs, "end"));
   if (begin < 0 || begin >= end || end > x.shape.dim(dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("op 'slice': [", begin, ", ", end, ") is not a non-empty range of dim ",
-                     dim, " (size ", x.shape.dim(dim), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("op 'slice': [", begin, ", ", end,
+                                                   ") is not a non-empty range of dim ", dim,
+                                                   " (size ", x.shape.dim(dim), ")"));
   }
   SymTensor y = FilledLike(out_types[0], t.Zero());
   CopyAlongDim(x, begin, y, 0, end - begin, dim);
@@ -149,9 +149,8 @@ Outputs Expand(Terms& t, Inputs in, const ir::AttrMap& attrs, OutTypes out_types
 std::vector<SymKernel> ShapeSymKernels() {
   using ir::OpKind;
   return {
-      {OpKind::kConcat, Concat},   {OpKind::kExpand, Expand},
-      {OpKind::kPad, Pad},         {OpKind::kReshape, Reshape},
-      {OpKind::kSlice, Slice},     {OpKind::kSplit, Split},
+      {OpKind::kConcat, Concat},       {OpKind::kExpand, Expand}, {OpKind::kPad, Pad},
+      {OpKind::kReshape, Reshape},     {OpKind::kSlice, Slice},   {OpKind::kSplit, Split},
       {OpKind::kTranspose, Transpose},
   };
 }

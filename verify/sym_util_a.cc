@@ -12,8 +12,7 @@ SymTensor FilledLike(const ir::TensorType& type, smt::TermId fill) {
   return t;
 }
 
-std::vector<SymTensor> FilledOutputs(absl::Span<const ir::TensorType> out_types,
-                                     smt::TermId fill) {
+std::vector<SymTensor> FilledOutputs(absl::Span<const ir::TensorType> out_types, smt::TermId fill) {
   std::vector<SymTensor> out;
   out.reserve(out_types.size());
   for (const ir::TensorType& t : out_types) out.push_back(FilledLike(t, fill));

@@ -23,8 +23,7 @@ namespace loom::verify::internal {
 SymTensor FilledLike(const ir::TensorType& type, smt::TermId fill);
 
 // One tensor per entry of `out_types`, every element `fill`.
-std::vector<SymTensor> FilledOutputs(absl::Span<const ir::TensorType> out_types,
-                                     smt::TermId fill);
+std::vector<SymTensor> FilledOutputs(absl::Span<const ir::TensorType> out_types, smt::TermId fill);
 
 // Product of dims [begin, end) of `s` (1 when the range is empty).
 int64_t DimProduct(const ir::Shape& s, int begin, int end);

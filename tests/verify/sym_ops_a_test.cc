@@ -31,9 +31,8 @@ const std::vector<OpKind>& FamilyKinds() {
       // elementwise
       OpKind::kAccumulate, OpKind::kAdd, OpKind::kDivScalar, OpKind::kExp, OpKind::kFill,
       OpKind::kGelu, OpKind::kGeluGrad, OpKind::kLog, OpKind::kMul, OpKind::kMulScalar,
-      OpKind::kNeg, OpKind::kPow, OpKind::kRsqrt, OpKind::kScale, OpKind::kSilu,
-      OpKind::kSiluGrad, OpKind::kStopGradient, OpKind::kSub, OpKind::kSwiGlu,
-      OpKind::kSwiGluGrad,
+      OpKind::kNeg, OpKind::kPow, OpKind::kRsqrt, OpKind::kScale, OpKind::kSilu, OpKind::kSiluGrad,
+      OpKind::kStopGradient, OpKind::kSub, OpKind::kSwiGlu, OpKind::kSwiGluGrad,
       // shape
       OpKind::kConcat, OpKind::kExpand, OpKind::kPad, OpKind::kReshape, OpKind::kSlice,
       OpKind::kSplit, OpKind::kTranspose,
@@ -73,8 +72,7 @@ absl::StatusOr<std::vector<ir::HostTensor>> Reference(OpKind kind,
     types.push_back({v.shape, v.dtype});
     ptrs.push_back(&v);
   }
-  absl::StatusOr<std::vector<ir::TensorType>> out_types =
-      ir::InferOutputTypes(kind, types, attrs);
+  absl::StatusOr<std::vector<ir::TensorType>> out_types = ir::InferOutputTypes(kind, types, attrs);
   if (!out_types.ok()) return out_types.status();
   std::vector<ir::HostTensor> out;
   for (const ir::TensorType& t : *out_types) out.emplace_back(t.shape, t.dtype);
@@ -86,8 +84,7 @@ absl::StatusOr<std::vector<ir::HostTensor>> Reference(OpKind kind,
 // Evaluates the symbolic kernel of `sample` on `draws` random input draws and
 // compares every output element with the reference kernel.
 void ExpectMatchesReference(const ir::testing::OpSample& sample, int draws, uint64_t seed) {
-  const std::string where =
-      absl::StrCat(ir::OpKindName(sample.kind), "/", sample.label);
+  const std::string where = absl::StrCat(ir::OpKindName(sample.kind), "/", sample.label);
   smt::Terms terms;
   std::vector<SymTensor> sym_in = VariableInputs(terms, sample.inputs);
   std::vector<const SymTensor*> sym_ptrs;
@@ -101,7 +98,8 @@ void ExpectMatchesReference(const ir::testing::OpSample& sample, int draws, uint
     std::vector<ir::HostTensor> values = ir::testing::SampleInputs(sample, rng);
     absl::flat_hash_map<std::string, double> vars;
     for (size_t i = 0; i < values.size(); ++i) {
-      for (int64_t e = 0; e < values[i].size(); ++e) vars[absl::StrCat("in", i, "_", e)] = values[i][e];
+      for (int64_t e = 0; e < values[i].size(); ++e)
+        vars[absl::StrCat("in", i, "_", e)] = values[i][e];
     }
     absl::StatusOr<std::vector<ir::HostTensor>> ref = Reference(sample.kind, values, sample.attrs);
     ASSERT_TRUE(ref.ok()) << where << ": " << ref.status();
@@ -109,8 +107,8 @@ void ExpectMatchesReference(const ir::testing::OpSample& sample, int draws, uint
     for (size_t o = 0; o < ref->size(); ++o) {
       const ir::HostTensor& r = (*ref)[o];
       const SymTensor& s = (*sym_out)[o];
-      ASSERT_TRUE(s.shape == r.shape) << where << " output " << o << ": " << s.shape.ToString()
-                                      << " vs " << r.shape.ToString();
+      ASSERT_TRUE(s.shape == r.shape)
+          << where << " output " << o << ": " << s.shape.ToString() << " vs " << r.shape.ToString();
       EXPECT_EQ(s.dtype, r.dtype) << where << " output " << o;
       ASSERT_EQ(static_cast<int64_t>(s.data.size()), r.size()) << where;
       for (int64_t e = 0; e < r.size(); ++e) {
@@ -118,9 +116,8 @@ void ExpectMatchesReference(const ir::testing::OpSample& sample, int draws, uint
         ASSERT_TRUE(v.ok()) << where << " output " << o << " element " << e << ": " << v.status()
                             << " in " << terms.ToString(s.data[e]);
         EXPECT_LE(std::fabs(*v - r[e]), 1e-9 * std::max(1.0, std::fabs(r[e])))
-            << where << " output " << o << " element " << e << " (draw " << draw
-            << "): symbolic " << *v << ", reference " << r[e] << "; term "
-            << terms.ToString(s.data[e]);
+            << where << " output " << o << " element " << e << " (draw " << draw << "): symbolic "
+            << *v << ", reference " << r[e] << "; term " << terms.ToString(s.data[e]);
       }
     }
   }
@@ -172,14 +169,22 @@ TEST(SymOpsATest, MatchesReferenceKernelsOnExtraInstances) {
       {"tiny", OpKind::kPow, {F64({4})}, {{"exponent", 1e-5}}, positive},
       {"int_factor", OpKind::kScale, {F64({3})}, {{"factor", int64_t{3}}}},
       {"single", OpKind::kAccumulate, {F64({2, 2})}},
-      {"int_fill", OpKind::kFill, {},
+      {"int_fill",
+       OpKind::kFill,
+       {},
        {{"shape", std::vector<int64_t>{2, 1}}, {"value", -2.0}, {"dtype", std::string("i64")}}},
       {"scalar_fill", OpKind::kFill, {}, {{"shape", std::vector<int64_t>{}}, {"value", 0.1}}},
-      {"both_sides", OpKind::kPad, {F64({2, 3})},
+      {"both_sides",
+       OpKind::kPad,
+       {F64({2, 3})},
        {{"dim", int64_t{-1}}, {"before", int64_t{2}}, {"after", int64_t{1}}}},
-      {"leading", OpKind::kSlice, {F64({4, 2})},
+      {"leading",
+       OpKind::kSlice,
+       {F64({4, 2})},
        {{"dim", int64_t{0}}, {"begin", int64_t{0}}, {"end", int64_t{3}}}},
-      {"last", OpKind::kSplit, {F64({2, 5})},
+      {"last",
+       OpKind::kSplit,
+       {F64({2, 5})},
        {{"dim", int64_t{-1}}, {"sizes", std::vector<int64_t>{1, 3, 1}}}},
       {"swap", OpKind::kTranspose, {F64({2, 3, 4})}, {{"perm", std::vector<int64_t>{0, -1, 1}}}},
       {"integer", OpKind::kReshape, {I64({2, 3})}, {{"shape", std::vector<int64_t>{3, -1}}}},
@@ -188,10 +193,18 @@ TEST(SymOpsATest, MatchesReferenceKernelsOnExtraInstances) {
       {"rank2", OpKind::kLinearWGrad, {F64({3, 2}), F64({3, 4})}},
       {"rank4", OpKind::kLinear, {F64({2, 1, 2, 3}), F64({2, 3}), F64({2})}},
       {"rank4", OpKind::kMatMul, {F64({2, 2, 2, 3}), F64({2, 2, 3, 2})}},
-      {"far_piece", OpKind::kEmbedding, {I64({2, 3}), F64({2, 2})},
-       {{"vocab_begin", int64_t{5}}}, nullptr, 8},
-      {"far_piece", OpKind::kEmbeddingGrad, {I64({4}), F64({4, 2})},
-       {{"vocab", int64_t{3}}, {"vocab_begin", int64_t{4}}}, nullptr, 8},
+      {"far_piece",
+       OpKind::kEmbedding,
+       {I64({2, 3}), F64({2, 2})},
+       {{"vocab_begin", int64_t{5}}},
+       nullptr,
+       8},
+      {"far_piece",
+       OpKind::kEmbeddingGrad,
+       {I64({4}), F64({4, 2})},
+       {{"vocab", int64_t{3}}, {"vocab_begin", int64_t{4}}},
+       nullptr,
+       8},
       {"scalar_ids", OpKind::kEmbedding, {I64({}), F64({3, 2})}, {}, nullptr, 3},
   };
   uint64_t seed = 11;
@@ -224,10 +237,9 @@ TEST(SymOpsATest, RejectsBadAttributes) {
   SymTensor x{ir::Shape({2}), ir::DType::kF64, {terms.Var("a"), terms.Var("b")}};
   const SymTensor* in[] = {&x};
   EXPECT_FALSE(EvalSymbolic(terms, OpKind::kPow, in, {}).ok());
-  EXPECT_FALSE(
-      EvalSymbolic(terms, OpKind::kSlice, in,
-                   {{"dim", int64_t{0}}, {"begin", int64_t{1}}, {"end", int64_t{1}}})
-          .ok());
+  EXPECT_FALSE(EvalSymbolic(terms, OpKind::kSlice, in,
+                            {{"dim", int64_t{0}}, {"begin", int64_t{1}}, {"end", int64_t{1}}})
+                   .ok());
   SymTensor ids{ir::Shape({1}), ir::DType::kI64, {terms.Var("id")}};
   SymTensor table{ir::Shape({2, 1}), ir::DType::kF64, {terms.Var("r0"), terms.Var("r1")}};
   const SymTensor* emb_in[] = {&ids, &table};
