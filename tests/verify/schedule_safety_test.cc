@@ -556,7 +556,7 @@ TEST(ScheduleSafetyTest, LargePlanChecksQuickly) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(report.issues.empty()) << Dump(report);
   EXPECT_EQ(report.peak_bytes, std::vector<int64_t>(kDevices, 128));
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, 30.0);  // quadratic behaviour would take minutes
   std::printf("checked %zu tasks and %zu collectives in %.2f s\n", b.plan().tasks.size(),
               b.plan().collectives.size(), seconds);
 }
