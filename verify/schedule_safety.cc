@@ -91,6 +91,30 @@ struct Entry {
   bool first = false;  // first valid occurrence of the step on this device
 };
 
+// State of the simulated run.
+struct Simulation {
+  Simulation(int64_t num_values, int num_steps, int64_t num_slots, int64_t num_devices)
+      : produced(num_values, 0),
+        wait_head(num_values, -1),
+        done(num_steps, 0),
+        arrived(num_slots, 0),
+        pc(num_devices, 0),
+        cursor(num_devices, 0),
+        wait_value(num_devices, -1),
+        next_waiter(num_devices, -1) {}
+
+  std::vector<char> produced;
+  std::vector<int64_t> wait_head;   // per value: first device waiting for it
+  std::vector<char> done;           // per step
+  std::vector<int> arrived_count;   // per collective
+  std::vector<char> arrived;        // per collective slot
+  std::vector<size_t> pc;           // per device: next entry of its program
+  std::vector<size_t> cursor;       // per device: next input of that entry to check
+  std::vector<ValueId> wait_value;  // per device: value it waits for, or -1
+  std::vector<int64_t> next_waiter;
+  std::vector<int64_t> work;
+};
+
 class Checker {
  public:
   Checker(const Plan& plan, const SafetyOptions& options)
@@ -109,6 +133,8 @@ class Checker {
   void CheckDependencies();
   void CheckCollectiveOrder();
   void Simulate();
+  // Reports the cycles of waits of a run that could not finish.
+  void ReportStuck(const Simulation& sim);
   void CheckMemory();
 
   bool is_collective(int s) const { return s >= num_tasks_; }
@@ -422,29 +448,6 @@ void Checker::CheckCollectiveOrder() {
 // ---------------------------------------------------------------------------
 // 4. The simulated run.
 
-struct Simulation {
-  Simulation(int64_t num_values, int num_steps, int64_t num_slots, int64_t num_devices)
-      : produced(num_values, 0),
-        wait_head(num_values, -1),
-        done(num_steps, 0),
-        arrived(num_slots, 0),
-        pc(num_devices, 0),
-        cursor(num_devices, 0),
-        wait_value(num_devices, -1),
-        next_waiter(num_devices, -1) {}
-
-  std::vector<char> produced;
-  std::vector<int64_t> wait_head;   // per value: first device waiting for it
-  std::vector<char> done;           // per step
-  std::vector<int> arrived_count;   // per collective
-  std::vector<char> arrived;        // per collective slot
-  std::vector<size_t> pc;           // per device: next entry of its program
-  std::vector<size_t> cursor;       // per device: next input of that entry to check
-  std::vector<ValueId> wait_value;  // per device: value it waits for, or -1
-  std::vector<int64_t> next_waiter;
-  std::vector<int64_t> work;
-};
-
 void Checker::Simulate() {
   const int64_t num_values = static_cast<int64_t>(plan_.values.size());
   Simulation sim(num_values, num_steps_, slot_begin_.back(), num_devices_);
@@ -505,6 +508,10 @@ void Checker::Simulate() {
     advance(d);
   }
 
+  ReportStuck(sim);
+}
+
+void Checker::ReportStuck(const Simulation& sim) {
   // Wait-for graph of the stuck devices: each waits for one device (or for
   // nothing that can still move: -1).
   std::vector<int64_t> target(num_devices_, -1);
