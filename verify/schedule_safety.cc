@@ -48,7 +48,8 @@ int64_t SaturatingAdd(int64_t a, int64_t b) { return a > kInt64Max - b ? kInt64M
 // Bytes of a value: its box's element count times its dtype's size.
 int64_t ValueBytes(const ir::PlanValue& v) {
   int64_t elements = 1;
-  for (const ir::Interval& iv : v.sub.box) elements = SaturatingMul(elements, std::max<int64_t>(iv.size(), 0));
+  for (const ir::Interval& iv : v.sub.box)
+    elements = SaturatingMul(elements, std::max<int64_t>(iv.size(), 0));
   return SaturatingMul(elements, ir::DTypeBytes(v.dtype));
 }
 
@@ -90,6 +91,30 @@ struct Entry {
   bool first = false;  // first valid occurrence of the step on this device
 };
 
+// State of the simulated run.
+struct Simulation {
+  Simulation(int64_t num_values, int num_steps, int64_t num_slots, int64_t num_devices)
+      : produced(num_values, 0),
+        wait_head(num_values, -1),
+        done(num_steps, 0),
+        arrived(num_slots, 0),
+        pc(num_devices, 0),
+        cursor(num_devices, 0),
+        wait_value(num_devices, -1),
+        next_waiter(num_devices, -1) {}
+
+  std::vector<char> produced;
+  std::vector<int64_t> wait_head;   // per value: first device waiting for it
+  std::vector<char> done;           // per step
+  std::vector<int> arrived_count;   // per collective
+  std::vector<char> arrived;        // per collective slot
+  std::vector<size_t> pc;           // per device: next entry of its program
+  std::vector<size_t> cursor;       // per device: next input of that entry to check
+  std::vector<ValueId> wait_value;  // per device: value it waits for, or -1
+  std::vector<int64_t> next_waiter;
+  std::vector<int64_t> work;
+};
+
 class Checker {
  public:
   Checker(const Plan& plan, const SafetyOptions& options)
@@ -108,6 +133,8 @@ class Checker {
   void CheckDependencies();
   void CheckCollectiveOrder();
   void Simulate();
+  // Reports the cycles of waits of a run that could not finish.
+  void ReportStuck(const Simulation& sim);
   void CheckMemory();
 
   bool is_collective(int s) const { return s >= num_tasks_; }
@@ -141,7 +168,7 @@ class Checker {
   std::vector<int64_t> slot_begin_;  // per collective (+1): its first rank slot
   // Per slot, within each collective sorted by device: (device, rank).
   std::vector<std::pair<int64_t, int>> members_;
-  std::vector<std::vector<Entry>> programs_;  // per mesh device
+  std::vector<std::vector<Entry>> programs_;    // per mesh device
   std::vector<int64_t> task_pos_, task_count_;  // per task, on its own device
   std::vector<int64_t> slot_pos_, slot_count_;  // per collective slot
   bool membership_issues_ = false;
@@ -219,8 +246,8 @@ absl::Status Checker::Validate() {
       }
       slot_begin_[s - num_tasks_ + 1] = slot_begin_[s - num_tasks_] + static_cast<int64_t>(n);
     } else if (task(s).device < 0 || task(s).device >= num_devices_) {
-      return Error(Describe(s), ": device ", task(s).device, " outside the mesh of ",
-                   num_devices_, " devices");
+      return Error(Describe(s), ": device ", task(s).device, " outside the mesh of ", num_devices_,
+                   " devices");
     }
     for (ValueId v : AllInputs(s)) {
       if (v < 0 || v >= num_values) return Error(Describe(s), ": unknown input value ", v);
@@ -237,7 +264,8 @@ absl::Status Checker::Validate() {
   for (int s = num_tasks_; s < num_steps_; ++s) {
     const Collective& c = collective(s);
     const int64_t begin = slot_begin_[s - num_tasks_];
-    for (size_t r = 0; r < c.devices.size(); ++r) members_[begin + r] = {c.devices[r], static_cast<int>(r)};
+    for (size_t r = 0; r < c.devices.size(); ++r)
+      members_[begin + r] = {c.devices[r], static_cast<int>(r)};
     auto first = members_.begin() + begin;
     auto last = first + static_cast<int64_t>(c.devices.size());
     std::sort(first, last);
@@ -265,16 +293,16 @@ absl::Status Checker::DecodePrograms() {
     for (int64_t d = listed; d < num_devices_; ++d) without.push_back(d);
     sink_.Add(Kind::kMissingStep, without,
               absl::StrCat("the order has programs for ", listed, " of ", num_devices_,
-                           " devices: none for device",
-                           without.size() > 1 ? "s " : " ", absl::StrJoin(without, ",")));
+                           " devices: none for device", without.size() > 1 ? "s " : " ",
+                           absl::StrJoin(without, ",")));
     membership_issues_ = true;
   }
   for (int64_t d = num_devices_; d < listed; ++d) {
     if (plan_.order[d].empty()) continue;
-    sink_.Add(Kind::kWrongDevice, {d},
-              absl::StrCat("the order has a program of ", plan_.order[d].size(),
-                           " steps for device ", d, ", outside the mesh of ", num_devices_,
-                           " devices"));
+    sink_.Add(
+        Kind::kWrongDevice, {d},
+        absl::StrCat("the order has a program of ", plan_.order[d].size(), " steps for device ", d,
+                     ", outside the mesh of ", num_devices_, " devices"));
     membership_issues_ = true;
   }
   const int num_collectives = static_cast<int>(plan_.collectives.size());
@@ -308,14 +336,13 @@ absl::Status Checker::DecodePrograms() {
         }
       }
       if (!e.valid) {
-        const std::string owner =
-            p.is_collective
-                ? absl::StrCat("whose group is devices ",
-                               absl::StrJoin(collective(e.step).devices, ","))
-                : absl::StrCat("which runs on device ", task(e.step).device);
-        sink_.Add(Kind::kWrongDevice, {d},
-                  absl::StrCat("device ", d, " lists ", Describe(e.step), " at step ", i, ", ",
-                               owner));
+        const std::string owner = p.is_collective
+                                      ? absl::StrCat("whose group is devices ",
+                                                     absl::StrJoin(collective(e.step).devices, ","))
+                                      : absl::StrCat("which runs on device ", task(e.step).device);
+        sink_.Add(
+            Kind::kWrongDevice, {d},
+            absl::StrCat("device ", d, " lists ", Describe(e.step), " at step ", i, ", ", owner));
         membership_issues_ = true;
       }
     }
@@ -373,10 +400,10 @@ void Checker::CheckDependencies() {
         const int64_t at = Position(p, d);
         if (at <= static_cast<int64_t>(i)) continue;
         reported.push_back(p);
-        sink_.Add(Kind::kDependency, {d},
-                  absl::StrCat("device ", d, " runs ", Describe(e.step), " at step ", i,
-                               " before ", Describe(p), " at step ", at,
-                               ", which produces its input value ", v));
+        sink_.Add(
+            Kind::kDependency, {d},
+            absl::StrCat("device ", d, " runs ", Describe(e.step), " at step ", i, " before ",
+                         Describe(p), " at step ", at, ", which produces its input value ", v));
       }
     }
   }
@@ -420,29 +447,6 @@ void Checker::CheckCollectiveOrder() {
 
 // ---------------------------------------------------------------------------
 // 4. The simulated run.
-
-struct Simulation {
-  Simulation(int64_t num_values, int num_steps, int64_t num_slots, int64_t num_devices)
-      : produced(num_values, 0),
-        wait_head(num_values, -1),
-        done(num_steps, 0),
-        arrived(num_slots, 0),
-        pc(num_devices, 0),
-        cursor(num_devices, 0),
-        wait_value(num_devices, -1),
-        next_waiter(num_devices, -1) {}
-
-  std::vector<char> produced;
-  std::vector<int64_t> wait_head;  // per value: first device waiting for it
-  std::vector<char> done;          // per step
-  std::vector<int> arrived_count;  // per collective
-  std::vector<char> arrived;       // per collective slot
-  std::vector<size_t> pc;          // per device: next entry of its program
-  std::vector<size_t> cursor;      // per device: next input of that entry to check
-  std::vector<ValueId> wait_value;  // per device: value it waits for, or -1
-  std::vector<int64_t> next_waiter;
-  std::vector<int64_t> work;
-};
 
 void Checker::Simulate() {
   const int64_t num_values = static_cast<int64_t>(plan_.values.size());
@@ -504,6 +508,10 @@ void Checker::Simulate() {
     advance(d);
   }
 
+  ReportStuck(sim);
+}
+
+void Checker::ReportStuck(const Simulation& sim) {
   // Wait-for graph of the stuck devices: each waits for one device (or for
   // nothing that can still move: -1).
   std::vector<int64_t> target(num_devices_, -1);
@@ -579,8 +587,9 @@ void Checker::Simulate() {
       state[x] = 1;
       chain.push_back(x);
       waits.push_back(absl::StrCat("device ", x, " waits at ", Describe(at_step[x]),
-                                   target[x] >= 0 ? absl::StrCat(" for device ", target[x])
-                                                  : std::string(" for a device that has finished")));
+                                   target[x] >= 0
+                                       ? absl::StrCat(" for device ", target[x])
+                                       : std::string(" for a device that has finished")));
     }
     break;
   }
@@ -602,7 +611,8 @@ void Checker::CheckMemory() {
   std::vector<int64_t> live(num_devices_, 0);
   for (int64_t v = 0; v < num_values; ++v) {
     bytes[v] = ValueBytes(plan_.values[v]);
-    if (producer_[v] < 0) live[plan_.values[v].device] = SaturatingAdd(live[plan_.values[v].device], bytes[v]);
+    if (producer_[v] < 0)
+      live[plan_.values[v].device] = SaturatingAdd(live[plan_.values[v].device], bytes[v]);
   }
   for (int64_t d = 0; d < num_devices_; ++d) {
     const std::vector<Entry>& program = programs_[d];
@@ -616,7 +626,8 @@ void Checker::CheckMemory() {
   std::vector<int64_t> peak = live;
   std::vector<int> peak_step(num_devices_, -1);
   for (int64_t v = 0; v < num_values; ++v) {
-    if (producer_[v] < 0 && last_use[v] < 0 && !is_output[v]) live[plan_.values[v].device] -= bytes[v];
+    if (producer_[v] < 0 && last_use[v] < 0 && !is_output[v])
+      live[plan_.values[v].device] -= bytes[v];
   }
   std::vector<char> allocated(num_values, 0);
   auto free_value = [&](ValueId v, int64_t d) {
