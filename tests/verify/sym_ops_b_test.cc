@@ -34,16 +34,21 @@ using ir::testing::OpSample;
 // The kinds whose schemas ir/ops/{reduce,loss,attention,moe,norm,optimizer}.cc register.
 const std::vector<OpKind>& FamilyKinds() {
   static const auto* kinds = new std::vector<OpKind>{
-      OpKind::kLogSoftmax,    OpKind::kLogSoftmaxGrad,  OpKind::kMax,
-      OpKind::kMaxGrad,       OpKind::kMean,            OpKind::kSoftmax,
-      OpKind::kSoftmaxGrad,   OpKind::kSum,             OpKind::kSumSquares,
-      OpKind::kAttention,     OpKind::kAttentionGrad,   OpKind::kRope,
-      OpKind::kCrossEntropy,  OpKind::kCrossEntropyGrad, OpKind::kPick,
-      OpKind::kPickGrad,      OpKind::kMoeCombine,      OpKind::kMoeCombineGrad,
-      OpKind::kMoeDispatch,   OpKind::kMoeDispatchGrad, OpKind::kTopKGate,
-      OpKind::kTopKGateGrad,  OpKind::kLayerNorm,       OpKind::kLayerNormGrad,
-      OpKind::kRmsNorm,       OpKind::kRmsNormGrad,     OpKind::kAdamW,
-      OpKind::kClipCoef,      OpKind::kSgd,
+      OpKind::kLogSoftmax,    OpKind::kLogSoftmaxGrad,
+      OpKind::kMax,           OpKind::kMaxGrad,
+      OpKind::kMean,          OpKind::kSoftmax,
+      OpKind::kSoftmaxGrad,   OpKind::kSum,
+      OpKind::kSumSquares,    OpKind::kAttention,
+      OpKind::kAttentionGrad, OpKind::kRope,
+      OpKind::kCrossEntropy,  OpKind::kCrossEntropyGrad,
+      OpKind::kPick,          OpKind::kPickGrad,
+      OpKind::kMoeCombine,    OpKind::kMoeCombineGrad,
+      OpKind::kMoeDispatch,   OpKind::kMoeDispatchGrad,
+      OpKind::kTopKGate,      OpKind::kTopKGateGrad,
+      OpKind::kLayerNorm,     OpKind::kLayerNormGrad,
+      OpKind::kRmsNorm,       OpKind::kRmsNormGrad,
+      OpKind::kAdamW,         OpKind::kClipCoef,
+      OpKind::kSgd,
   };
   return *kinds;
 }
@@ -118,8 +123,8 @@ int64_t ExpectMatchesReference(OpKind kind, const std::vector<HostTensor>& value
       if (!value.ok()) continue;
       const double ref = w[e];
       EXPECT_LE(std::abs(*value - ref), 1e-9 * std::max(1.0, std::abs(ref)))
-          << "output " << o << " element " << e << ": symbolic " << *value << ", reference "
-          << ref << "\n  term: " << terms.ToString(g.data[e]);
+          << "output " << o << " element " << e << ": symbolic " << *value << ", reference " << ref
+          << "\n  term: " << terms.ToString(g.data[e]);
       ++compared;
     }
   }
@@ -163,14 +168,13 @@ TEST(SymOpsB, SharedSamplesMatchReferenceKernels) {
 // the rope rotation uses the reference's cosines and sines.
 TEST(SymOpsB, ChoicesAreUninterpretedFunctions) {
   smt::Terms terms;
-  SymTensor a{ir::Shape({1, 3}), ir::DType::kF64,
-              {terms.Var("a0"), terms.Var("a1"), terms.Var("a2")}};
+  SymTensor a{
+      ir::Shape({1, 3}), ir::DType::kF64, {terms.Var("a0"), terms.Var("a1"), terms.Var("a2")}};
   SymTensor dy{ir::Shape({1}), ir::DType::kF64, {terms.Var("g")}};
   const SymTensor* max_in[] = {&a, &dy};
   auto grad = EvalSymbolic(terms, OpKind::kMaxGrad, max_in, {{"dim", int64_t{1}}});
   ASSERT_TRUE(grad.ok()) << grad.status();
-  EXPECT_EQ(terms.Variables((*grad)[0].data[1]),
-            (std::vector<std::string>{"a0", "a1", "a2", "g"}));
+  EXPECT_EQ(terms.Variables((*grad)[0].data[1]), (std::vector<std::string>{"a0", "a1", "a2", "g"}));
   EXPECT_NE(terms.ToString((*grad)[0].data[1]).find("argmax"), std::string::npos);
 
   const SymTensor* gate_in[] = {&a};
@@ -179,7 +183,8 @@ TEST(SymOpsB, ChoicesAreUninterpretedFunctions) {
   EXPECT_NE(terms.ToString((*gate)[1].data[1]).find("topk_index"), std::string::npos);
   EXPECT_EQ(terms.Variables((*gate)[1].data[1]), (std::vector<std::string>{"a0", "a1", "a2"}));
 
-  SymTensor x{ir::Shape({1, 2, 1, 2}), ir::DType::kF64,
+  SymTensor x{ir::Shape({1, 2, 1, 2}),
+              ir::DType::kF64,
               {terms.Var("x0"), terms.Var("x1"), terms.Var("x2"), terms.Var("x3")}};
   const SymTensor* rope_in[] = {&x};
   auto rope = EvalSymbolic(terms, OpKind::kRope, rope_in, {});
