@@ -48,9 +48,9 @@ absl::StatusOr<AttentionDims> GetAttentionDims(Inputs in, const ir::AttrMap& att
   }
   LOOM_ASSIGN_OR_RETURN(d.causal, FlagAttr(attrs, "causal", 1));
   if (d.causal && d.s != d.t) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attribute 'causal': causal attention needs as many queries (", d.s, ") as keys (", d.t,
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'causal': causal attention needs as many queries (", d.s,
+                     ") as keys (", d.t, ")"));
   }
   LOOM_ASSIGN_OR_RETURN(d.scale,
                         attrs.GetFloat("scale", 1.0 / std::sqrt(static_cast<double>(d.dk))));
@@ -64,9 +64,8 @@ int64_t At(const ir::Shape& s, int64_t b, int64_t pos, int64_t head, int64_t x) 
 
 // Softmax weights of query i of head h in batch b over the keys it sees (i + 1 keys
 // when causal): exp(score - max) / total with score = scale * <q, k>.
-std::vector<TermId> AttentionWeights(smt::Terms& terms, const AttentionDims& d,
-                                     const SymTensor& q, const SymTensor& k, int64_t b,
-                                     int64_t h, int64_t i) {
+std::vector<TermId> AttentionWeights(smt::Terms& terms, const AttentionDims& d, const SymTensor& q,
+                                     const SymTensor& k, int64_t b, int64_t h, int64_t i) {
   const int64_t g = h / d.group();
   const int64_t n = d.causal ? i + 1 : d.t;
   if (n == 0) return {};
@@ -109,8 +108,7 @@ Outputs SymAttention(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Typ
 // With P = softmax(S), S = scale q k^T: dv = P^T do, dP = do v^T,
 // dS = P * (dP - rowsum(P * dP)), dq = scale dS k, dk = scale dS^T q; kv gradients
 // sum over the query heads of their group.
-Outputs SymAttentionGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                         Types out_types) {
+Outputs SymAttentionGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   LOOM_ASSIGN_OR_RETURN(AttentionDims d, GetAttentionDims(in, attrs));
   const SymTensor& q = *in[0];
   const SymTensor& k = *in[1];
@@ -131,8 +129,8 @@ Outputs SymAttentionGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
         for (int64_t j = 0; j < n; ++j) {
           std::vector<TermId> products;
           for (int64_t x = 0; x < d.dv; ++x) {
-            products.push_back(terms.Mul(dout.data[At(dout.shape, b, i, h, x)],
-                                         v.data[At(v.shape, b, j, g, x)]));
+            products.push_back(
+                terms.Mul(dout.data[At(dout.shape, b, i, h, x)], v.data[At(v.shape, b, j, g, x)]));
           }
           dp[j] = terms.Sum(products);
           weighted.push_back(terms.Mul(p[j], dp[j]));
@@ -179,8 +177,8 @@ Outputs SymRope(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types ou
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
   for (int64_t pos = 0; pos < s.dim(1); ++pos) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = sign * static_cast<double>(pos) *
-                           std::pow(theta, -2.0 * static_cast<double>(i) / d);
+      const double angle =
+          sign * static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / d);
       const TermId c = terms.Double(std::cos(angle));
       const TermId sn = terms.Double(std::sin(angle));
       for (int64_t b = 0; b < s.dim(0); ++b) {
@@ -188,8 +186,7 @@ Outputs SymRope(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types ou
           const TermId x1 = x.data[At(s, b, pos, h, i)];
           const TermId x2 = x.data[At(s, b, pos, h, i + half)];
           out[0].data[At(s, b, pos, h, i)] = terms.Sub(terms.Mul(x1, c), terms.Mul(x2, sn));
-          out[0].data[At(s, b, pos, h, i + half)] =
-              terms.Add(terms.Mul(x2, c), terms.Mul(x1, sn));
+          out[0].data[At(s, b, pos, h, i + half)] = terms.Add(terms.Mul(x2, c), terms.Mul(x1, sn));
         }
       }
     }

@@ -42,8 +42,7 @@ absl::StatusOr<int64_t> TokenCount(const ir::Shape& logits, const ir::AttrMap& a
 }
 
 // sum over positions of logsumexp(row) - row[target], divided by `count`.
-Outputs SymCrossEntropy(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                        Types out_types) {
+Outputs SymCrossEntropy(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   const SymTensor& logits = *in[0];
   const SymTensor& targets = *in[1];
   const int64_t v = LastDim(logits.shape);

@@ -42,13 +42,13 @@ absl::StatusOr<GateAttrs> ParseGateAttrs(const ir::AttrMap& attrs, int64_t exper
   GateAttrs g;
   LOOM_ASSIGN_OR_RETURN(g.k, attrs.GetInt("k"));
   if (g.k < 1 || g.k > experts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attribute 'k' is ", g.k, ", expected 1 to ", experts, " (the experts of input 0)"));
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'k' is ", g.k, ", expected 1 to ",
+                                                   experts, " (the experts of input 0)"));
   }
   LOOM_ASSIGN_OR_RETURN(std::string score, attrs.GetString("score", "softmax"));
   if (score != "softmax" && score != "sigmoid") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attribute 'score' is \"", score, "\", expected \"softmax\" or \"sigmoid\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'score' is \"", score, "\", expected \"softmax\" or \"sigmoid\""));
   }
   g.softmax = score == "softmax";
   LOOM_ASSIGN_OR_RETURN(g.normalize, FlagAttr(attrs, "normalize", 0));
@@ -56,8 +56,7 @@ absl::StatusOr<GateAttrs> ParseGateAttrs(const ir::AttrMap& attrs, int64_t exper
 }
 
 // Scores of row t of [T, E] logits: softmax over the row, or 1 / (1 + exp(-x)).
-std::vector<TermId> RowScores(smt::Terms& terms, const SymTensor& logits, int64_t t,
-                              bool softmax) {
+std::vector<TermId> RowScores(smt::Terms& terms, const SymTensor& logits, int64_t t, bool softmax) {
   const int64_t experts = logits.shape.dim(1);
   std::vector<TermId> row = Slice(logits, t * experts, experts);
   if (softmax) return Softmax(terms, row);
@@ -98,8 +97,7 @@ Outputs SymTopKGate(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Type
 // The selection is held fixed. With w_j = s[i_j] / Z, Z = sum_l s[i_l]:
 // ds[i_j] += (dw_j - sum_l dw_l w_l) / Z (just dw_j without normalisation); then
 // softmax: dlogit = s * (ds - <ds, s>), sigmoid: dlogit = ds * s * (1 - s).
-Outputs SymTopKGateGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                        Types out_types) {
+Outputs SymTopKGateGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   const SymTensor& logits = *in[0];
   const SymTensor& indices = *in[1];
   const SymTensor& dw = *in[2];
@@ -233,8 +231,7 @@ Outputs SymDispatch(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Type
 }
 
 // dx[t] = sum over t's kept pairs of dy at their slots.
-Outputs SymDispatchGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                        Types out_types) {
+Outputs SymDispatchGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   const SymTensor& dy = *in[0];
   const int64_t columns = dy.shape.dim(1);
   const int64_t d = dy.shape.dim(2);
@@ -282,8 +279,7 @@ Outputs SymCombine(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types
 
 // d_expert_out at p's slot += weights[p] * dy[t]; d_weights[p] = <expert_out at p's
 // slot, dy[t]>.
-Outputs SymCombineGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                       Types out_types) {
+Outputs SymCombineGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   const SymTensor& eo = *in[0];
   const SymTensor& w = *in[1];
   const SymTensor& dy = *in[3];

@@ -109,8 +109,8 @@ Outputs NormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types o
     const TermId mean_g = centred ? Mean(terms, g) : terms.Zero();
     const TermId mean_gx = Mean(terms, gx);
     for (int64_t j = 0; j < d; ++j) {
-      out[0].data[r * d + j] = terms.Mul(
-          s.rstd, terms.Sub(terms.Sub(g[j], mean_g), terms.Mul(xhat[j], mean_gx)));
+      out[0].data[r * d + j] =
+          terms.Mul(s.rstd, terms.Sub(terms.Sub(g[j], mean_g), terms.Mul(xhat[j], mean_gx)));
     }
   }
   for (int64_t j = 0; j < d; ++j) {
@@ -120,8 +120,7 @@ Outputs NormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types o
   return out;
 }
 
-Outputs SymLayerNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                         Types out_types) {
+Outputs SymLayerNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   return NormGrad(terms, in, attrs, out_types, /*centred=*/true);
 }
 
@@ -143,8 +142,7 @@ Outputs SymRmsNorm(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types
   return out;
 }
 
-Outputs SymRmsNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                       Types out_types) {
+Outputs SymRmsNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   return NormGrad(terms, in, attrs, out_types, /*centred=*/false);
 }
 

@@ -91,16 +91,13 @@ Outputs SymAdamW(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types o
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
   for (size_t i = 0; i < param.data.size(); ++i) {
     const TermId g = grad.data[i];
-    const TermId m_new =
-        terms.Add(terms.Mul(beta1, m.data[i]), terms.Mul(one_minus_beta1, g));
+    const TermId m_new = terms.Add(terms.Mul(beta1, m.data[i]), terms.Mul(one_minus_beta1, g));
     const TermId v_new =
         terms.Add(terms.Mul(beta2, v.data[i]), terms.Product({one_minus_beta2, g, g}));
     const TermId m_hat = terms.Mul(m_new, inv_c1);
     const TermId v_hat = terms.Mul(v_new, inv_c2);
-    const TermId update =
-        terms.Product({lr, m_hat, terms.Inv(terms.Add(Sqrt(terms, v_hat), eps))});
-    out[0].data[i] =
-        terms.Sub(terms.Sub(param.data[i], terms.Mul(decay, param.data[i])), update);
+    const TermId update = terms.Product({lr, m_hat, terms.Inv(terms.Add(Sqrt(terms, v_hat), eps))});
+    out[0].data[i] = terms.Sub(terms.Sub(param.data[i], terms.Mul(decay, param.data[i])), update);
     out[1].data[i] = m_new;
     out[2].data[i] = v_new;
   }

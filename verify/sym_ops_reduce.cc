@@ -24,8 +24,7 @@ absl::StatusOr<std::vector<bool>> ReducedDims(const ir::Shape& shape, const ir::
   for (int64_t d : dims) {
     absl::StatusOr<int> n = ir::NormalizeDim(d, shape.rank());
     if (!n.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("attribute 'dims': ", n.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("attribute 'dims': ", n.status().message()));
     }
     reduced[*n] = true;
   }

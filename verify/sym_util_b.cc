@@ -85,8 +85,8 @@ smt::TermId Select(smt::Terms& terms, smt::TermId index, absl::Span<const smt::T
   std::vector<smt::TermId> picked;
   picked.reserve(values.size());
   for (size_t v = 0; v < values.size(); ++v) {
-    picked.push_back(terms.Mul(
-        terms.Indicator(index, terms.Int(static_cast<int64_t>(v) + offset)), values[v]));
+    picked.push_back(
+        terms.Mul(terms.Indicator(index, terms.Int(static_cast<int64_t>(v) + offset)), values[v]));
   }
   return terms.Sum(picked);
 }
@@ -116,8 +116,7 @@ double TopKIndexValue(absl::Span<const double> args) {
   if (!(j >= 0 && j < static_cast<double>(s.size()))) return std::nan("");
   std::vector<int64_t> order(s.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&s](int64_t a, int64_t b) { return s[a] > s[b]; });
+  std::stable_sort(order.begin(), order.end(), [&s](int64_t a, int64_t b) { return s[a] > s[b]; });
   return static_cast<double>(order[static_cast<size_t>(j)]);
 }
 

@@ -2,8 +2,11 @@
 // against their reference kernels: every output term, evaluated at an instance's
 // values, equals the reference kernel's output on those values.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <set>
 #include <string>
@@ -31,16 +34,21 @@ using ir::testing::OpSample;
 // The kinds whose schemas ir/ops/{reduce,loss,attention,moe,norm,optimizer}.cc register.
 const std::vector<OpKind>& FamilyKinds() {
   static const auto* kinds = new std::vector<OpKind>{
-      OpKind::kLogSoftmax,    OpKind::kLogSoftmaxGrad,  OpKind::kMax,
-      OpKind::kMaxGrad,       OpKind::kMean,            OpKind::kSoftmax,
-      OpKind::kSoftmaxGrad,   OpKind::kSum,             OpKind::kSumSquares,
-      OpKind::kAttention,     OpKind::kAttentionGrad,   OpKind::kRope,
-      OpKind::kCrossEntropy,  OpKind::kCrossEntropyGrad, OpKind::kPick,
-      OpKind::kPickGrad,      OpKind::kMoeCombine,      OpKind::kMoeCombineGrad,
-      OpKind::kMoeDispatch,   OpKind::kMoeDispatchGrad, OpKind::kTopKGate,
-      OpKind::kTopKGateGrad,  OpKind::kLayerNorm,       OpKind::kLayerNormGrad,
-      OpKind::kRmsNorm,       OpKind::kRmsNormGrad,     OpKind::kAdamW,
-      OpKind::kClipCoef,      OpKind::kSgd,
+      OpKind::kLogSoftmax,    OpKind::kLogSoftmaxGrad,
+      OpKind::kMax,           OpKind::kMaxGrad,
+      OpKind::kMean,          OpKind::kSoftmax,
+      OpKind::kSoftmaxGrad,   OpKind::kSum,
+      OpKind::kSumSquares,    OpKind::kAttention,
+      OpKind::kAttentionGrad, OpKind::kRope,
+      OpKind::kCrossEntropy,  OpKind::kCrossEntropyGrad,
+      OpKind::kPick,          OpKind::kPickGrad,
+      OpKind::kMoeCombine,    OpKind::kMoeCombineGrad,
+      OpKind::kMoeDispatch,   OpKind::kMoeDispatchGrad,
+      OpKind::kTopKGate,      OpKind::kTopKGateGrad,
+      OpKind::kLayerNorm,     OpKind::kLayerNormGrad,
+      OpKind::kRmsNorm,       OpKind::kRmsNormGrad,
+      OpKind::kAdamW,         OpKind::kClipCoef,
+      OpKind::kSgd,
   };
   return *kinds;
 }
@@ -115,8 +123,8 @@ int64_t ExpectMatchesReference(OpKind kind, const std::vector<HostTensor>& value
       if (!value.ok()) continue;
       const double ref = w[e];
       EXPECT_LE(std::abs(*value - ref), 1e-9 * std::max(1.0, std::abs(ref)))
-          << "output " << o << " element " << e << ": symbolic " << *value << ", reference "
-          << ref << "\n  term: " << terms.ToString(g.data[e]);
+          << "output " << o << " element " << e << ": symbolic " << *value << ", reference " << ref
+          << "\n  term: " << terms.ToString(g.data[e]);
       ++compared;
     }
   }
@@ -135,20 +143,58 @@ TEST(SymOpsB, EveryFamilyKindHasSymbolicSemantics) {
 // evaluate to the reference kernel's outputs, and every kind is covered.
 TEST(SymOpsB, SharedSamplesMatchReferenceKernels) {
   std::set<OpKind> covered;
+  int64_t compared = 0;
   for (uint64_t seed : {1u, 7u, 42u}) {
     std::vector<OpSample> samples = ir::testing::AllSamples(seed);
     std::mt19937_64 rng(seed * 1000 + 3);
     for (const OpSample& sample : samples) {
       if (!InFamilies(sample.kind)) continue;
       std::vector<HostTensor> values = ir::testing::SampleInputs(sample, rng);
-      if (ExpectMatchesReference(sample.kind, values, sample.attrs, sample.label) > 0) {
-        covered.insert(sample.kind);
-      }
+      const int64_t n = ExpectMatchesReference(sample.kind, values, sample.attrs, sample.label);
+      if (n > 0) covered.insert(sample.kind);
+      compared += n;
     }
   }
   for (OpKind kind : FamilyKinds()) {
     EXPECT_TRUE(covered.count(kind)) << "no sample of " << ir::OpKindName(kind);
   }
+  EXPECT_GT(compared, 1000);
+  if (const char* dump = std::getenv("LOOM_SYM_DUMP"); dump != nullptr) {
+    std::printf("compared %lld output elements\n", static_cast<long long>(compared));
+  }
+}
+
+// Discrete choices stay uninterpreted functions of the values they depend on, and
+// the rope rotation uses the reference's cosines and sines.
+TEST(SymOpsB, ChoicesAreUninterpretedFunctions) {
+  smt::Terms terms;
+  SymTensor a{
+      ir::Shape({1, 3}), ir::DType::kF64, {terms.Var("a0"), terms.Var("a1"), terms.Var("a2")}};
+  SymTensor dy{ir::Shape({1}), ir::DType::kF64, {terms.Var("g")}};
+  const SymTensor* max_in[] = {&a, &dy};
+  auto grad = EvalSymbolic(terms, OpKind::kMaxGrad, max_in, {{"dim", int64_t{1}}});
+  ASSERT_TRUE(grad.ok()) << grad.status();
+  EXPECT_EQ(terms.Variables((*grad)[0].data[1]), (std::vector<std::string>{"a0", "a1", "a2", "g"}));
+  EXPECT_NE(terms.ToString((*grad)[0].data[1]).find("argmax"), std::string::npos);
+
+  const SymTensor* gate_in[] = {&a};
+  auto gate = EvalSymbolic(terms, OpKind::kTopKGate, gate_in, {{"k", int64_t{2}}});
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_NE(terms.ToString((*gate)[1].data[1]).find("topk_index"), std::string::npos);
+  EXPECT_EQ(terms.Variables((*gate)[1].data[1]), (std::vector<std::string>{"a0", "a1", "a2"}));
+
+  SymTensor x{ir::Shape({1, 2, 1, 2}),
+              ir::DType::kF64,
+              {terms.Var("x0"), terms.Var("x1"), terms.Var("x2"), terms.Var("x3")}};
+  const SymTensor* rope_in[] = {&x};
+  auto rope = EvalSymbolic(terms, OpKind::kRope, rope_in, {});
+  ASSERT_TRUE(rope.ok()) << rope.status();
+  // Position 1, frequency 0: angle 1.
+  const smt::TermId want = terms.Sub(terms.Mul(terms.Var("x2"), terms.Double(std::cos(1.0))),
+                                     terms.Mul(terms.Var("x3"), terms.Double(std::sin(1.0))));
+  EXPECT_EQ((*rope)[0].data[2], want) << terms.ToString((*rope)[0].data[2]);
+  // Position 0 is the identity.
+  EXPECT_EQ((*rope)[0].data[0], terms.Var("x0"));
 }
 
 // Values uniform in [lo, hi] for a float tensor, or in [0, bound) for an integer one.
@@ -186,8 +232,8 @@ TEST(SymOpsB, AttributeVariantsMatchReferenceKernels) {
   // pick_grad and pick over a vocabulary piece that starts at 2.
   {
     std::vector<HostTensor> v{Fill(I64({4}), rng, 0, 0, 7), Fill(F64({4}), rng)};
-    ExpectMatchesReference(OpKind::kPickGrad, v, {{"vocab", int64_t{3}}, {"vocab_begin", int64_t{2}}},
-                           "piece");
+    ExpectMatchesReference(OpKind::kPickGrad, v,
+                           {{"vocab", int64_t{3}}, {"vocab_begin", int64_t{2}}}, "piece");
     std::vector<HostTensor> p{Fill(F64({4, 3}), rng), v[0]};
     ExpectMatchesReference(OpKind::kPick, p, {{"vocab_begin", int64_t{2}}}, "piece");
   }
