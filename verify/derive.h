@@ -93,7 +93,7 @@ struct LawUse {
   std::vector<std::string> labels;  // sorted label names
   std::vector<ir::Interval> intervals;
   std::vector<int64_t> extents;
-  std::vector<int> partial_inputs;  // positions holding partial sums
+  std::vector<int> partial_inputs;  // the positions pieces are additive in (partial sums)
   std::string key;                  // canonical key (kind, attrs, types, pattern)
 };
 

@@ -116,7 +116,9 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
         r.cached = true;
         ++hits;
       } else {
+        const auto t0 = std::chrono::steady_clock::now();
         LawProof p = ProveLaw(law, options.solver_timeout_ms);
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         r.verdict = p.verdict == smt::Verdict::kValid     ? "proved"
                     : p.verdict == smt::Verdict::kInvalid ? "refuted"
                                                           : "unknown";

@@ -51,6 +51,7 @@ struct LawResult {
   std::string verdict;  // "proved", "refuted", "unknown"
   std::string detail;
   bool cached = false;
+  double seconds = 0;
 };
 
 struct VerifyReport {
