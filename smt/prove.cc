@@ -239,6 +239,9 @@ void ProveWithSolver(const Terms& terms, absl::Span<const Goal> all_goals,
   z3::solver solver(ctx);
   z3::params params(ctx);
   params.set("timeout", options.timeout_ms);
+  // Some nonlinear tactics overrun the timeout; the resource limit bounds them too.
+  params.set("rlimit", static_cast<unsigned>(std::min<uint64_t>(
+                           uint64_t{20000} * options.timeout_ms, uint64_t{4000000000})));
   solver.set(params);
   Translator translator(ctx, terms.impl());
   std::vector<Goal> goals(all_goals.begin(), all_goals.end());
@@ -264,6 +267,49 @@ void ProveWithSolver(const Terms& terms, absl::Span<const Goal> all_goals,
     if (!CheckGoal(terms, goals, i, solver, translator, result)) return;
   }
   result.verdict = Verdict::kValid;
+}
+
+// Before the solver: the goals evaluated at two fixed pseudo-random points (all
+// positive, then mixed signs). A goal whose sides differ well beyond rounding
+// (1e-6 of the larger side, at least 1e-6) is refuted with that point as its
+// counterexample; a proof still needs the solver.
+bool RefuteNumerically(const Terms& terms, absl::Span<const Goal> goals,
+                       const std::vector<int>& open, ProofResult& result) {
+  std::vector<std::string> names;
+  for (int i : open) {
+    for (TermId side : {goals[i].lhs, goals[i].rhs}) {
+      for (std::string& n : terms.Variables(side)) names.push_back(std::move(n));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (int pass = 0; pass < 2; ++pass) {
+    absl::flat_hash_map<std::string, double> values;
+    uint64_t state = 0x9e3779b97f4a7c15ull + pass;
+    for (const std::string& name : names) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const double u = static_cast<double>((state >> 11) % 1024) / 1024.0;  // [0, 1)
+      values[name] = pass == 0 ? 0.25 + 1.75 * u : 4.0 * u - 2.0;
+    }
+    for (int i : open) {
+      absl::StatusOr<double> lhs = terms.Evaluate(goals[i].lhs, values);
+      absl::StatusOr<double> rhs = terms.Evaluate(goals[i].rhs, values);
+      if (!lhs.ok() || !rhs.ok()) return false;  // a function without numeric meaning
+      if (!std::isfinite(*lhs) || !std::isfinite(*rhs)) continue;
+      const double scale = std::max({std::abs(*lhs), std::abs(*rhs), 1.0});
+      if (std::abs(*lhs - *rhs) <= 1e-6 * scale) continue;
+      result.verdict = Verdict::kInvalid;
+      result.failed_goal = i;
+      result.lhs_value = *lhs;
+      result.rhs_value = *rhs;
+      // Only the variables of the failing goal.
+      for (TermId side : {goals[i].lhs, goals[i].rhs}) {
+        for (const std::string& n : terms.Variables(side)) result.counterexample[n] = values[n];
+      }
+      return true;
+    }
+  }
+  return false;
 }
 
 ProofResult Undecided(const std::vector<int>& open, std::string detail) {
@@ -295,6 +341,7 @@ ProofResult ProveEqual(const Terms& terms, absl::Span<const Goal> goals,
     result.verdict = Verdict::kValid;
     return result;
   }
+  if (RefuteNumerically(terms, goals, open, result)) return result;
   result.solver_calls = static_cast<int>(open.size());
   try {
     ProveWithSolver(terms, goals, open, options, result);

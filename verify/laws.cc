@@ -1,12 +1,16 @@
 #include "verify/laws.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <random>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ir/op_schema.h"
+#include "ir/status_macros.h"
 #include "smt/prove.h"
 #include "smt/term.h"
 #include "verify/sym_ops.h"
@@ -17,19 +21,10 @@ namespace {
 using ir::Box;
 using ir::Interval;
 
-SymTensor Variables(smt::Terms& terms, const ir::TensorType& type, const std::string& prefix) {
-  SymTensor t;
-  t.shape = type.shape;
-  t.dtype = type.dtype;
-  const int64_t n = type.shape.num_elements();
-  t.data.reserve(n);
-  for (int64_t i = 0; i < n; ++i) t.data.push_back(terms.Var(absl::StrCat(prefix, "_", i)));
-  return t;
-}
-
 // The elements of `t` inside `box`, row-major.
-SymTensor Slice(const SymTensor& t, const Box& box) {
-  SymTensor out;
+template <class Tensor>
+Tensor Slice(const Tensor& t, const Box& box) {
+  Tensor out;
   std::vector<int64_t> dims;
   for (const Interval& iv : box) dims.push_back(iv.size());
   out.shape = ir::Shape(dims);
@@ -77,49 +72,85 @@ LawProof Unknown(std::string why) {
   return p;
 }
 
-}  // namespace
+// Symbolic backend: every input element a fresh variable.
+struct SymbolicBackend {
+  using Tensor = SymTensor;
+  using Elem = smt::TermId;
+  smt::Terms& terms;
+  Tensor Inputs(const ir::TensorType& type, const std::string& prefix) {
+    Tensor t;
+    t.shape = type.shape;
+    t.dtype = type.dtype;
+    const int64_t n = type.shape.num_elements();
+    t.data.reserve(n);
+    for (int64_t i = 0; i < n; ++i) t.data.push_back(terms.Var(absl::StrCat(prefix, "_", i)));
+    return t;
+  }
+  Elem Add(Elem a, Elem c) { return terms.Add(a, c); }
+  Elem Zero() { return terms.Zero(); }
+  Elem Sum(const std::vector<Elem>& v) { return terms.Sum(v); }
+  Elem Max(const std::vector<Elem>& v) { return terms.Max(v); }
+  absl::StatusOr<std::vector<Tensor>> Eval(ir::OpKind kind, std::vector<const Tensor*> in,
+                                           const ir::AttrMap& attrs) {
+    return EvalSymbolic(terms, kind, in, attrs);
+  }
+};
 
-std::string LawCacheKey(const LawUse& law) {
-  return absl::StrCat("v", SemanticsVersion(law.kind), "|", law.key);
-}
+// Numeric backend: the reference kernels in double precision on random inputs,
+// positive reals (inside every op's domain) and small non-negative integers.
+struct NumericBackend {
+  using Tensor = ir::HostTensor;
+  using Elem = double;
+  std::mt19937_64 rng;
+  Tensor Inputs(const ir::TensorType& type, const std::string&) {
+    Tensor t(type.shape, type.dtype);
+    const bool integer = !ir::IsFloat(type.dtype);
+    for (double& v : t.data) {
+      v = integer ? static_cast<double>(rng() % 4) : static_cast<double>(rng() % 32 + 1) / 8.0;
+    }
+    return t;
+  }
+  Elem Add(Elem a, Elem c) { return a + c; }
+  Elem Zero() { return 0; }
+  Elem Sum(const std::vector<Elem>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s;
+  }
+  Elem Max(const std::vector<Elem>& v) {
+    double m = -INFINITY;
+    for (double x : v) m = std::max(m, x);
+    return v.empty() ? 0 : m;
+  }
+  absl::StatusOr<std::vector<Tensor>> Eval(ir::OpKind kind, std::vector<const Tensor*> in,
+                                           const ir::AttrMap& attrs) {
+    std::vector<ir::TensorType> types;
+    for (const Tensor* t : in) types.push_back(ir::TensorType{t->shape, t->dtype});
+    LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> out_types,
+                          ir::InferOutputTypes(kind, types, attrs));
+    std::vector<Tensor> out;
+    for (const auto& ty : out_types) out.emplace_back(ty.shape, ty.dtype);
+    LOOM_RETURN_IF_ERROR(ir::GetOpSchema(kind).kernel(in, attrs, absl::MakeSpan(out)));
+    return out;
+  }
+};
 
-LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
+// Builds the law's goals, pairs (pieces, whole op) element by element, with
+// backend `b`: symbolic for a proof, reference kernels for a numeric check.
+// Returns an unknown proof when the law's instance does not build.
+template <class B>
+std::optional<LawProof> BuildGoals(
+    B& b, const LawUse& law,
+    std::vector<std::pair<typename B::Elem, typename B::Elem>>* goals_out) {
+  using Tensor = typename B::Tensor;
   const std::string kind = std::string(ir::OpKindName(law.kind));
-  if (!HasSymbolicSemantics(law.kind)) {
-    return Unknown(absl::StrCat("op '", kind, "' has no symbolic semantics"));
-  }
-  int64_t elements = 0;
-  for (const auto& t : law.inputs) elements += t.shape.num_elements();
-  if (elements > kMaxLawElements) {
-    return Unknown(absl::StrCat("op '", kind, "' on ", elements,
-                                " input elements is above the law size limit"));
-  }
   const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
   auto sig = schema.signature(law.inputs, law.attrs);
   auto out_types = ir::InferOutputTypes(law.kind, law.inputs, law.attrs);
   if (!sig.ok() || !out_types.ok()) return Unknown("the op's signature or types do not build");
-
-  // A piece covering the whole op with the op's own attributes is the op itself.
-  const bool whole_piece =
-      law.partial_inputs.empty() &&
-      std::all_of(law.intervals.begin(), law.intervals.end(), [&](const Interval& iv) {
-        const size_t k = &iv - law.intervals.data();
-        return iv.begin == 0 && iv.end == law.extents[k];
-      });
-  if (whole_piece) {
-    std::vector<Box> in_boxes, out_boxes;
-    for (const auto& t : law.inputs) in_boxes.push_back(ir::FullBox(t.shape));
-    for (const auto& t : *out_types) out_boxes.push_back(ir::FullBox(t.shape));
-    auto attrs = schema.shard_attrs == nullptr
-                     ? absl::StatusOr<ir::AttrMap>(law.attrs)
-                     : schema.shard_attrs(law.attrs, law.inputs, in_boxes, *out_types, out_boxes);
-    if (attrs.ok() && *attrs == law.attrs) return LawProof{smt::Verdict::kValid, "", 0};
-  }
-
-  smt::Terms terms;
-  std::vector<SymTensor> whole_in;
+  std::vector<Tensor> whole_in;
   for (size_t i = 0; i < law.inputs.size(); ++i) {
-    whole_in.push_back(Variables(terms, law.inputs[i], absl::StrCat("x", i)));
+    whole_in.push_back(b.Inputs(law.inputs[i], absl::StrCat("x", i)));
   }
   std::map<std::string, std::pair<Interval, int64_t>> at;
   for (size_t k = 0; k < law.labels.size(); ++k) {
@@ -160,32 +191,32 @@ LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
     siblings = std::move(acc);
   }
   // Partial operands: split them into y + z.
-  std::vector<SymTensor> y_in = whole_in, z_in = whole_in;
+  std::vector<Tensor> y_in = whole_in, z_in = whole_in;
   for (int p : law.partial_inputs) {
-    y_in[p] = Variables(terms, law.inputs[p], absl::StrCat("y", p));
-    z_in[p] = Variables(terms, law.inputs[p], absl::StrCat("z", p));
+    y_in[p] = b.Inputs(law.inputs[p], absl::StrCat("y", p));
+    z_in[p] = b.Inputs(law.inputs[p], absl::StrCat("z", p));
     for (size_t e = 0; e < whole_in[p].data.size(); ++e) {
-      whole_in[p].data[e] = terms.Add(y_in[p].data[e], z_in[p].data[e]);
+      whole_in[p].data[e] = b.Add(y_in[p].data[e], z_in[p].data[e]);
     }
   }
-  std::vector<const SymTensor*> whole_ptrs;
-  for (const SymTensor& t : whole_in) whole_ptrs.push_back(&t);
-  auto whole = EvalSymbolic(terms, law.kind, whole_ptrs, law.attrs);
-  if (!whole.ok()) return Unknown(absl::StrCat("symbolic '", kind, "': ", whole.status().message()));
+  std::vector<const Tensor*> whole_ptrs;
+  for (const Tensor& t : whole_in) whole_ptrs.push_back(&t);
+  auto whole = b.Eval(law.kind, whole_ptrs, law.attrs);
+  if (!whole.ok()) return Unknown(absl::StrCat("'", kind, "': ", whole.status().message()));
 
   // Runs the piece for label intervals `pat` on inputs `src`; outputs and boxes.
   auto run_piece = [&](const std::map<std::string, std::pair<Interval, int64_t>>& pat,
-                       const std::vector<SymTensor>& src, bool keep_additive,
-                       std::vector<SymTensor>* outs, std::vector<Box>* out_boxes) -> bool {
+                       const std::vector<Tensor>& src, bool keep_additive,
+                       std::vector<Tensor>* outs, std::vector<Box>* out_boxes) -> bool {
     std::vector<Box> in_boxes(law.inputs.size());
-    std::vector<SymTensor> pieces;
+    std::vector<Tensor> pieces;
     for (size_t i = 0; i < law.inputs.size(); ++i) {
       if (!BoxFor(sig->inputs[i], law.inputs[i].shape, pat, &in_boxes[i])) return false;
       pieces.push_back(Slice(src[i], in_boxes[i]));
       const bool additive = std::find(sig->additive_inputs.begin(), sig->additive_inputs.end(),
                                       static_cast<int>(i)) != sig->additive_inputs.end();
       if (additive && !keep_additive) {
-        for (auto& term : pieces.back().data) term = terms.Zero();
+        for (auto& term : pieces.back().data) term = b.Zero();
       }
     }
     out_boxes->assign(out_types->size(), Box{});
@@ -198,25 +229,25 @@ LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
       if (!a.ok()) return false;
       attrs = *std::move(a);
     }
-    std::vector<const SymTensor*> ptrs;
-    for (const SymTensor& t : pieces) ptrs.push_back(&t);
-    auto r = EvalSymbolic(terms, law.kind, ptrs, attrs);
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : pieces) ptrs.push_back(&t);
+    auto r = b.Eval(law.kind, ptrs, attrs);
     if (!r.ok()) return false;
     *outs = *std::move(r);
     return true;
   };
 
-  std::vector<smt::Goal> goals;
-  std::vector<std::vector<SymTensor>> piece_outs;
+  auto& goals = *goals_out;
+  std::vector<std::vector<Tensor>> piece_outs;
   std::vector<Box> boxes;
   for (size_t s = 0; s < siblings.size(); ++s) {
-    std::vector<SymTensor> outs;
+    std::vector<Tensor> outs;
     if (law.partial_inputs.empty()) {
       if (!run_piece(siblings[s], whole_in, s == 0, &outs, &boxes)) {
         return Unknown("a sibling piece has no valid attributes or shapes");
       }
     } else {
-      std::vector<SymTensor> oy, oz;
+      std::vector<Tensor> oy, oz;
       if (!run_piece(siblings[s], y_in, true, &oy, &boxes) ||
           !run_piece(siblings[s], z_in, true, &oz, &boxes)) {
         return Unknown("the piece has no valid attributes or shapes");
@@ -224,7 +255,7 @@ LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
       outs = oy;
       for (size_t k = 0; k < outs.size(); ++k) {
         for (size_t e = 0; e < outs[k].data.size(); ++e) {
-          outs[k].data[e] = terms.Add(oy[k].data[e], oz[k].data[e]);
+          outs[k].data[e] = b.Add(oy[k].data[e], oz[k].data[e]);
         }
       }
     }
@@ -239,27 +270,76 @@ LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
     }
     Box box;
     if (!BoxFor(sig->outputs[k], (*out_types)[k].shape, at, &box)) return Unknown("output box");
-    const SymTensor expect = Slice((*whole)[k], box);
+    const Tensor expect = Slice((*whole)[k], box);
     if (!sums) {
       // The law's own piece (sibling 0 is `at` when nothing is reduced).
       size_t self = 0;
       for (size_t s = 0; s < siblings.size(); ++s) {
         if (siblings[s] == at) self = s;
       }
-      const SymTensor& got = piece_outs[self][k];
+      const Tensor& got = piece_outs[self][k];
       if (got.data.size() != expect.data.size()) return Unknown("piece shape differs");
       for (size_t e = 0; e < got.data.size(); ++e) goals.push_back({got.data[e], expect.data[e]});
       continue;
     }
     for (size_t e = 0; e < expect.data.size(); ++e) {
-      std::vector<smt::TermId> parts;
+      std::vector<typename B::Elem> parts;
       for (const auto& outs : piece_outs) {
         if (outs[k].data.size() != expect.data.size()) return Unknown("piece shape differs");
         parts.push_back(outs[k].data[e]);
       }
-      goals.push_back({is_max ? terms.Max(parts) : terms.Sum(parts), expect.data[e]});
+      goals.push_back({is_max ? b.Max(parts) : b.Sum(parts), expect.data[e]});
     }
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string LawCacheKey(const LawUse& law) {
+  return absl::StrCat("v", SemanticsVersion(law.kind), "|", law.key);
+}
+
+LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
+  const std::string kind = std::string(ir::OpKindName(law.kind));
+  if (!HasSymbolicSemantics(law.kind)) {
+    return Unknown(absl::StrCat("op '", kind, "' has no symbolic semantics"));
+  }
+  int64_t elements = 0;
+  for (const auto& t : law.inputs) elements += t.shape.num_elements();
+  if (elements > kMaxLawElements) {
+    return Unknown(absl::StrCat("op '", kind, "' on ", elements,
+                                " input elements is above the law size limit"));
+  }
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  auto out_types = ir::InferOutputTypes(law.kind, law.inputs, law.attrs);
+  if (!out_types.ok()) return Unknown("the op's types do not build");
+
+  // A piece covering the whole op with the op's own attributes is the op itself.
+  const bool whole_piece =
+      law.partial_inputs.empty() &&
+      std::all_of(law.intervals.begin(), law.intervals.end(), [&](const Interval& iv) {
+        const size_t k = &iv - law.intervals.data();
+        return iv.begin == 0 && iv.end == law.extents[k];
+      });
+  if (whole_piece) {
+    std::vector<Box> in_boxes, out_boxes;
+    for (const auto& t : law.inputs) in_boxes.push_back(ir::FullBox(t.shape));
+    for (const auto& t : *out_types) out_boxes.push_back(ir::FullBox(t.shape));
+    auto attrs = schema.shard_attrs == nullptr
+                     ? absl::StatusOr<ir::AttrMap>(law.attrs)
+                     : schema.shard_attrs(law.attrs, law.inputs, in_boxes, *out_types, out_boxes);
+    if (attrs.ok() && *attrs == law.attrs) return LawProof{smt::Verdict::kValid, "", 0};
+  }
+
+  smt::Terms terms;
+  DefineSymbolicFunctions(terms);  // numeric meanings, for refuting by evaluation
+  SymbolicBackend backend{terms};
+  std::vector<std::pair<smt::TermId, smt::TermId>> pairs;
+  if (auto unknown = BuildGoals(backend, law, &pairs)) return *std::move(unknown);
+  std::vector<smt::Goal> goals;
+  goals.reserve(pairs.size());
+  for (const auto& [lhs, rhs] : pairs) goals.push_back({lhs, rhs});
   smt::SolverOptions options;
   options.timeout_ms = timeout_ms;
   smt::ProofResult r = smt::ProveEqual(terms, goals, options);
@@ -273,6 +353,21 @@ LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
     proof.detail = r.detail;
   }
   return proof;
+}
+
+absl::StatusOr<double> LawNumericGap(const LawUse& law, uint64_t seed) {
+  NumericBackend backend{std::mt19937_64(seed)};
+  std::vector<std::pair<double, double>> pairs;
+  if (auto unknown = BuildGoals(backend, law, &pairs)) {
+    return absl::FailedPreconditionError(unknown->detail);
+  }
+  double gap = 0;
+  for (const auto& [lhs, rhs] : pairs) {
+    if (!std::isfinite(lhs) && !std::isfinite(rhs)) continue;  // outside the domain
+    const double diff = std::abs(lhs - rhs) / std::max(1.0, std::abs(rhs));
+    if (!(diff <= gap)) gap = std::isnan(diff) ? INFINITY : diff;
+  }
+  return gap;
 }
 
 }  // namespace loom::verify

@@ -14,7 +14,10 @@
 //    piece, for fresh y and z.
 // Equal canonical terms prove a goal at once; the rest goes to Z3.
 
+#include <cstdint>
 #include <string>
+
+#include "absl/status/statusor.h"
 
 #include "smt/solver.h"
 #include "verify/derive.h"
@@ -27,11 +30,16 @@ struct LawProof {
   int solver_calls = 0;
 };
 
-// Terms built for one law are bounded: a larger instance is undecided (the
-// reduced-shape instance of such ops is not built yet).
+// Terms built for one law are bounded: a larger instance is undecided. Verify
+// proves laws at reduced sizes (verify/law_reduce.h), far below the bound.
 inline constexpr int64_t kMaxLawElements = 1 << 16;
 
 LawProof ProveLaw(const LawUse& law, unsigned timeout_ms);
+
+// Numeric check of the law: every input element a random constant (seeded),
+// both sides of every goal evaluated; the largest relative difference (0 when the
+// pieces compose). Errors when the instance does not build.
+absl::StatusOr<double> LawNumericGap(const LawUse& law, uint64_t seed);
 
 // The law's cache key: its LawUse key and the symbolic semantics version of its kind.
 std::string LawCacheKey(const LawUse& law);

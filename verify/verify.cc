@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "verify/law_reduce.h"
 #include "verify/laws.h"
 #include "verify/schedule_safety.h"
 
@@ -101,13 +103,22 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   report.items = d.items;
   report.values = d.values;
 
-  // Laws, in parallel, one term store and solver context per proof.
-  const int64_t n = static_cast<int64_t>(d.laws.size());
+  // Laws at reduced sizes, each distinct one once (uses at different real sizes
+  // often share one), in parallel, one term store and solver context per proof.
+  std::vector<LawUse> laws;
+  {
+    std::map<std::string, size_t> seen;
+    for (const LawUse& use : d.laws) {
+      LawUse reduced = ReduceLaw(use);
+      if (seen.emplace(reduced.key, laws.size()).second) laws.push_back(std::move(reduced));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(laws.size());
   report.laws.resize(n);
   std::atomic<int64_t> next{0}, done{0}, hits{0};
   auto work = [&] {
     for (int64_t i = next++; i < n; i = next++) {
-      const LawUse& law = d.laws[i];
+      const LawUse& law = laws[i];
       LawResult& r = report.laws[i];
       r.op_kind = std::string(ir::OpKindName(law.kind));
       r.key = LawCacheKey(law);
@@ -142,13 +153,19 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
     work();
     for (auto& th : pool) th.join();
   }
-  for (const LawResult& r : report.laws) {
+  for (size_t i = 0; i < report.laws.size(); ++i) {
+    const LawResult& r = report.laws[i];
     if (r.verdict == "proved") {
       ++report.laws_proved;
     } else if (r.verdict == "refuted") {
       Failure f;
       f.cls = FailureClass::kComputationDiffers;
       f.item = absl::StrCat("partition law of '", r.op_kind, "'");
+      if (laws[i].op != ir::kNoId && laws[i].op < spec.num_ops()) {
+        const ir::Op& op = spec.op(laws[i].op);
+        if (!op.outputs.empty()) f.tensor = spec.tensor(op.outputs[0]).name;
+        f.first_op = absl::StrCat(ir::OpKindName(op.kind), " -> '", f.tensor, "'");
+      }
       f.message = absl::StrCat("the pieces of '", r.op_kind, "' do not compose to the op: ", r.detail);
       f.counterexample = r.detail;
       f.position = d.items;

@@ -70,6 +70,19 @@ TEST(ProveTest, ProvesSoftmaxWeightsSumToOne) {
   EXPECT_EQ(r.solver_calls, 1);
 }
 
+// A goal false only where two values coincide escapes the sample points: the
+// solver finds the counterexample, and evaluation confirms it.
+TEST(ProveTest, SolverFindsCounterexampleSamplingMisses) {
+  Terms t;
+  TermId x = t.Var("x"), y = t.Var("y");
+  std::vector<Goal> goals = {{t.Indicator(x, y), t.Zero()}};
+  ProofResult r = ProveEqual(t, goals);
+  ASSERT_EQ(r.verdict, Verdict::kInvalid) << r.detail;
+  EXPECT_EQ(r.solver_calls, 1);
+  EXPECT_EQ(r.counterexample.at("x"), r.counterexample.at("y"));
+  EXPECT_EQ(r.lhs_value, 1);
+}
+
 // A wrong goal is refuted with a counterexample that evaluation confirms.
 TEST(ProveTest, RefutesWrongGoalWithConfirmedCounterexample) {
   Terms t;
@@ -78,7 +91,7 @@ TEST(ProveTest, RefutesWrongGoalWithConfirmedCounterexample) {
   ProofResult r = ProveEqual(t, goals);
   ASSERT_EQ(r.verdict, Verdict::kInvalid) << r.detail;
   EXPECT_EQ(r.failed_goal, 1);
-  EXPECT_EQ(r.solver_calls, 1);
+  EXPECT_EQ(r.solver_calls, 0);  // refuted at a sample point, before the solver
   ASSERT_TRUE(r.counterexample.contains("y"));
   absl::StatusOr<double> lhs = t.Evaluate(goals[1].lhs, r.counterexample);
   absl::StatusOr<double> rhs = t.Evaluate(goals[1].rhs, r.counterexample);

@@ -1,0 +1,208 @@
+#include "verify/law_reduce.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/op_schema.h"
+#include "ir/status_macros.h"
+
+namespace loom::verify {
+namespace {
+
+using ir::Interval;
+
+bool IsFull(const Interval& iv, int64_t extent) { return iv.begin == 0 && iv.end == extent; }
+
+bool ReduceLike(ir::DimKind kind) { return kind != ir::DimKind::kSpatial; }
+
+int64_t LabelIndex(const LawUse& law, const std::string& label) {
+  auto it = std::find(law.labels.begin(), law.labels.end(), label);
+  return it == law.labels.end() ? -1 : it - law.labels.begin();
+}
+
+// b * to / from, when exact.
+absl::StatusOr<int64_t> Scale(int64_t b, int64_t to, int64_t from, const std::string& what) {
+  if (from <= 0 || (b * to) % from != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", b, " does not scale exactly from ", from, " to ", to));
+  }
+  return b * to / from;
+}
+
+}  // namespace
+
+bool ReducibleKind(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kReshape:
+    case ir::OpKind::kFill:
+    case ir::OpKind::kExpand:
+    case ir::OpKind::kSlice:
+    case ir::OpKind::kPad:
+    case ir::OpKind::kSplit:
+    case ir::OpKind::kConcat:
+    case ir::OpKind::kMoeCombine:
+    case ir::OpKind::kMoeCombineGrad:
+    case ir::OpKind::kMoeDispatch:
+    case ir::OpKind::kMoeDispatchGrad:
+    case ir::OpKind::kEmbeddingGrad:
+    case ir::OpKind::kPickGrad:
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::string LawKey(const LawUse& law) {
+  std::string key = absl::StrCat(ir::OpKindName(law.kind), "|", law.attrs.ToString(), "|");
+  for (const auto& ty : law.inputs) absl::StrAppend(&key, ty.ToString(), ";");
+  absl::StrAppend(&key, "|");
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    absl::StrAppend(&key, law.labels[k], "=", law.intervals[k].begin, ":", law.intervals[k].end,
+                    "/", law.extents[k], ";");
+  }
+  absl::StrAppend(&key, "|", absl::StrJoin(law.partial_inputs, ","));
+  return key;
+}
+
+absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
+                                 const std::map<std::string, int64_t>& extents) {
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
+  if (law.attrs.Has("vocab_begin")) {
+    // The logical op addresses a vocabulary range by position: not resized.
+    for (size_t k = 0; k < law.labels.size(); ++k) {
+      auto it = extents.find(law.labels[k]);
+      if (it != extents.end() && it->second != law.extents[k]) {
+        return absl::InvalidArgumentError("the op's vocabulary offset depends on sizes");
+      }
+    }
+  }
+  LawUse out = law;
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    auto it = extents.find(law.labels[k]);
+    if (it == extents.end() || it->second <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("no extent for label ", law.labels[k]));
+    }
+    const int64_t from = law.extents[k], to = it->second;
+    LOOM_ASSIGN_OR_RETURN(out.intervals[k].begin,
+                          Scale(law.intervals[k].begin, to, from, "bound"));
+    LOOM_ASSIGN_OR_RETURN(out.intervals[k].end, Scale(law.intervals[k].end, to, from, "bound"));
+    out.extents[k] = to;
+  }
+  for (size_t i = 0; i < law.inputs.size(); ++i) {
+    const ir::Shape& shape = law.inputs[i].shape;
+    std::vector<int64_t> dims;
+    for (int d = 0; d < shape.rank(); ++d) {
+      const int64_t k = i < sig.inputs.size() && static_cast<size_t>(d) < sig.inputs[i].size()
+                            ? LabelIndex(law, sig.inputs[i][d])
+                            : -1;
+      if (k < 0) {
+        dims.push_back(shape.dim(d));
+        continue;
+      }
+      LOOM_ASSIGN_OR_RETURN(int64_t dim,
+                            Scale(shape.dim(d), out.extents[k], law.extents[k], "dim"));
+      dims.push_back(dim);
+    }
+    out.inputs[i].shape = ir::Shape(dims);
+  }
+  LOOM_RETURN_IF_ERROR(schema.signature(out.inputs, out.attrs).status());
+  LOOM_RETURN_IF_ERROR(ir::InferOutputTypes(out.kind, out.inputs, out.attrs).status());
+  out.key = LawKey(out);
+  return out;
+}
+
+std::set<std::string> SizeFixedLabels(const LawUse& law) {
+  std::set<std::string> out;
+  if (law.kind != ir::OpKind::kTopKGate && law.kind != ir::OpKind::kTopKGateGrad) return out;
+  auto sig = ir::GetOpSchema(law.kind).signature(law.inputs, law.attrs);
+  if (!sig.ok()) return out;
+  // The k best of each row: the last dim of every input but the logits.
+  for (size_t i = 1; i < sig->inputs.size(); ++i) {
+    if (!sig->inputs[i].empty()) out.insert(sig->inputs[i].back());
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law) {
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
+  auto kind_of = [&](const std::string& l) {
+    auto it = sig.kinds.find(l);
+    return it == sig.kinds.end() ? ir::DimKind::kFixed : it->second;
+  };
+  // The unit of label k: the largest width its piece bounds are multiples of.
+  auto unit = [&](size_t k) {
+    return std::gcd(std::gcd(law.intervals[k].begin, law.intervals[k].end), law.extents[k]);
+  };
+  auto width = [&](size_t k) -> int64_t { return ReduceLike(kind_of(law.labels[k])) ? 2 : 1; };
+  std::map<std::string, int64_t> out;
+  std::set<std::string> coupled_done;
+  for (const auto& group : sig.coupled) {
+    std::vector<size_t> members;
+    for (const std::string& l : group) {
+      const int64_t k = LabelIndex(law, l);
+      if (k >= 0) members.push_back(static_cast<size_t>(k));
+    }
+    if (members.size() < 2) continue;
+    int64_t common = 0;
+    for (size_t k : members) common = std::gcd(common, unit(k));
+    for (size_t k : members) {
+      out[law.labels[k]] = law.extents[k] / common * std::min<int64_t>(width(k), common);
+      coupled_done.insert(law.labels[k]);
+    }
+  }
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    const std::string& l = law.labels[k];
+    if (coupled_done.count(l) > 0) continue;
+    const int64_t e = law.extents[k];
+    if (IsFull(law.intervals[k], e)) {
+      out[l] = ReduceLike(kind_of(l)) ? std::min<int64_t>(e, 2) : std::min<int64_t>(e, 1);
+    } else {
+      const int64_t g = unit(k);
+      out[l] = e / g * std::min<int64_t>(width(k), g);
+    }
+  }
+  // Op-specific sizes and floors.
+  for (const std::string& l : SizeFixedLabels(law)) {
+    const int64_t k = LabelIndex(law, l);
+    if (k >= 0) out[l] = law.extents[k];
+  }
+  if (law.kind == ir::OpKind::kTopKGate || law.kind == ir::OpKind::kTopKGateGrad) {
+    LOOM_ASSIGN_OR_RETURN(int64_t k_best, law.attrs.GetInt("k"));
+    if (!sig.inputs.empty() && !sig.inputs[0].empty()) {
+      const int64_t k = LabelIndex(law, sig.inputs[0].back());
+      if (k >= 0) {
+        const int64_t floor = std::min(law.extents[k], k_best + 1);
+        int64_t& e = out[law.labels[k]];
+        if (e < floor) {
+          if (!IsFull(law.intervals[k], law.extents[k])) {
+            return absl::InvalidArgumentError("a split expert axis below the top-k floor");
+          }
+          e = floor;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+LawUse ReduceLaw(const LawUse& law) {
+  if (!ReducibleKind(law.kind)) return law;
+  auto extents = ReducedExtents(law);
+  if (!extents.ok()) return law;
+  auto reduced = ResizeLaw(law, *extents);
+  if (!reduced.ok()) return law;
+  int64_t before = 0, after = 0;
+  for (const auto& t : law.inputs) before += t.shape.num_elements();
+  for (const auto& t : reduced->inputs) after += t.shape.num_elements();
+  if (after > before) return law;
+  return *std::move(reduced);
+}
+
+}  // namespace loom::verify
