@@ -127,29 +127,28 @@ std::optional<Where> RopeOnSequenceHalves(const ir::Graph& spec, ir::Plan& p) {
                absl::StrCat("covers [", half, ":", 2 * half, ")")};
 }
 
-// On device `d`, two collectives of one group swapped where the later one's
-// inputs are ready before the earlier one: the members wait for each other.
-std::optional<Where> SwapGroupCollectives(ir::Plan& p) {
+// On some device, an all-reduce deferred past a later all-reduce of the same
+// group (nothing in between reads its outputs there): that device issues the two
+// in the other order than its peers, and they wait for each other.
+std::optional<Where> DeferAllReduce(ir::Plan& p) {
+  auto reads = [&](const ir::PlanStep& s, const std::vector<ir::ValueId>& values) {
+    const auto& in = s.is_collective ? p.collectives[s.id].inputs : p.tasks[s.id].inputs;
+    return std::any_of(values.begin(), values.end(), [&](ir::ValueId v) {
+      return std::find(in.begin(), in.end(), v) != in.end();
+    });
+  };
   for (int64_t d = 0; d < p.mesh.num_devices(); ++d) {
     std::vector<ir::PlanStep>& order = p.order[d];
-    std::vector<int> made(p.values.size(), -1);  // position on d producing each value
     for (size_t i = 0; i < order.size(); ++i) {
-      const auto& outs = order[i].is_collective ? p.collectives[order[i].id].outputs
-                                                : p.tasks[order[i].id].outputs;
-      for (ir::ValueId v : outs) made[v] = static_cast<int>(i);
-    }
-    for (size_t j = 0; j < order.size(); ++j) {
-      if (!order[j].is_collective) continue;
-      const ir::Collective& c = p.collectives[order[j].id];
-      if (c.devices.size() < 2) continue;
-      int ready = -1;
-      for (ir::ValueId v : c.inputs) {
-        if (p.values[v].device == d) ready = std::max(ready, made[v]);
-      }
-      for (size_t i = ready + 1; i < j; ++i) {
-        if (!order[i].is_collective || p.collectives[order[i].id].devices != c.devices) continue;
-        std::swap(order[i], order[j]);
-        return Where{"deadlock", "", c.devices};
+      if (!order[i].is_collective) continue;
+      const ir::Collective& c = p.collectives[order[i].id];
+      if (c.kind != CollectiveKind::kAllReduce || c.devices.size() < 2) continue;
+      for (size_t j = i + 1; j < order.size() && !reads(order[j], c.outputs); ++j) {
+        if (!order[j].is_collective || p.collectives[order[j].id].devices != c.devices) continue;
+        const ir::PlanStep deferred = order[i];
+        order.erase(order.begin() + i);
+        order.insert(order.begin() + j, deferred);
+        return Where{"deadlock", "", c.devices, "waits at all_reduce"};
       }
     }
   }
@@ -255,6 +254,23 @@ std::vector<Mutant> Corpus() {
                  if (ids.empty()) return std::nullopt;
                  const ir::Task& t = p.tasks[ids[0]];
                  return Where{ItemName(t), "d.loss.mb0", {t.device}, "scaled by 2"};
+               },
+               FailureClass::kScaled});
+  // areal-project/AReaL PR #1273: the schedule divides the loss by the number of
+  // micro-batches on top of the caller's normalisation: the update is M times
+  // too small.
+  m.push_back({"loss_divided_by_microbatches_twice", "gpt2", Make(2, 1, 1, 2), 1, 0,
+               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
+                 std::vector<ir::TaskId> ids;
+                 for (const char* t : {"loss.mb0.scaled", "loss.mb1.scaled", "d.loss.mb0",
+                                       "d.loss.mb1"}) {
+                   for (ir::TaskId id : ScaleTasks(spec, p, t, "factor", 0.5)) ids.push_back(id);
+                 }
+                 if (ids.empty()) return std::nullopt;
+                 std::sort(ids.begin(), ids.end());
+                 const ir::Task& t = p.tasks[ids[0]];
+                 return Where{ItemName(t), TensorName(spec, p, t.outputs[0]), {t.device},
+                              "scaled by 0.5"};
                },
                FailureClass::kScaled});
   // DeepSpeed PR #5259, pytorch #160285, Megatron-LM PR #5956: expert gradients
@@ -401,9 +417,10 @@ std::vector<Mutant> Corpus() {
                FailureClass::kWrongGroup});
 
   // ---- Schedules (CheckScheduleSafety).
-  // Two devices issuing the collectives of one group in different orders.
-  m.push_back({"collectives_issued_in_different_orders", "llama3-8b", Make(1, 2, 2, 4), 2, 2,
-               [](const ir::Graph&, ir::Plan& p) { return SwapGroupCollectives(p); },
+  // Two devices issuing the collectives of one group in different orders: one
+  // rank launches its data-parallel gradient all-reduces in another order.
+  m.push_back({"collectives_issued_in_different_orders", "llama3-8b", Make(2, 1, 2, 2), 2, 0,
+               [](const ir::Graph&, ir::Plan& p) { return DeferAllReduce(p); },
                FailureClass::kDeadlock, /*scheduled=*/true});
   // pytorch #172668: a stage defers a send past a later one; its peer waits to
   // receive the first (send and receive orders disagree).
@@ -417,7 +434,7 @@ std::vector<Mutant> Corpus() {
                  const ir::PlanStep b{/*is_collective=*/true, *second};
                  order.erase(std::find(order.begin(), order.end(), a));
                  order.insert(std::find(order.begin(), order.end(), b) + 1, a);
-                 return Where{"deadlock", "", {0, 1}, "send_recv"};
+                 return Where{"deadlock", "", {0, 1}, "waits at send_recv"};
                },
                FailureClass::kDeadlock, /*scheduled=*/true});
   return m;
