@@ -1,5 +1,5 @@
 // Real bugs reported against Megatron-LM, DeepSpeed, PyTorch and others (each
-// mutant names the report it reproduces), and the classic failure modes of
+// mutant names the project and the report it reproduces), and the failure modes of
 // parallel training steps: loss and gradient scaling, tied weights, sequence
 // and vocabulary parallelism, grad-norm, ZeRO, experts, pipelines and schedules.
 // Each is injected into a correct plan and rejected with its class at its place.
@@ -158,9 +158,9 @@ std::optional<Where> DeferAllReduce(ir::Plan& p) {
 std::vector<Mutant> Corpus() {
   std::vector<Mutant> m;
   // ---- Missing reductions.
-  // Megatron-LM #1446 (and the shared out_norm of #7452): with sequence
-  // parallelism the final norm weight's gradient is a per-rank partial sum that
-  // is never all-reduced over tensor parallelism.
+  // Megatron-LM, final layernorm under tensor and sequence parallelism (and the
+  // shared out_norm of its GatedDeltaNet): the norm weight's gradient is a
+  // per-rank partial sum that is never all-reduced over tensor parallelism.
   m.push_back({"sp_norm_weight_grad_not_allreduced", "llama3-8b", Make(1, 2, 1, 1, 1, true), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) {
                  return Unreduced(spec, p, [&](const ir::Collective& c) {
@@ -169,8 +169,8 @@ std::vector<Mutant> Corpus() {
                  });
                },
                FailureClass::kMissingReduction});
-  // transformers PR #48205: under expert parallelism the router's gradient
-  // partials are never summed.
+  // Hugging Face transformers, expert parallelism: the router's per-rank
+  // gradient partials are never summed.
   m.push_back({"moe_router_grad_not_summed", "deepseek-v3-671b", Experts(4, 4), 0, 0,
                [](const ir::Graph& spec, ir::Plan& p) {
                  return Unreduced(spec, p, [&](const ir::Collective& c) {
@@ -195,9 +195,9 @@ std::vector<Mutant> Corpus() {
                  });
                },
                FailureClass::kMissingReduction});
-  // uw-syfi/piper #13 (and Cornstarch PR #16): a tied embedding on two pipeline
-  // stages whose gradient contributions are not synchronised: the last stage
-  // updates with the head's contribution only.
+  // Piper and Cornstarch, tied embeddings on two pipeline stages: their
+  // gradient contributions are not synchronised before the update, so the last
+  // stage updates with the head's contribution only.
   m.push_back({"tied_embedding_grad_not_synchronised", "gpt2", Make(1, 1, 2, 2), 2, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kAdd)) {
@@ -210,8 +210,9 @@ std::vector<Mutant> Corpus() {
                  return std::nullopt;
                },
                FailureClass::kMissingPiece});
-  // NVIDIA-NeMo/Automodel PR #3530, Megatron-LM PR #7186: gradient buffers
-  // cleared between micro-batches: only the last micro-batch reaches the update.
+  // NeMo Automodel (stage re-initialisation) and Megatron-FSDP (a no-op
+  // no_sync): gradient buffers cleared between micro-batches, so only the last
+  // micro-batch reaches the update.
   m.push_back({"grad_accumulation_only_last_microbatch", "gpt2", Make(2, 1, 1, 2), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kAccumulate)) {
@@ -229,9 +230,9 @@ std::vector<Mutant> Corpus() {
                FailureClass::kMissingPiece});
 
   // ---- Scaling.
-  // Megatron-LM context parallelism (#673, #906; TrainVerify's case study): the
-  // loss multiplied by the parallel degree to undo an averaging that no longer
-  // happens: loss and gradients over-scaled by the data-parallel degree.
+  // Megatron-LM context parallelism with per-token loss (TrainVerify's case
+  // study): the loss multiplied by the parallel degree to undo an averaging that
+  // no longer happens: loss and gradients over-scaled by the data-parallel degree.
   m.push_back({"loss_overscaled_by_dp", "gpt2", Make(2, 1, 1, 2), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  std::vector<ir::TaskId> f = ScaleTasks(spec, p, "loss.mb0", "factor", 2);
@@ -245,8 +246,8 @@ std::vector<Mutant> Corpus() {
                  return w;
                },
                FailureClass::kScaled});
-  // DeepSpeed #7773: pipeline parallelism with gradient accumulation sums the
-  // micro-batch gradients instead of averaging them.
+  // DeepSpeed, pipeline parallelism with gradient accumulation: the micro-batch
+  // gradients are summed instead of averaged.
   m.push_back({"pp_grad_accumulation_sums_microbatches", "gpt2", Make(1, 1, 2, 2), 2, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  std::vector<ir::TaskId> ids = ScaleTasks(spec, p, "d.loss.mb0", "factor", 2);
@@ -256,7 +257,7 @@ std::vector<Mutant> Corpus() {
                  return Where{ItemName(t), "d.loss.mb0", {t.device}, "scaled by 2"};
                },
                FailureClass::kScaled});
-  // areal-project/AReaL PR #1273: the schedule divides the loss by the number of
+  // AReaL on Megatron's schedule: the loss divided by the number of
   // micro-batches on top of the caller's normalisation: the update is M times
   // too small.
   m.push_back({"loss_divided_by_microbatches_twice", "gpt2", Make(2, 1, 1, 2), 1, 0,
@@ -273,8 +274,9 @@ std::vector<Mutant> Corpus() {
                               "scaled by 0.5"};
                },
                FailureClass::kScaled});
-  // DeepSpeed PR #5259, pytorch #160285, Megatron-LM PR #5956: expert gradients
-  // reduced over the expert-parallel group once more: 2x with ep = 2.
+  // DeepSpeed MoE, torchtitan-style expert parallelism, Megatron-FSDP with
+  // experts: expert gradients reduced over the expert-parallel group once more,
+  // 2x with ep = 2.
   m.push_back({"ep_expert_grad_reduced_twice", "deepseek-v3-671b", Experts(2, 2), 0, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (const ir::Collective& c : p.collectives) {
@@ -293,8 +295,8 @@ std::vector<Mutant> Corpus() {
                FailureClass::kScaled});
 
   // ---- Double counting.
-  // ROCm/TransformerEngine PR #715, NVIDIA-NeMo/RL PR #3788: a weight replicated
-  // over tensor parallelism counted by every rank in the global grad norm.
+  // TransformerEngine (ROCm) and NeMo RL: a weight replicated over tensor
+  // parallelism counted by every rank in the global grad norm.
   m.push_back({"grad_norm_counts_tp_replicas", "gpt2", Make(1, 2, 1, 1), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  // On rank 1, the zero standing for a replicated weight's square sum
@@ -317,8 +319,8 @@ std::vector<Mutant> Corpus() {
                  return std::nullopt;
                },
                FailureClass::kDoubledPiece});
-  // Megatron-LM PR #7228: the tied embedding's square sum enters the grad norm
-  // twice (once per pipeline stage holding it).
+  // Megatron-LM with pipeline parallelism: the tied embedding's square sum
+  // enters the grad norm twice (once per pipeline stage holding it).
   m.push_back({"grad_norm_counts_tied_embedding_twice", "gpt2", Make(1, 1, 2, 2), 2, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksWriting(spec, p, "grad_sq.total")) {
@@ -332,8 +334,8 @@ std::vector<Mutant> Corpus() {
                  return std::nullopt;
                },
                FailureClass::kDoubledPiece});
-  // pytorch #180952: the gradient of a weight used at two sites (the tied
-  // embedding) double-counts one site's contribution.
+  // PyTorch zero-bubble input/weight split: the gradient of a weight used at two
+  // sites (the tied embedding) double-counts one site's contribution.
   m.push_back({"tied_weight_grad_counts_one_site_twice", "gpt2", Make(1, 2, 1, 1), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kAdd)) {
@@ -348,8 +350,9 @@ std::vector<Mutant> Corpus() {
                FailureClass::kDoubledPiece});
 
   // ---- Local used as global, wrong shards.
-  // Megatron-LM #737 / #7464 (local vocabulary used as the global one): rank 1's
-  // vocabulary-parallel pick indexes the targets as if its piece started at 0.
+  // Megatron-LM vocabulary-parallel cross-entropy, the local vocabulary used as
+  // the global one: rank 1's pick indexes the targets as if its piece started
+  // at 0.
   m.push_back({"vocab_parallel_pick_local_offset", "gpt2", Make(1, 2, 1, 1), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kPick)) {
@@ -403,8 +406,8 @@ std::vector<Mutant> Corpus() {
                  return Where{ItemName(send), TensorName(spec, p, send.outputs[0]), {0}};
                },
                FailureClass::kWrongGroup});
-  // Criss-crossed pipeline transfers (pytorch/PiPPy PR #1088): the sends of two
-  // micro-batches exchange their buffers.
+  // Criss-crossed pipeline transfers (PiPPy's interleaved 1F1B): the sends of
+  // two micro-batches exchange their buffers.
   m.push_back({"pp_sends_microbatches_crossed", "gpt2", Make(1, 1, 2, 2), 2, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  auto a = Send(p, Phase::kForward, 0, 1, 0);
@@ -422,8 +425,9 @@ std::vector<Mutant> Corpus() {
   m.push_back({"collectives_issued_in_different_orders", "llama3-8b", Make(2, 1, 2, 2), 2, 0,
                [](const ir::Graph&, ir::Plan& p) { return DeferAllReduce(p); },
                FailureClass::kDeadlock, /*scheduled=*/true});
-  // pytorch #172668: a stage defers a send past a later one; its peer waits to
-  // receive the first (send and receive orders disagree).
+  // PyTorch pipelining with deferred receives: a stage defers a send past a
+  // later one; its peer waits to receive the first (send and receive orders
+  // disagree).
   m.push_back({"pp_deferred_send_deadlock", "gpt2", Make(1, 1, 2, 4), 2, 2,
                [](const ir::Graph&, ir::Plan& p) -> std::optional<Where> {
                  auto first = Send(p, Phase::kForward, 0, 1, 0);
