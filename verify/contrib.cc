@@ -73,12 +73,41 @@ std::string Key(const Contrib& c) {
   return "?";
 }
 
-ContribStore::SumResult Failed(FailureClass cls, std::string message) {
+ContribStore::SumResult Failed(FailureClass cls, std::string message,
+                               std::string counterexample) {
   ContribStore::SumResult r;
   r.ok = false;
   r.cls = cls;
   r.message = std::move(message);
+  r.counterexample = std::move(counterexample);
   return r;
+}
+
+int64_t Product(const std::vector<int64_t>& extents) {
+  int64_t total = 1;
+  for (int64_t e : extents) total *= e;
+  return total;
+}
+
+// Row-major index, in the reduction's index space, of a chunk's last term.
+int64_t LastIndex(const ir::Box& chunk, const std::vector<int64_t>& extents) {
+  int64_t index = 0;
+  for (size_t i = 0; i < chunk.size() && i < extents.size(); ++i) {
+    index = index * extents[i] + (chunk[i].end - 1);
+  }
+  return index;
+}
+
+std::string Chunks(const std::vector<ir::Box>& chunks) {
+  std::vector<std::string> out;
+  for (const ir::Box& b : chunks) out.push_back(ir::BoxToString(b));
+  return absl::StrCat(chunks.size() == 1 ? "chunk " : "chunks ", absl::StrJoin(out, "+"));
+}
+
+// "the sum over k (32 terms)"
+std::string Space(const Family& f) {
+  return absl::StrCat("the ", f.reduce == ir::ReduceOp::kMax ? "maximum" : "sum", " over ",
+                      absl::StrJoin(f.labels, ","), " (", Product(f.extents), " terms)");
 }
 
 }  // namespace
@@ -110,12 +139,13 @@ int ContribStore::InternFamily(Family family) {
   return id;
 }
 
-int ContribStore::InternDesc(const std::string& key, const std::string& what) {
+int ContribStore::InternDesc(const std::string& key, const std::string& what,
+                             std::vector<std::string> operands) {
   auto it = desc_ids_.find(key);
   if (it != desc_ids_.end()) return it->second;
   const int id = static_cast<int>(descs_.size());
   desc_ids_.emplace(key, id);
-  descs_.push_back(what);
+  descs_.push_back({what, std::move(operands)});
   return id;
 }
 
@@ -167,9 +197,62 @@ std::string ContribStore::Describe(ContribId id) const {
                           absl::StrJoin(f.extents, "x"), " in ", f.what, ")");
     }
     case Contrib::kLin:
-      return absl::StrCat("a partial sum of ", descs_[c.desc]);
+      return absl::StrCat("a partial sum of ", descs_[c.desc].what);
   }
   return "?";
+}
+
+std::string ContribStore::Example(ContribId id) const {
+  const Contrib& c = contribs_[id];
+  switch (c.kind) {
+    case Contrib::kFull:
+      return "with every element equal to 1, it holds 1, the complete value";
+    case Contrib::kZero:
+      return "with every element equal to 1, it holds 0 where the complete value is 1";
+    case Contrib::kBad:
+      return "";
+    case Contrib::kRed: {
+      const Family& f = families_[c.family];
+      const int64_t total = Product(f.extents);
+      if (f.reduce == ir::ReduceOp::kMax) {
+        int64_t held = -1;
+        for (const ir::Box& b : c.chunks) held = std::max(held, LastIndex(b, f.extents));
+        return absl::StrCat("with term j of ", Space(f), " equal to j, it holds ", held, " (",
+                            Chunks(c.chunks), ") where the complete value is ", total - 1);
+      }
+      int64_t held = 0;
+      for (const ir::Box& b : c.chunks) held += Volume(b);
+      if (f.num_additive == 0) {
+        return absl::StrCat("with every term of ", Space(f), " equal to 1, it holds ", held, " (",
+                            Chunks(c.chunks), ") where the complete value is ", total);
+      }
+      int64_t adds = 0;
+      for (int a : c.additive) adds += a;
+      return absl::StrCat("with every term of ", Space(f),
+                          " and every additive input (a bias) equal to 1, it holds ", held + adds,
+                          " (", Chunks(c.chunks), ", ", adds, " of ", f.num_additive,
+                          " additive inputs) where the complete value is ", total + f.num_additive);
+    }
+    case Contrib::kLin: {
+      const Desc& d = descs_[c.desc];
+      for (size_t j = 0; j < c.parts.size(); ++j) {
+        if (c.parts[j] == kFullContrib) continue;
+        const std::string operand =
+            j < d.operands.size() ? d.operands[j] : absl::StrCat("linear operand ", j);
+        return absl::StrCat("in ", operand, " of ", d.what, ", ", Example(c.parts[j]));
+      }
+      return "";
+    }
+  }
+  return "";
+}
+
+bool ContribStore::HoldsPartialSum(ContribId id) const {
+  const Contrib& c = contribs_[id];
+  if (c.kind == Contrib::kRed) return true;
+  if (c.kind != Contrib::kLin) return false;
+  return std::any_of(c.parts.begin(), c.parts.end(),
+                     [&](ContribId p) { return HoldsPartialSum(p); });
 }
 
 ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::ReduceOp reduce) {
@@ -189,10 +272,18 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
     if (full == static_cast<int>(live.size())) {
       return Failed(FailureClass::kScaled,
                     absl::StrCat("adds ", full, " copies of the complete value (scaled by ",
-                                 full, ")"));
+                                 full, ")"),
+                    absl::StrCat("with the value equal to 1 everywhere: the ", full,
+                                 " copies add up to ", full, " where the value is 1"));
+    }
+    ContribId partial = kBadContrib;
+    for (ContribId id : live) {
+      if (id != kFullContrib) partial = id;
     }
     return Failed(FailureClass::kDoubledPiece,
-                  "adds partial sums to a value that is already complete");
+                  "adds partial sums to a value that is already complete",
+                  absl::StrCat("the complete value is added to a partial sum (", Example(partial),
+                               "), so the result exceeds the complete value by that part"));
   }
   const Contrib& first = contribs_[live[0]];
   for (ContribId id : live) {
@@ -200,7 +291,9 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
         (first.kind == Contrib::kRed && contribs_[id].family != first.family) ||
         (first.kind == Contrib::kLin && contribs_[id].desc != first.desc)) {
       return Failed(FailureClass::kWrongGroup,
-                    absl::StrCat("combines ", Describe(live[0]), " with ", Describe(id)));
+                    absl::StrCat("combines ", Describe(live[0]), " with ", Describe(id)),
+                    absl::StrCat("one member: ", Example(live[0]), "; another: ", Example(id),
+                                 "; no sum of chunks of either adds up to the other"));
     }
   }
   if (first.kind == Contrib::kRed) {
@@ -208,7 +301,9 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
     if (f.reduce != reduce) {
       return Failed(FailureClass::kComputationDiffers,
                     absl::StrCat("combines partial ", f.reduce == ir::ReduceOp::kMax ? "maxima" : "sums",
-                                 " by ", is_max ? "max" : "sum"));
+                                 " by ", is_max ? "max" : "sum"),
+                    is_max ? "partial sums 3 and 5 combined by max give 5 where their sum is 8"
+                           : "partial maxima 3 and 5 combined by sum give 8 where their maximum is 5");
     }
     std::vector<ir::Box> chunks;
     std::vector<int> additive(first.additive.size(), 0);
@@ -219,9 +314,21 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
         for (const ir::Box& o : chunks) {
           if (is_max && o == b) { dup = true; break; }
           if (Overlap(o, b)) {
+            // Terms in the overlap set to 1, the others to 0.
+            const ir::Box both = *ir::Intersect(o, b);
+            int64_t held = 0;
+            for (ContribId x : live) {
+              for (const ir::Box& y : contribs_[x].chunks) {
+                if (auto in = ir::Intersect(y, both)) held += Volume(*in);
+              }
+            }
             return Failed(FailureClass::kDoubledPiece,
                           absl::StrCat("adds chunk ", ir::BoxToString(b), " of the reduction over ",
-                                       absl::StrJoin(f.labels, ","), " twice"));
+                                       absl::StrJoin(f.labels, ","), " twice"),
+                          absl::StrCat("with the terms of ", Space(f), " in ",
+                                       ir::BoxToString(both),
+                                       " equal to 1 and the others 0: the sum holds ", held,
+                                       " where the complete value is ", Volume(both)));
           }
         }
         if (!dup) chunks.push_back(b);
@@ -233,7 +340,10 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
     for (int a : additive) {
       if (a > 1 && !is_max) {
         return Failed(FailureClass::kDoubledPiece,
-                      absl::StrCat("adds an additive input (a bias) ", a, " times"));
+                      absl::StrCat("adds an additive input (a bias) ", a, " times"),
+                      absl::StrCat("with every term 0 and the additive input (a bias) equal to 1: "
+                                   "the sum holds ",
+                                   a, " where the complete value is 1"));
       }
     }
     if (is_max) {
@@ -248,7 +358,19 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
     for (ContribId id : live) column.push_back(contribs_[id].parts[j]);
     SumResult r = Sum(column, reduce);
     if (!r.ok) {
-      r.message = absl::StrCat(r.message, " (operand ", j, " of ", descs_[first.desc], ")");
+      const Desc& d = descs_[first.desc];
+      const std::string operand =
+          j < d.operands.size() ? d.operands[j] : absl::StrCat("linear operand ", j);
+      if (r.cls == FailureClass::kScaled) {
+        // Copies of one complete operand among others: that term is counted more
+        // than once, the value as a whole is not scaled.
+        r.cls = FailureClass::kDoubledPiece;
+        r.message = absl::StrCat("counts ", operand, " of ", d.what, " ", column.size(),
+                                 " times");
+      } else {
+        r.message = absl::StrCat(r.message, " (", operand, " of ", d.what, ")");
+      }
+      r.counterexample = absl::StrCat("in ", operand, " of ", d.what, ", ", r.counterexample);
       return r;
     }
     parts.push_back(r.id);

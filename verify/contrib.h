@@ -46,19 +46,31 @@ class ContribStore {
   ContribStore();
 
   int InternFamily(Family family);
-  int InternDesc(const std::string& key, const std::string& what);
+  // A linear op piece: `what` names the op ("add -> 'h'"), `operands` its linear
+  // positions ("operand 1 ('h.attn')"), one per part of its contributions.
+  int InternDesc(const std::string& key, const std::string& what,
+                 std::vector<std::string> operands);
   ContribId Red(int family, std::vector<ir::Box> chunks, std::vector<int> additive);
   ContribId Lin(int desc, std::vector<ContribId> parts);
 
   const Contrib& get(ContribId id) const { return contribs_[id]; }
   const Family& family(int id) const { return families_[id]; }
   std::string Describe(ContribId id) const;
+  // A concrete reading of what a value holding `id` holds, one clause: every term
+  // of the partial sums it holds set to 1 (term j of a maximum set to j), e.g.
+  // "with every term of the sum over k (32 terms) equal to 1: it holds 16 (chunk
+  // [0:16]) where the complete value is 32". Empty for kBad.
+  std::string Example(ContribId id) const;
+  // Whether `id` holds a chunk of a reduction somewhere (kRed, or kLin with such a
+  // part), as opposed to only complete values and zeros.
+  bool HoldsPartialSum(ContribId id) const;
 
   struct SumResult {
     bool ok = true;
     ContribId id = kBadContrib;
     FailureClass cls = FailureClass::kComputationDiffers;
     std::string message;  // on failure: "adds 2 copies of the complete value"
+    std::string counterexample;  // on failure: one line with concrete numbers
   };
   // The contribution of the sum (or maximum) of values holding `ids` over one box.
   SumResult Sum(absl::Span<const ContribId> ids, ir::ReduceOp reduce);
@@ -70,7 +82,11 @@ class ContribStore {
   absl::flat_hash_map<std::string, ContribId> contrib_ids_;
   std::vector<Family> families_;
   absl::flat_hash_map<std::string, int> family_ids_;
-  std::vector<std::string> descs_;  // what
+  struct Desc {
+    std::string what;
+    std::vector<std::string> operands;
+  };
+  std::vector<Desc> descs_;
   absl::flat_hash_map<std::string, int> desc_ids_;
 };
 

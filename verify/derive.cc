@@ -15,6 +15,7 @@
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 #include "verify/contrib.h"
+#include "verify/counterexample.h"
 
 namespace loom::verify {
 
@@ -99,6 +100,19 @@ bool Subset(const std::vector<int>& a, const std::vector<int>& b) {
                      [&](int x) { return std::find(b.begin(), b.end(), x) != b.end(); });
 }
 
+// How an item's outputs are checked against their claims.
+struct OutputRule {
+  FailureClass wrong_box = FailureClass::kWrongShard;     // the region differs
+  FailureClass wrong_tensor = FailureClass::kWrongClaim;  // the tensor differs
+  // A sum one of whose members held zeros: a result short of complete lacks a
+  // piece rather than a reduction.
+  bool zero_member = false;
+};
+// Tasks compute or cut their outputs; collectives move them between devices, so
+// a region or tensor other than the claimed one came from the wrong member.
+constexpr OutputRule kTaskRule{};
+constexpr OutputRule kCollectiveRule{FailureClass::kWrongGroup, FailureClass::kWrongGroup, false};
+
 class Deriver {
  public:
   Deriver(const ir::Graph& spec, const ir::Plan& plan) : spec_(spec), plan_(plan) {}
@@ -113,10 +127,11 @@ class Deriver {
   std::string CollName(const ir::Collective& c) const {
     return absl::StrCat("collective ", c.id, " ", ir::CollectiveKindName(c.kind));
   }
-  std::string OpName(ir::OpId op) const {
+  // "linear -> 'h1'", naming the op's output `k`.
+  std::string OpName(ir::OpId op, int k = 0) const {
     if (op == ir::kNoId) return "";
     const ir::Op& o = spec_.op(op);
-    std::string out = o.outputs.empty() ? "" : spec_.tensor(o.outputs[0]).name;
+    std::string out = static_cast<int>(o.outputs.size()) > k ? spec_.tensor(o.outputs[k]).name : "";
     return absl::StrCat(ir::OpKindName(o.kind), " -> '", out, "'");
   }
   std::string ProducerName(TensorId t) const {
@@ -125,7 +140,8 @@ class Deriver {
   }
 
   void Fail(FailureClass cls, const std::string& item, std::vector<int64_t> devices,
-            int microbatch, ValueId value, std::string first_op, std::string message) {
+            int microbatch, ValueId value, std::string first_op, std::string message,
+            std::string counterexample) {
     Failure f;
     f.cls = cls;
     f.item = item;
@@ -142,6 +158,7 @@ class Deriver {
     }
     f.first_op = std::move(first_op);
     f.message = std::move(message);
+    f.counterexample = std::move(counterexample);
     f.position = position_;
     out_.failures.push_back(std::move(f));
   }
@@ -164,22 +181,48 @@ class Deriver {
     return f;
   }
 
+  std::string TensorName(TensorId t) const {
+    return t >= 0 && t < spec_.num_tensors() ? spec_.tensor(t).name : std::string("?");
+  }
+
   // Compares a derived fact with value v's claim; records a failure and falls back
   // to the claim when they disagree.
   void SetOutput(ValueId v, Fact derived, const std::string& item, int microbatch,
-                 const std::string& first_op, FailureClass wrong_box_class);
+                 const std::string& first_op, OutputRule rule);
 
   void DeriveLeaf(ValueId v);
   void DeriveTask(const ir::Task& t);
   void DeriveCompute(const ir::Task& t);
+  // Checks that a compute task reads the op's operands in order; records a
+  // failure (swapped, doubled or missing operand of a sum, other) and returns
+  // false when it does not.
+  bool CheckOperands(const ir::Task& t, const ir::Op& o, const std::string& item,
+                     const std::string& first_op);
+  // Records the failure of a piece whose attributes differ from `expected`.
+  void FailAttributes(const ir::Task& t, const ir::Op& o, const ir::AttrMap& expected,
+                      const std::string& item, const std::string& first_op);
+  // What the values `inputs` hold, as kernel operands.
+  std::vector<KernelOperand> Operands(const std::vector<ValueId>& inputs) const;
+  // An element of `whole` outside every box ("[0,4]").
+  std::string FirstGap(const Box& whole, const std::vector<Box>& boxes) const;
   void DeriveLocal(const ir::Task& t);
   void DeriveCollective(const ir::Collective& c);
   void CheckCoverage();
 
   // Sum (or max) of facts over one region; nullopt after recording a failure.
+  // `zero_member` (optional) tells whether a member held zeros.
   std::optional<Fact> Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,
                               const std::string& item, const std::vector<int64_t>& devices,
-                              int microbatch, ValueId place);
+                              int microbatch, ValueId place, bool* zero_member = nullptr);
+  // Facts joined along `dim` in order (an all-gather's members, a local concat's
+  // operands, named by `names`): pieces of one tensor whose regions follow each
+  // other along `dim`. Members holding different contributions make a value that
+  // is complete only if each member is: checked when `claims_full`, a wrong group
+  // otherwise. nullopt after recording a failure.
+  std::optional<Fact> Gather(const std::vector<Fact>& in, int dim,
+                             const std::vector<std::string>& names, bool claims_full,
+                             const std::string& item, const std::vector<int64_t>& devices,
+                             int microbatch, ValueId place);
   void OutputsFromClaims(const std::vector<ValueId>& outputs) {
     for (ValueId v : outputs) facts_[v] = FromClaim(v);
   }
@@ -200,45 +243,49 @@ class Deriver {
 };
 
 void Deriver::SetOutput(ValueId v, Fact derived, const std::string& item, int microbatch,
-                        const std::string& first_op, FailureClass wrong_box_class) {
+                        const std::string& first_op, OutputRule rule) {
   const ir::PlanValue& pv = plan_.values[v];
   const ir::SubTensor& claim = pv.sub;
   std::vector<int64_t> devices = {pv.device};
-  auto name = [&](TensorId t) {
-    return t >= 0 && t < spec_.num_tensors() ? spec_.tensor(t).name : std::string("?");
-  };
   if (derived.contrib == kBadContrib) {
     facts_[v] = derived;
     return;
   }
+  const std::string name = TensorName(claim.tensor);
   if (derived.tensor != claim.tensor) {
-    Fail(FailureClass::kWrongClaim, item, devices, microbatch, v, first_op,
-         absl::StrCat("value ", v, " claims a piece of '", name(claim.tensor), "' but holds a piece of '",
-                      name(derived.tensor), "'"));
+    Fail(rule.wrong_tensor, item, devices, microbatch, v, first_op,
+         absl::StrCat("value ", v, " claims a piece of '", name, "' but holds a piece of '",
+                      TensorName(derived.tensor), "'"),
+         TensorExample(TensorName(derived.tensor), name));
     facts_[v] = FromClaim(v);
     return;
   }
   if (!(derived.box == claim.box)) {
-    Fail(wrong_box_class, item, devices, microbatch, v, first_op,
-         absl::StrCat("value ", v, " claims region ", ir::BoxToString(claim.box), " of '",
-                      name(claim.tensor), "' but holds region ", ir::BoxToString(derived.box)));
+    Fail(rule.wrong_box, item, devices, microbatch, v, first_op,
+         absl::StrCat("value ", v, " claims region ", ir::BoxToString(claim.box), " of '", name,
+                      "' but holds region ", ir::BoxToString(derived.box)),
+         RegionExample(name, derived.box, claim.box));
     facts_[v] = FromClaim(v);
     return;
   }
   const Contrib& c = contribs_.get(derived.contrib);
   if (claim.part.IsFull() && c.kind != Contrib::kFull) {
-    FailureClass cls = c.kind == Contrib::kZero ? FailureClass::kMissingPiece
-                                                : FailureClass::kMissingReduction;
+    const FailureClass cls = !contribs_.HoldsPartialSum(derived.contrib) || rule.zero_member
+                                 ? FailureClass::kMissingPiece
+                                 : FailureClass::kMissingReduction;
     Fail(cls, item, devices, microbatch, v, first_op,
-         absl::StrCat("value ", v, " claims the complete value of '", name(claim.tensor), "' ",
-                      ir::BoxToString(claim.box), " but holds ", contribs_.Describe(derived.contrib)));
+         absl::StrCat("value ", v, " claims the complete value of '", name, "' ",
+                      ir::BoxToString(claim.box), " but holds ", contribs_.Describe(derived.contrib)),
+         absl::StrCat("value ", v, " of '", name, "': ", contribs_.Example(derived.contrib)));
     facts_[v] = FromClaim(v);
     return;
   }
   if (claim.part.IsEmpty() && c.kind != Contrib::kZero) {
     Fail(FailureClass::kWrongClaim, item, devices, microbatch, v, first_op,
-         absl::StrCat("value ", v, " claims zeros of '", name(claim.tensor), "' but holds ",
-                      contribs_.Describe(derived.contrib)));
+         absl::StrCat("value ", v, " claims zeros of '", name, "' but holds ",
+                      contribs_.Describe(derived.contrib)),
+         absl::StrCat("value ", v, " of '", name, "': ", contribs_.Example(derived.contrib),
+                      "; its claim says 0"));
     facts_[v] = FromClaim(v);
     return;
   }
@@ -255,7 +302,9 @@ void Deriver::DeriveLeaf(ValueId v) {
   if (spec_.tensor(t).producer != ir::kNoId) {
     Fail(FailureClass::kMissingPiece, item, {pv.device}, pv.microbatch, v, "",
          absl::StrCat("value ", v, " on device ", pv.device, " claims computed tensor '",
-                      spec_.tensor(t).name, "' but nothing in the plan computes it"));
+                      spec_.tensor(t).name, "' but nothing in the plan computes it"),
+         absl::StrCat("with the loaded buffer holding 0 and the spec's '", spec_.tensor(t).name,
+                      "' equal to 1: the plan reads 0 where the spec reads 1"));
     facts_[v].contrib = kBadContrib;
     return;
   }
@@ -263,7 +312,10 @@ void Deriver::DeriveLeaf(ValueId v) {
     Fail(FailureClass::kWrongClaim, item, {pv.device}, pv.microbatch, v, "",
          absl::StrCat("plan input value ", v, " claims share ", pv.sub.part.ToString(),
                       " of input tensor '", spec_.tensor(t).name,
-                      "'; inputs are loaded whole or as zeros"));
+                      "'; inputs are loaded whole or as zeros"),
+         absl::StrCat("with '", spec_.tensor(t).name, "' equal to 1: the loader puts 1 on device ",
+                      pv.device, " where its claim says a ", pv.sub.part.ToString(),
+                      " share of a sum equal to 1"));
   }
 }
 
@@ -305,11 +357,40 @@ void Deriver::DeriveLocal(const ir::Task& t) {
       if (*begin < 0 || *end > iv.size() || *begin > *end) {
         Fail(FailureClass::kWrongShard, item, {dev}, mb, t.outputs[0], "",
              absl::StrCat("slice [", *begin, ":", *end, ") of dim ", *dim,
-                          " lies outside the input's ", iv.size(), " elements"));
+                          " lies outside the input's ", iv.size(), " elements"),
+             absl::StrCat("with '", TensorName(in.tensor), "'[..] = i along dim ", *dim,
+                          ": the input holds i = ", iv.begin, "..", iv.end - 1,
+                          " and the slice asks for positions ", *begin, "..", *end - 1,
+                          " of it"));
         OutputsFromClaims(t.outputs);
         return;
       }
-      SetOutput(t.outputs[0], out, item, mb, "", FailureClass::kWrongShard);
+      SetOutput(t.outputs[0], out, item, mb, "", kTaskRule);
+      return;
+    }
+    case OpKind::kConcat: {
+      auto dim = t.attrs.GetInt("dim");
+      std::vector<Fact> in;
+      std::vector<std::string> names;
+      for (size_t i = 0; i < t.inputs.size(); ++i) {
+        in.push_back(facts_[t.inputs[i]]);
+        names.push_back(absl::StrCat("concat operand ", i));
+      }
+      if (!dim.ok() || t.outputs.size() != 1 || in.empty() || *dim < 0 ||
+          *dim >= static_cast<int64_t>(in[0].box.size())) {
+        Undecide(item, "concat without a valid dim");
+        OutputsFromClaims(t.outputs);
+        facts_[t.outputs[0]].contrib = kBadContrib;
+        return;
+      }
+      auto joined = Gather(in, static_cast<int>(*dim), names,
+                           plan_.values[t.outputs[0]].sub.part.IsFull(), item, {dev}, mb,
+                           t.outputs[0]);
+      if (!joined) {
+        OutputsFromClaims(t.outputs);
+        return;
+      }
+      SetOutput(t.outputs[0], *joined, item, mb, "", kTaskRule);
       return;
     }
     case OpKind::kFill: {
@@ -318,25 +399,31 @@ void Deriver::DeriveLocal(const ir::Task& t) {
       Fact out = FromClaim(v);
       out.contrib = kZeroContrib;
       if (!value.ok() || *value != 0.0) {
+        const std::string written = value.ok() ? absl::StrCat(*value) : "anything";
         Fail(FailureClass::kComputationDiffers, item, {dev}, mb, v, "",
              absl::StrCat("fill with ", value.ok() ? absl::StrCat(*value) : "no value",
                           " stands for a share of '", spec_.tensor(out.tensor).name,
-                          "'; only zero shares are exact"));
+                          "'; only zero shares are exact"),
+             absl::StrCat("with '", spec_.tensor(out.tensor).name, "' equal to 0: the fill holds ",
+                          written, " where its share must be 0"));
         OutputsFromClaims(t.outputs);
         return;
       }
-      SetOutput(v, out, item, mb, "", FailureClass::kWrongShard);
+      SetOutput(v, out, item, mb, "", kTaskRule);
       return;
     }
     case OpKind::kAccumulate: {
       std::vector<Fact> in;
       for (ValueId v : t.inputs) in.push_back(facts_[v]);
-      auto sum = Combine(in, ir::ReduceOp::kSum, item, {dev}, mb, t.outputs[0]);
+      bool zero_member = false;
+      auto sum = Combine(in, ir::ReduceOp::kSum, item, {dev}, mb, t.outputs[0], &zero_member);
       if (!sum) {
         OutputsFromClaims(t.outputs);
         return;
       }
-      SetOutput(t.outputs[0], *sum, item, mb, "", FailureClass::kWrongShard);
+      OutputRule rule = kTaskRule;
+      rule.zero_member = zero_member;
+      SetOutput(t.outputs[0], *sum, item, mb, "", rule);
       return;
     }
     default:
@@ -352,29 +439,37 @@ void Deriver::DeriveLocal(const ir::Task& t) {
 std::optional<Fact> Deriver::Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,
                                      const std::string& item,
                                      const std::vector<int64_t>& devices, int microbatch,
-                                     ValueId place) {
+                                     ValueId place, bool* zero_member) {
   for (size_t i = 1; i < facts.size(); ++i) {
     if (facts[i].tensor != facts[0].tensor) {
       Fail(FailureClass::kWrongGroup, item, devices, microbatch, place, "",
-           absl::StrCat("combines a piece of '", spec_.tensor(facts[0].tensor).name,
-                        "' with a piece of '", spec_.tensor(facts[i].tensor).name, "'"));
+           absl::StrCat("combines a piece of '", TensorName(facts[0].tensor),
+                        "' with a piece of '", TensorName(facts[i].tensor), "'"),
+           TensorExample(TensorName(facts[i].tensor), TensorName(facts[0].tensor),
+                         absl::StrCat("member ", i, " adds"), "member 0 adds"));
       return std::nullopt;
     }
     if (!(facts[i].box == facts[0].box)) {
       Fail(FailureClass::kWrongGroup, item, devices, microbatch, place, "",
            absl::StrCat("combines region ", ir::BoxToString(facts[0].box), " with region ",
-                        ir::BoxToString(facts[i].box), " of '",
-                        spec_.tensor(facts[0].tensor).name, "' (member ", i, ")"));
+                        ir::BoxToString(facts[i].box), " of '", TensorName(facts[0].tensor),
+                        "' (member ", i, ")"),
+           RegionExample(TensorName(facts[0].tensor), facts[i].box, facts[0].box,
+                         absl::StrCat("member ", i, " adds"), "member 0 adds"));
       return std::nullopt;
     }
   }
   std::vector<ContribId> ids;
   for (const Fact& f : facts) ids.push_back(f.contrib);
+  if (zero_member != nullptr) {
+    *zero_member = std::find(ids.begin(), ids.end(), kZeroContrib) != ids.end();
+  }
   ContribStore::SumResult r = contribs_.Sum(ids, reduce);
   if (!r.ok) {
     Fail(r.cls, item, devices, microbatch, place, "",
-         absl::StrCat(r.message, " of '", spec_.tensor(facts[0].tensor).name, "' ",
-                      ir::BoxToString(facts[0].box)));
+         absl::StrCat(r.message, " of '", TensorName(facts[0].tensor), "' ",
+                      ir::BoxToString(facts[0].box)),
+         std::move(r.counterexample));
     return std::nullopt;
   }
   Fact out = facts[0];
@@ -382,6 +477,63 @@ std::optional<Fact> Deriver::Combine(const std::vector<Fact>& facts, ir::ReduceO
   return out;
 }
 
+std::optional<Fact> Deriver::Gather(const std::vector<Fact>& in, int dim,
+                                    const std::vector<std::string>& names, bool claims_full,
+                                    const std::string& item, const std::vector<int64_t>& devices,
+                                    int microbatch, ValueId place) {
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (in[i].tensor != in[0].tensor) {
+      Fail(FailureClass::kWrongGroup, item, devices, microbatch, place, "",
+           absl::StrCat(names[i], " holds a piece of '", TensorName(in[i].tensor), "', ",
+                        names[0], " of '", TensorName(in[0].tensor), "'"),
+           TensorExample(TensorName(in[i].tensor), TensorName(in[0].tensor),
+                         absl::StrCat(names[i], " brings"), absl::StrCat(names[0], " brings")));
+      return std::nullopt;
+    }
+  }
+  Fact out = in[0];
+  for (size_t i = 1; i < in.size(); ++i) {
+    Box expect = in[i - 1].box;
+    expect[dim] = Interval{in[i - 1].box[dim].end, in[i - 1].box[dim].end + in[i].box[dim].size()};
+    if (!(in[i].box == expect)) {
+      Fail(FailureClass::kWrongGroup, item, devices, microbatch, place, "",
+           absl::StrCat(names[i], " holds ", ir::BoxToString(in[i].box),
+                        " but the gathered order needs ", ir::BoxToString(expect), " after ",
+                        names[i - 1]),
+           RegionExample(TensorName(in[i].tensor), in[i].box, expect,
+                         absl::StrCat(names[i], " brings"), "the gathered order needs"));
+      return std::nullopt;
+    }
+    out.box[dim].end = in[i].box[dim].end;
+  }
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].contrib == in[0].contrib) continue;
+    // Regions holding different contributions: the joined value is what each
+    // member holds, region by region.
+    size_t short_member = 0;
+    while (short_member < in.size() && in[short_member].contrib == kFullContrib) ++short_member;
+    const Fact& m = in[short_member];
+    if (!claims_full) {
+      Fail(FailureClass::kWrongGroup, item, devices, microbatch, place, "",
+           absl::StrCat(names[i], " holds ", contribs_.Describe(in[i].contrib), ", ", names[0],
+                        " holds ", contribs_.Describe(in[0].contrib)),
+           absl::StrCat(names[i], ": ", contribs_.Example(in[i].contrib), "; ", names[0], ": ",
+                        contribs_.Example(in[0].contrib)));
+      return std::nullopt;
+    }
+    const FailureClass cls = contribs_.HoldsPartialSum(m.contrib) ? FailureClass::kMissingReduction
+                                                                  : FailureClass::kMissingPiece;
+    Fail(cls, item, devices, microbatch, place, "",
+         absl::StrCat(names[short_member], " brings ", contribs_.Describe(m.contrib), " over ",
+                      ir::BoxToString(m.box), ", so the joined value is not complete there"),
+         absl::StrCat(names[short_member], " over ", ir::BoxToString(m.box), ": ",
+                      contribs_.Example(m.contrib)));
+    return std::nullopt;
+  }
+  return out;
+}
+
+#include "verify/derive_operands.inc"
 #include "verify/derive_compute.inc"
 #include "verify/derive_collective.inc"
 

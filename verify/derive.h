@@ -25,7 +25,8 @@
 // of its logical op: same kind, operands in order, boxes consistent with the op's
 // partition signature, attributes equal to the op's piece attributes; that the op
 // kind's pieces compose is a law proved separately per kind and split pattern
-// (verify/laws.h), collected here as LawUse records.
+// (verify/laws.h), collected here as LawUse records. Every failure carries a
+// one-line counterexample with concrete values.
 
 #include <cstdint>
 #include <string>
@@ -72,7 +73,10 @@ struct Failure {
   std::string part;       // the claimed value part
   std::string first_op;   // logical op where the values first diverge
   std::string message;    // one line
-  std::string counterexample;  // small concrete values, when there is one
+  // One line of concrete values showing the difference (every lineage failure
+  // has one): "with every term of the sum over k (32 terms) equal to 1, it holds
+  // 16 (chunk [0:16]) where the complete value is 32".
+  std::string counterexample;
   int64_t position = 0;   // data-flow position, for ordering
 };
 

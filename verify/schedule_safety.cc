@@ -712,6 +712,17 @@ absl::string_view SafetyIssueKindName(SafetyIssue::Kind kind) {
   return "unknown";
 }
 
+FailureClass SafetyFailureClass(SafetyIssue::Kind kind) {
+  switch (kind) {
+    case Kind::kDeadlock:
+      return FailureClass::kDeadlock;
+    case Kind::kMemory:
+      return FailureClass::kMemory;
+    default:
+      return FailureClass::kScheduleOrder;
+  }
+}
+
 absl::StatusOr<SafetyReport> CheckScheduleSafety(const ir::Plan& plan,
                                                  const SafetyOptions& options) {
   Checker checker(plan, options);

@@ -54,6 +54,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ir/plan.h"
+#include "verify/derive.h"
 
 namespace loom::verify {
 
@@ -78,6 +79,10 @@ struct SafetyIssue {
 // "missing_step", "duplicate_step", "wrong_device", "dependency",
 // "collective_order", "unmatched_send", "deadlock", "memory".
 absl::string_view SafetyIssueKindName(SafetyIssue::Kind kind);
+
+// The failure class an issue of this kind is reported as: kDeadlock, kMemory, and
+// kScheduleOrder for every other kind.
+FailureClass SafetyFailureClass(SafetyIssue::Kind kind);
 
 struct SafetyOptions {
   std::optional<int64_t> memory_capacity_bytes;  // per device; unset: not checked

@@ -59,14 +59,6 @@ void StoreProof(const std::string& dir, const std::string& key) {
   std::filesystem::rename(tmp, path, ec);
 }
 
-FailureClass ClassOf(SafetyIssue::Kind kind) {
-  switch (kind) {
-    case SafetyIssue::Kind::kDeadlock: return FailureClass::kDeadlock;
-    case SafetyIssue::Kind::kMemory: return FailureClass::kMemory;
-    default: return FailureClass::kScheduleOrder;
-  }
-}
-
 }  // namespace
 
 std::string VerdictWords(Verdict v) {
@@ -184,7 +176,7 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   report.peak_bytes = safety.peak_bytes;
   for (const SafetyIssue& issue : safety.issues) {
     Failure f;
-    f.cls = ClassOf(issue.kind);
+    f.cls = SafetyFailureClass(issue.kind);
     f.item = absl::StrCat("schedule (", SafetyIssueKindName(issue.kind), ")");
     f.devices = issue.devices;
     f.message = issue.message;
