@@ -19,6 +19,7 @@
 #include "models/models.h"
 #include "tools/flags.h"
 #include "tools/schedule_commands.h"
+#include "tools/verify_command.h"
 
 namespace loom::tools {
 namespace {
@@ -355,6 +356,7 @@ const std::vector<std::pair<std::string, std::string>>& Summaries() {
       {"graph", "write a model's training graph as text IR or JSON"},
       {"search", "search a pipeline schedule (repetend, warm-up, cool-down) under memory caps"},
       {"simulate", "time and check a schedule; write its Gantt chart and trace"},
+      {"verify", "prove a plan equivalent to its model's training step (exit 0, 1 or 2)"},
   };
   return *list;
 }
@@ -388,7 +390,7 @@ int RunLoom(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   static const auto* commands = new std::vector<std::pair<std::string, Command>>{
       {"models", CmdModels}, {"ops", CmdOps}, {"plan", CmdPlan}, {"show", CmdShow}, {"graph", CmdGraph},
-      {"search", CmdSearch}, {"simulate", CmdSimulate}};
+      {"search", CmdSearch}, {"simulate", CmdSimulate}, {"verify", CmdVerify}};
   std::vector<std::string> rest(args.begin() + 1, args.end());
   for (const auto& [name, fn] : *commands) {
     if (name == command) return fn(rest, out, err);

@@ -10,10 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "ir/autodiff.h"
 #include "ir/json_util.h"
 #include "ir/plan_json.h"
-#include "models/models.h"
 #include "ir/status_macros.h"
 #include "schedule/block_model.h"
 #include "schedule/placements.h"
@@ -25,6 +23,7 @@
 #include "schedule/torch_csv.h"
 #include "tools/cli.h"
 #include "tools/flags.h"
+#include "tools/spec_flags.h"
 
 namespace loom::tools {
 namespace {
@@ -120,34 +119,6 @@ absl::Status WriteOutputs(const FlagSet& flags, const schedule::BlockModel& mode
   return absl::OkStatus();
 }
 
-// The logical training step a plan was made from, rebuilt from the same model flags
-// `loom plan` took (batch defaults to the plan's data-parallel size, micro-batches to
-// its own count).
-absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan) {
-  auto name = flags.GetString("--model");
-  if (!name.has_value()) {
-    return absl::InvalidArgumentError("--plan needs the --model (and size flags) it was made from");
-  }
-  models::ModelOptions options;
-  options.tiny = flags.GetBool("--tiny");
-  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, 100000));
-  options.layers = static_cast<int>(layers);
-  LOOM_ASSIGN_OR_RETURN(options.batch,
-                        flags.GetInt("--batch", plan.mesh.AxisSize("dp"), 1, int64_t{1} << 30));
-  LOOM_ASSIGN_OR_RETURN(options.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
-  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(*name, options));
-  ir::TrainingOptions training;
-  int64_t planned = 1;
-  if (plan.factoring.has_value()) {
-    planned = plan.factoring->microbatches;
-  } else {
-    for (const ir::Task& t : plan.tasks) planned = std::max<int64_t>(planned, t.info.microbatch + 1);
-  }
-  LOOM_ASSIGN_OR_RETURN(int64_t microbatches, flags.GetInt("--microbatches", planned, 1, 4096));
-  training.microbatches = static_cast<int>(microbatches);
-  return ir::BuildTrainingStep(forward, training);
-}
-
 void AddModelSourceFlags(FlagSet& flags) {
   flags.AddString("--placement", "NAME",
                   absl::StrCat("a preset placement: ",
@@ -163,11 +134,7 @@ void AddModelSourceFlags(FlagSet& flags) {
   flags.AddString("--plan", "FILE",
                   "blocks from a distributed plan (one per pipeline stage and phase); -o then "
                   "writes the plan with every device's order");
-  flags.AddString("--model", "NAME", "with --plan: the model the plan was made from");
-  flags.AddBool("--tiny", "with --plan: the model at tiny size");
-  flags.AddString("--layers", "N", "with --plan: the model's layer count");
-  flags.AddString("--batch", "B", "with --plan: sequences per micro-batch (default: dp)");
-  flags.AddString("--seq", "S", "with --plan: tokens per sequence");
+  AddSpecFlags(flags, "with --plan: ");
 }
 
 // The block model the flags name: a placement, a stage model or a JSON file.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +71,10 @@ std::string VerdictWords(Verdict v) {
   return "undecided";
 }
 
+std::string LawItem(const std::string& op_kind) {
+  return absl::StrCat("partition law of '", op_kind, "'");
+}
+
 int ExitCode(Verdict v) {
   switch (v) {
     case Verdict::kEquivalent: return 0;
@@ -107,7 +112,9 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   }
   const int64_t n = static_cast<int64_t>(laws.size());
   report.laws.resize(n);
-  std::atomic<int64_t> next{0}, done{0}, hits{0};
+  std::atomic<int64_t> next{0}, done{0}, proved{0}, hits{0};
+  std::mutex done_mutex;
+  std::condition_variable done_changed;
   auto work = [&] {
     for (int64_t i = next++; i < n; i = next++) {
       const LawUse& law = laws[i];
@@ -128,20 +135,36 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
         r.detail = p.detail;
         if (p.verdict == smt::Verdict::kValid) StoreProof(options.cache_dir, r.key);
       }
-      ++done;
+      if (r.verdict == "proved") ++proved;
+      {
+        std::lock_guard<std::mutex> lock(done_mutex);
+        ++done;
+      }
+      done_changed.notify_all();
     }
+  };
+  auto progress = [&] {
+    return Progress{done.load(), proved.load(), n, hits.load(), elapsed()};
   };
   int threads = options.threads > 0 ? options.threads
                                     : std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   if (options.progress) {
-    // The calling thread reports progress while it works too.
-    work();
+    // Every proof runs on the pool; the calling thread reports until they are done.
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+    std::unique_lock<std::mutex> lock(done_mutex);
+    while (!done_changed.wait_for(lock, std::chrono::milliseconds(100),
+                                  [&] { return done.load() == n; })) {
+      lock.unlock();
+      options.progress(progress());
+      lock.lock();
+    }
+    lock.unlock();
     for (auto& th : pool) th.join();
-    options.progress(Progress{done.load(), n, hits.load(), elapsed()});
+    options.progress(progress());
   } else {
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
     work();
     for (auto& th : pool) th.join();
   }
@@ -152,7 +175,7 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
     } else if (r.verdict == "refuted") {
       Failure f;
       f.cls = FailureClass::kComputationDiffers;
-      f.item = absl::StrCat("partition law of '", r.op_kind, "'");
+      f.item = LawItem(r.op_kind);
       if (laws[i].op != ir::kNoId && laws[i].op < spec.num_ops()) {
         const ir::Op& op = spec.op(laws[i].op);
         if (!op.outputs.empty()) f.tensor = spec.tensor(op.outputs[0]).name;
@@ -163,7 +186,7 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
       f.position = d.items;
       report.failures.push_back(std::move(f));
     } else {
-      report.undecided.push_back({absl::StrCat("partition law of '", r.op_kind, "'"), r.detail});
+      report.undecided.push_back({LawItem(r.op_kind), r.detail});
     }
   }
   report.cache_hits = hits.load();

@@ -28,8 +28,10 @@ enum class Verdict { kEquivalent, kNotEquivalent, kUnknown };
 std::string VerdictWords(Verdict v);  // "proved equivalent", "not equivalent", "undecided"
 int ExitCode(Verdict v);              // 0, 1, 2
 
+// How far the law proofs are: laws finished (proved or not), proved, in all.
 struct Progress {
   int64_t laws_done = 0;
+  int64_t laws_proved = 0;
   int64_t laws_total = 0;
   int64_t cache_hits = 0;
   double seconds = 0;
@@ -41,8 +43,14 @@ struct VerifyOptions {
   unsigned solver_timeout_ms = 10000;
   std::optional<int64_t> memory_capacity_bytes;
   int threads = 0;  // 0: every core
-  std::function<void(const Progress&)> progress;  // called from the calling thread
+  // Called from the calling thread about ten times a second while the laws are
+  // proved, and once when they are done.
+  std::function<void(const Progress&)> progress;
 };
+
+// The `item` of the failures and undecided entries of an op kind's partition law:
+// "partition law of 'linear'".
+std::string LawItem(const std::string& op_kind);
 
 // The proof of one partition law.
 struct LawResult {

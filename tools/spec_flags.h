@@ -1,0 +1,26 @@
+#ifndef LOOM_TOOLS_SPEC_FLAGS_H_
+#define LOOM_TOOLS_SPEC_FLAGS_H_
+
+// The model flags of commands that read a plan file: the logical training step a
+// plan was made from is rebuilt from the flags `loom plan` took.
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+#include "tools/flags.h"
+
+namespace loom::tools {
+
+// Declares --model, --tiny, --layers, --batch and --seq, each help text starting
+// with `help_prefix` ("with --plan: ").
+void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix = "");
+
+// The logical training step a plan was made from, rebuilt from the same model flags
+// `loom plan` took (batch defaults to the plan's data-parallel size, micro-batches to
+// its own count; --microbatches, when the command declares it, overrides).
+absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan);
+
+}  // namespace loom::tools
+
+#endif  // LOOM_TOOLS_SPEC_FLAGS_H_

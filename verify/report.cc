@@ -1,0 +1,290 @@
+#include "verify/report.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ir/json_util.h"
+
+namespace loom::verify {
+namespace {
+
+bool IsScheduleClass(FailureClass c) {
+  return c == FailureClass::kDeadlock || c == FailureClass::kScheduleOrder ||
+         c == FailureClass::kMemory;
+}
+
+ir::OrderedJson FailureJson(const Failure& f) {
+  ir::OrderedJson j;
+  j["class"] = FailureClassName(f.cls);
+  j["class_words"] = FailureClassWords(f.cls);
+  j["group"] = FailureGroup(f);
+  j["tensor"] = f.tensor;
+  j["box"] = f.box;
+  j["part"] = f.part;
+  j["devices"] = f.devices;
+  j["microbatch"] = f.microbatch >= 0 ? ir::OrderedJson(f.microbatch) : ir::OrderedJson(nullptr);
+  j["item"] = f.item;
+  j["first_op"] = f.first_op;
+  j["message"] = f.message;
+  j["counterexample"] = f.counterexample;
+  return j;
+}
+
+// The lines of a failure's details, as the <failure> body shows them.
+std::string FailureDetails(const Failure& f) {
+  std::string out;
+  auto line = [&](const char* name, const std::string& value) {
+    if (!value.empty()) absl::StrAppend(&out, name, ": ", value, "\n");
+  };
+  line("class", absl::StrCat(FailureClassWords(f.cls), " (", FailureClassName(f.cls), ")"));
+  line("tensor", f.tensor);
+  line("box", f.box);
+  line("part", f.part);
+  line("devices", absl::StrJoin(f.devices, ", "));
+  line("micro-batch", f.microbatch >= 0 ? absl::StrCat(f.microbatch) : "");
+  line("item", f.item);
+  line("first op", f.first_op);
+  line("message", f.message);
+  line("counterexample", f.counterexample);
+  return out;
+}
+
+// One <testcase>: its failures, its errors as (message, body) pairs, a skip reason.
+struct TestCase {
+  std::string name;
+  double seconds = 0;
+  struct Entry {
+    std::string type;  // a failure's class name
+    std::string message;
+    std::string body;
+  };
+  std::vector<Entry> failures;
+  std::vector<std::pair<std::string, std::string>> errors;
+  std::string skipped;  // the reason, when skipped
+  std::string out;      // <system-out>
+};
+
+void AddFailure(TestCase& t, const Failure& f) {
+  std::string message = absl::StrCat(FailureClassWords(f.cls), ": ", f.message);
+  if (!f.tensor.empty() && !absl::StrContains(f.message, f.tensor)) {
+    absl::StrAppend(&message, " (tensor ", f.tensor, ")");
+  }
+  t.failures.push_back({FailureClassName(f.cls), message, FailureDetails(f)});
+}
+
+void AddUndecided(TestCase& t, const Undecided& u) {
+  t.errors.push_back({absl::StrCat("undecided: ", u.item, ": ", u.reason),
+                      absl::StrCat("item: ", u.item, "\nreason: ", u.reason, "\n")});
+}
+
+std::vector<TestCase> TestCases(const VerifyReport& report) {
+  std::vector<TestCase> cases;
+  TestCase lineage;
+  lineage.name = "coverage and lineage";
+  lineage.out = absl::StrCat(report.items, " tasks and collectives, ", report.values,
+                             " values derived\n");
+  for (const Failure& f : report.failures) {
+    if (FailureGroup(f) == "lineage") AddFailure(lineage, f);
+  }
+  // Undecided entries of laws go to their law's test case below.
+  std::vector<std::string> law_items;
+  std::vector<std::string> ops;
+  for (const LawResult& l : report.laws) {
+    if (std::find(ops.begin(), ops.end(), l.op_kind) == ops.end()) ops.push_back(l.op_kind);
+  }
+  for (const std::string& op : ops) law_items.push_back(LawItem(op));
+  for (const Undecided& u : report.undecided) {
+    if (std::find(law_items.begin(), law_items.end(), u.item) == law_items.end()) {
+      AddUndecided(lineage, u);
+    }
+  }
+  cases.push_back(std::move(lineage));
+
+  for (const std::string& op : ops) {
+    TestCase law;
+    law.name = absl::StrCat("law:", op);
+    int64_t total = 0, proved = 0, cached = 0;
+    for (const LawResult& l : report.laws) {
+      if (l.op_kind != op) continue;
+      ++total;
+      proved += l.verdict == "proved";
+      cached += l.cached;
+      law.seconds += l.seconds;
+      absl::StrAppend(&law.out, l.verdict, l.cached ? " (cached)" : "", ": ", l.key, "\n");
+    }
+    law.out = absl::StrCat(proved, " of ", total, " laws proved, ", cached, " from the cache\n",
+                           law.out);
+    const std::string item = LawItem(op);
+    for (const Failure& f : report.failures) {
+      if (f.item == item) AddFailure(law, f);
+    }
+    for (const Undecided& u : report.undecided) {
+      if (u.item == item) AddUndecided(law, u);
+    }
+    cases.push_back(std::move(law));
+  }
+
+  TestCase schedule;
+  schedule.name = "schedule safety";
+  for (const Failure& f : report.failures) {
+    if (FailureGroup(f) == "schedule") AddFailure(schedule, f);
+  }
+  if (report.schedule_checked) {
+    schedule.out = absl::StrCat("peak bytes per device: ", absl::StrJoin(report.peak_bytes, ", "),
+                                "\n");
+  } else if (schedule.failures.empty()) {
+    schedule.skipped = "the plan has no per-device order";
+  }
+  cases.push_back(std::move(schedule));
+  return cases;
+}
+
+std::string Seconds(double s) { return absl::StrFormat("%.3f", s); }
+
+}  // namespace
+
+std::string VerdictName(Verdict v) {
+  switch (v) {
+    case Verdict::kEquivalent: return "equivalent";
+    case Verdict::kNotEquivalent: return "not_equivalent";
+    case Verdict::kUnknown: return "unknown";
+  }
+  return "unknown";
+}
+
+std::string FailureGroup(const Failure& f) {
+  if (IsScheduleClass(f.cls)) return "schedule";
+  // LawItem("") ends in the quotes around the op kind; its prefix is every law's.
+  const std::string law = LawItem("");
+  if (f.item.rfind(law.substr(0, law.size() - 1), 0) == 0) return "law";
+  return "lineage";
+}
+
+std::string ReportJson(const VerifyReport& report, const ReportContext& context) {
+  ir::OrderedJson j;
+  j["format"] = "loom.verify.report";
+  j["version"] = kReportJsonVersion;
+  j["verdict"] = VerdictName(report.verdict);
+  j["verdict_words"] = VerdictWords(report.verdict);
+  j["exit_code"] = ExitCode(report.verdict);
+  j["model"] = context.model;
+  j["plan"] = context.plan;
+  ir::OrderedJson counts;
+  counts["items"] = report.items;
+  counts["values"] = report.values;
+  counts["laws"] = report.laws.size();
+  counts["laws_proved"] = report.laws_proved;
+  counts["cache_hits"] = report.cache_hits;
+  counts["failures"] = report.failures.size();
+  counts["undecided"] = report.undecided.size();
+  j["counts"] = counts;
+  j["seconds"] = report.seconds;
+  j["failures"] = ir::OrderedJson::array();
+  for (const Failure& f : report.failures) j["failures"].push_back(FailureJson(f));
+  j["undecided"] = ir::OrderedJson::array();
+  for (const Undecided& u : report.undecided) {
+    ir::OrderedJson e;
+    e["item"] = u.item;
+    e["reason"] = u.reason;
+    j["undecided"].push_back(e);
+  }
+  j["laws"] = ir::OrderedJson::array();
+  for (const LawResult& l : report.laws) {
+    ir::OrderedJson e;
+    e["op"] = l.op_kind;
+    e["key"] = l.key;
+    e["verdict"] = l.verdict;
+    e["detail"] = l.detail;
+    e["cached"] = l.cached;
+    e["seconds"] = l.seconds;
+    j["laws"].push_back(e);
+  }
+  ir::OrderedJson schedule;
+  schedule["checked"] = report.schedule_checked;
+  schedule["peak_bytes"] = report.peak_bytes;
+  j["schedule"] = schedule;
+  return j.dump(/*indent=*/2, /*indent_char=*/' ', /*ensure_ascii=*/false,
+                nlohmann::detail::error_handler_t::replace) +
+         "\n";
+}
+
+std::string XmlEscape(const std::string& s, bool attribute) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += attribute ? "&quot;" : "\""; break;
+      case '\'': out += attribute ? "&apos;" : "'"; break;
+      case '\n': out += attribute ? "&#10;" : "\n"; break;
+      case '\r': out += "&#13;"; break;
+      case '\t': out += attribute ? "&#9;" : "\t"; break;
+      default:
+        out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
+    }
+  }
+  return out;
+}
+
+std::string ReportJUnit(const VerifyReport& report, const ReportContext& context) {
+  const std::vector<TestCase> cases = TestCases(report);
+  int failed = 0, errors = 0, skipped = 0;
+  for (const TestCase& t : cases) {
+    if (!t.failures.empty()) {
+      ++failed;
+    } else if (!t.errors.empty()) {
+      ++errors;
+    } else if (!t.skipped.empty()) {
+      ++skipped;
+    }
+  }
+  const std::string counts =
+      absl::StrFormat("tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%s\"",
+                      cases.size(), failed, errors, skipped, Seconds(report.seconds));
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  absl::StrAppend(&out, "<testsuites name=\"loom verify\" ", counts, ">\n");
+  absl::StrAppend(&out, "  <testsuite name=\"loom.verify\" ", counts, ">\n");
+  absl::StrAppend(&out, "    <properties>\n");
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"model", context.model},
+           {"plan", context.plan},
+           {"verdict", VerdictName(report.verdict)},
+           {"exit_code", absl::StrCat(ExitCode(report.verdict))}}) {
+    absl::StrAppend(&out, "      <property name=\"", name, "\" value=\"", XmlEscape(value),
+                    "\"/>\n");
+  }
+  absl::StrAppend(&out, "    </properties>\n");
+  for (const TestCase& t : cases) {
+    absl::StrAppend(&out, "    <testcase classname=\"loom.verify\" name=\"", XmlEscape(t.name),
+                    "\" time=\"", Seconds(t.seconds), "\">\n");
+    if (!t.skipped.empty()) {
+      absl::StrAppend(&out, "      <skipped message=\"", XmlEscape(t.skipped), "\"/>\n");
+    }
+    for (const auto& [message, body] : t.errors) {
+      absl::StrAppend(&out, "      <error type=\"undecided\" message=\"", XmlEscape(message),
+                      "\">", XmlEscape(body, /*attribute=*/false), "</error>\n");
+    }
+    for (const auto& [type, message, body] : t.failures) {
+      absl::StrAppend(&out, "      <failure type=\"", XmlEscape(type), "\" message=\"",
+                      XmlEscape(message), "\">", XmlEscape(body, /*attribute=*/false),
+                      "</failure>\n");
+    }
+    if (!t.out.empty()) {
+      absl::StrAppend(&out, "      <system-out>", XmlEscape(t.out, /*attribute=*/false),
+                      "</system-out>\n");
+    }
+    absl::StrAppend(&out, "    </testcase>\n");
+  }
+  absl::StrAppend(&out, "  </testsuite>\n</testsuites>\n");
+  return out;
+}
+
+}  // namespace loom::verify
