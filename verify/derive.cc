@@ -15,6 +15,7 @@
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 #include "verify/contrib.h"
+#include "verify/law_reduce.h"
 #include "verify/counterexample.h"
 
 namespace loom::verify {
