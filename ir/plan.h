@@ -294,6 +294,16 @@ class MicrobatchMap {
 // single input, which stays replica 0's. Factored plans carry no `order`.
 absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan);
 
+// Copy (r, m) of a factored plan's value as ExpandPlan makes it: device shifted
+// to replica r, tensor and tag mapped to micro-batch m when tagged, box shifted
+// along dp_dim and part made Share(r, dp) where the rules say; dp_dim / dp_share
+// cleared. The id is left as is.
+PlanValue ExpandedValue(const Plan& plan, const MicrobatchMap& mbmap, const PlanValue& value,
+                        int64_t r, int m);
+
+// Attributes of replica r's copy of a factored plan's task (dp_attr_steps applied).
+AttrMap ExpandedAttrs(const Task& task, int64_t r);
+
 // Checks the replication rules of a factored plan (OK for an explicit one): dp >= 1,
 // micro-batches equal to mbmap's, dp * dp_device_stride within the mesh when dp > 1,
 // and no `order`.

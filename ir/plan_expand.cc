@@ -93,22 +93,8 @@ absl::Status Expander::ExpandValues() {
       first_[r * nv + v] = static_cast<ValueId>(out_.values.size());
       const int copies = value.microbatch == 0 ? f_.microbatches : 1;
       for (int m = 0; m < copies; ++m) {
-        PlanValue e = value;
+        PlanValue e = ExpandedValue(in_, mbmap_, value, r, m);
         e.id = static_cast<ValueId>(out_.values.size());
-        e.device = Shift(value.device, r);
-        if (value.microbatch == 0) {
-          e.sub.tensor = mbmap_.Tensor(value.sub.tensor, m);
-          e.microbatch = m;
-        }
-        if (value.dp_dim >= 0) {
-          Interval& iv = e.sub.box[value.dp_dim];
-          const int64_t offset = r * iv.size();
-          iv.begin += offset;
-          iv.end += offset;
-        }
-        if (value.dp_share) e.sub.part = e.sub.part.Share(r, f_.dp);
-        e.dp_dim = -1;
-        e.dp_share = false;
         out_.values.push_back(std::move(e));
       }
     }
@@ -152,9 +138,7 @@ absl::Status Expander::ExpandTasks() {
         Task e = task;
         e.id = static_cast<TaskId>(out_.tasks.size());
         e.device = Shift(task.device, r);
-        for (const auto& [name, step] : task.dp_attr_steps) {
-          e.attrs.Set(name, *task.attrs.GetInt(name) + r * step);
-        }
+        e.attrs = ExpandedAttrs(task, r);
         e.dp_attr_steps.clear();
         e.inputs.clear();
         e.outputs.clear();
@@ -289,6 +273,37 @@ absl::StatusOr<Plan> Expander::Run() {
 }
 
 }  // namespace
+
+PlanValue ExpandedValue(const Plan& plan, const MicrobatchMap& mbmap, const PlanValue& value,
+                        int64_t r, int m) {
+  PlanValue e = value;
+  if (!plan.is_factored()) return e;
+  const Factoring& f = *plan.factoring;
+  e.device = value.device + r * f.dp_device_stride;
+  if (value.microbatch == 0) {
+    e.sub.tensor = mbmap.Tensor(value.sub.tensor, m);
+    e.microbatch = m;
+  }
+  if (value.dp_dim >= 0 && value.dp_dim < static_cast<int>(e.sub.box.size())) {
+    Interval& iv = e.sub.box[value.dp_dim];
+    const int64_t offset = r * iv.size();
+    iv.begin += offset;
+    iv.end += offset;
+  }
+  if (value.dp_share) e.sub.part = e.sub.part.Share(r, f.dp);
+  e.dp_dim = -1;
+  e.dp_share = false;
+  return e;
+}
+
+AttrMap ExpandedAttrs(const Task& task, int64_t r) {
+  AttrMap attrs = task.attrs;
+  for (const auto& [name, step] : task.dp_attr_steps) {
+    auto value = task.attrs.GetInt(name);
+    if (value.ok()) attrs.Set(name, *value + r * step);
+  }
+  return attrs;
+}
 
 absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap) {
   if (!plan.is_factored()) return absl::OkStatus();

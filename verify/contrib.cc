@@ -17,7 +17,13 @@ int64_t Volume(const ir::Box& box) {
   return v;
 }
 
-bool Overlap(const ir::Box& a, const ir::Box& b) { return ir::Intersect(a, b).has_value(); }
+bool Overlap(const ir::Box& a, const ir::Box& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t d = 0; d < a.size(); ++d) {
+    if (std::max(a[d].begin, b[d].begin) >= std::min(a[d].end, b[d].end)) return false;
+  }
+  return true;
+}
 
 bool BoxLess(const ir::Box& a, const ir::Box& b) {
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
@@ -56,21 +62,40 @@ void Coalesce(std::vector<ir::Box>& boxes) {
   std::sort(boxes.begin(), boxes.end(), BoxLess);
 }
 
+// The interning key of a contribution: its fields as raw bytes (cheap to build;
+// never shown).
+template <typename T>
+void Put(std::string& key, T x) {
+  key.append(reinterpret_cast<const char*>(&x), sizeof(x));
+}
+
 std::string Key(const Contrib& c) {
+  std::string k;
+  Put(k, static_cast<char>(c.kind));
   switch (c.kind) {
-    case Contrib::kFull: return "F";
-    case Contrib::kZero: return "Z";
-    case Contrib::kBad: return "B";
+    case Contrib::kFull:
+    case Contrib::kZero:
+    case Contrib::kBad:
+      return k;
     case Contrib::kRed: {
-      std::string k = absl::StrCat("R", c.family, ":");
-      for (const ir::Box& b : c.chunks) absl::StrAppend(&k, ir::BoxToString(b));
-      absl::StrAppend(&k, "+", absl::StrJoin(c.additive, ","));
+      Put(k, c.family);
+      Put(k, static_cast<int32_t>(c.chunks.size()));
+      for (const ir::Box& b : c.chunks) {
+        Put(k, static_cast<int32_t>(b.size()));
+        for (const ir::Interval& iv : b) {
+          Put(k, iv.begin);
+          Put(k, iv.end);
+        }
+      }
+      for (int a : c.additive) Put(k, a);
       return k;
     }
     case Contrib::kLin:
-      return absl::StrCat("L", c.desc, "(", absl::StrJoin(c.parts, ","), ")");
+      Put(k, c.desc);
+      for (ContribId p : c.parts) Put(k, p);
+      return k;
   }
-  return "?";
+  return k;
 }
 
 ContribStore::SumResult Failed(FailureClass cls, std::string message,
@@ -139,14 +164,122 @@ int ContribStore::InternFamily(Family family) {
   return id;
 }
 
-int ContribStore::InternDesc(const std::string& key, const std::string& what,
+int ContribStore::InternDesc(ir::OpId op, int output, const std::string& shape,
+                             std::vector<ir::Interval> bounds, const std::string& what,
                              std::vector<std::string> operands) {
+  std::string key = absl::StrCat(op, "/", output, "/", shape, "/");
+  for (const ir::Interval& iv : bounds) absl::StrAppend(&key, iv.begin, ":", iv.end, ";");
   auto it = desc_ids_.find(key);
   if (it != desc_ids_.end()) return it->second;
   const int id = static_cast<int>(descs_.size());
-  desc_ids_.emplace(key, id);
-  descs_.push_back({what, std::move(operands)});
+  desc_ids_.emplace(std::move(key), id);
+  descs_.push_back({op, output, shape, std::move(bounds), what, std::move(operands)});
   return id;
+}
+
+namespace {
+// "<op>/<rest>" with the op replaced.
+std::string Rekey(const std::string& key, ir::OpId op) {
+  const size_t slash = key.find('/');
+  return absl::StrCat(op, slash == std::string::npos ? std::string("/") : key.substr(slash));
+}
+}  // namespace
+
+ContribId ContribStore::MapOps(ContribId id, const std::function<ir::OpId(ir::OpId)>& map,
+                               const std::function<std::string(ir::OpId, int)>& name) {
+  const Contrib c = contribs_[id];  // a copy: interning below may grow the store
+  switch (c.kind) {
+    case Contrib::kFull:
+    case Contrib::kZero:
+    case Contrib::kBad:
+      return id;
+    case Contrib::kRed: {
+      Family f = families_[c.family];
+      const ir::OpId op = map(f.op);
+      if (op == f.op) return id;
+      f.key = Rekey(f.key, op);
+      f.op = op;
+      f.what = name(op, f.output);
+      const int family = InternFamily(std::move(f));
+      return Red(family, c.chunks, c.additive);
+    }
+    case Contrib::kLin: {
+      std::vector<ContribId> parts;
+      bool changed = false;
+      for (ContribId p : c.parts) {
+        parts.push_back(MapOps(p, map, name));
+        changed = changed || parts.back() != p;
+      }
+      Desc d = descs_[c.desc];
+      const ir::OpId op = map(d.op);
+      if (op == d.op && !changed) return id;
+      const int desc = op == d.op ? c.desc
+                                  : InternDesc(op, d.output, d.shape, d.bounds,
+                                               name(op, d.output), d.operands);
+      return Lin(desc, std::move(parts));
+    }
+  }
+  return id;
+}
+
+std::optional<ContribId> ContribStore::Extrapolate(ContribId a, ContribId b, int64_t t) {
+  if (a == b) return a;
+  const Contrib ca = contribs_[a];
+  const Contrib cb = contribs_[b];
+  if (ca.kind != cb.kind) return std::nullopt;
+  switch (ca.kind) {
+    case Contrib::kRed: {
+      if (ca.family != cb.family || ca.chunks.size() != cb.chunks.size() ||
+          ca.additive != cb.additive) {
+        return std::nullopt;
+      }
+      const std::vector<int64_t> extents = families_[ca.family].extents;
+      std::vector<ir::Box> chunks = ca.chunks;
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        if (cb.chunks[i].size() != chunks[i].size()) return std::nullopt;
+        for (size_t d = 0; d < chunks[i].size(); ++d) {
+          ir::Interval& iv = chunks[i][d];
+          const ir::Interval& jv = cb.chunks[i][d];
+          iv.begin += t * (jv.begin - iv.begin);
+          iv.end += t * (jv.end - iv.end);
+          if (iv.begin < 0 || iv.begin > iv.end ||
+              (d < extents.size() && iv.end > extents[d])) {
+            return std::nullopt;
+          }
+        }
+      }
+      return Red(ca.family, std::move(chunks), ca.additive);
+    }
+    case Contrib::kLin: {
+      if (ca.parts.size() != cb.parts.size()) return std::nullopt;
+      int desc = ca.desc;
+      if (ca.desc != cb.desc) {
+        // The same piece of the op at bounds that move with t.
+        const Desc da = descs_[ca.desc];
+        const Desc& db = descs_[cb.desc];
+        if (da.op != db.op || da.output != db.output || da.shape != db.shape ||
+            da.bounds.size() != db.bounds.size()) {
+          return std::nullopt;
+        }
+        std::vector<ir::Interval> bounds = da.bounds;
+        for (size_t i = 0; i < bounds.size(); ++i) {
+          bounds[i].begin += t * (db.bounds[i].begin - bounds[i].begin);
+          bounds[i].end += t * (db.bounds[i].end - bounds[i].end);
+          if (bounds[i].begin < 0 || bounds[i].begin > bounds[i].end) return std::nullopt;
+        }
+        desc = InternDesc(da.op, da.output, da.shape, std::move(bounds), da.what, da.operands);
+      }
+      std::vector<ContribId> parts;
+      for (size_t i = 0; i < ca.parts.size(); ++i) {
+        auto p = Extrapolate(ca.parts[i], cb.parts[i], t);
+        if (!p.has_value()) return std::nullopt;
+        parts.push_back(*p);
+      }
+      return Lin(desc, std::move(parts));
+    }
+    default:
+      return std::nullopt;  // distinct complete, zero or bad contributions
+  }
 }
 
 ContribId ContribStore::Red(int family, std::vector<ir::Box> chunks, std::vector<int> additive) {

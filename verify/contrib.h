@@ -6,6 +6,8 @@
 // and the exact arithmetic of summing them.
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +35,9 @@ struct Contrib {
 
 // A reduction: op output `key` summed (or maxed) over the index space of `labels`.
 struct Family {
-  std::string key;
+  ir::OpId op = ir::kNoId;  // the op whose output it reduces
+  int output = 0;           // which output of it
+  std::string key;          // "<op>/<rest>": the op id first
   std::vector<std::string> labels;
   std::vector<int64_t> extents;
   ir::ReduceOp reduce = ir::ReduceOp::kSum;
@@ -48,12 +52,26 @@ class ContribStore {
   int InternFamily(Family family);
   // A linear op piece: `what` names the op ("add -> 'h'"), `operands` its linear
   // positions ("operand 1 ('h.attn')"), one per part of its contributions.
-  int InternDesc(const std::string& key, const std::string& what,
+  // A piece of output `output` of `op`: `shape` names its labels, extents and
+  // linear positions, `bounds` its interval along each label.
+  int InternDesc(ir::OpId op, int output, const std::string& shape,
+                 std::vector<ir::Interval> bounds, const std::string& what,
                  std::vector<std::string> operands);
   ContribId Red(int family, std::vector<ir::Box> chunks, std::vector<int> additive);
   ContribId Lin(int desc, std::vector<ContribId> parts);
 
   const Contrib& get(ContribId id) const { return contribs_[id]; }
+
+  // The contribution with the op of every reduction and linear piece in it
+  // replaced by map(op) (the same contribution of another micro-batch's copy of
+  // the ops); `name(op, output)` names a mapped op's output for messages.
+  ContribId MapOps(ContribId id, const std::function<ir::OpId(ir::OpId)>& map,
+                   const std::function<std::string(ir::OpId, int)>& name);
+  // For contributions `a` and `b` of one structure (same kinds, reductions,
+  // pieces and chunk counts) whose chunk bounds differ: the contribution whose
+  // bounds are a + t (b - a), bound by bound. nullopt when the structures differ
+  // or a bound leaves its reduction's index space.
+  std::optional<ContribId> Extrapolate(ContribId a, ContribId b, int64_t t);
   const Family& family(int id) const { return families_[id]; }
   std::string Describe(ContribId id) const;
   // A concrete reading of what a value holding `id` holds, one clause: every term
@@ -83,6 +101,10 @@ class ContribStore {
   std::vector<Family> families_;
   absl::flat_hash_map<std::string, int> family_ids_;
   struct Desc {
+    ir::OpId op = ir::kNoId;
+    int output = 0;
+    std::string shape;
+    std::vector<ir::Interval> bounds;
     std::string what;
     std::vector<std::string> operands;
   };

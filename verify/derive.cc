@@ -17,6 +17,7 @@
 #include "verify/contrib.h"
 #include "verify/law_reduce.h"
 #include "verify/counterexample.h"
+#include "verify/factored.h"
 
 namespace loom::verify {
 
@@ -116,7 +117,8 @@ constexpr OutputRule kCollectiveRule{FailureClass::kWrongGroup, FailureClass::kW
 
 class Deriver {
  public:
-  Deriver(const ir::Graph& spec, const ir::Plan& plan) : spec_(spec), plan_(plan) {}
+  Deriver(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced = nullptr)
+      : spec_(spec), plan_(plan), sliced_(sliced) {}
 
   absl::StatusOr<Derivation> Run();
 
@@ -210,6 +212,19 @@ class Deriver {
   void DeriveCollective(const ir::Collective& c);
   void CheckCoverage();
 
+  // ---- sliced factored plans (derive_factored.inc)
+  std::string OpOutputName(ir::OpId op, int k) const;
+  ContribId MapMicrobatch(ContribId c, int m);
+  void DerivePhantom(const Phantom& p);
+  // The fact a + t (b - a), bound by bound; nullopt when they do not extrapolate.
+  std::optional<Fact> Extrapolate(const Fact& a, const Fact& b, int64_t t);
+  // False (after recording why) when a micro-batch-0 item reads a value outside
+  // the micro-batches whose contents differ per micro-batch copy.
+  bool MicrobatchInvariantInputs(const std::vector<ValueId>& inputs, int mb,
+                                 const std::string& item, const std::vector<ValueId>& outputs);
+  // Every value of replica dp - 1 holds what replicas 0 and 1 extrapolate to.
+  void CheckReplicas();
+
   // Sum (or max) of facts over one region; nullopt after recording a failure.
   // `zero_member` (optional) tells whether a member held zeros.
   std::optional<Fact> Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,
@@ -236,6 +251,7 @@ class Deriver {
 
   const ir::Graph& spec_;
   const ir::Plan& plan_;
+  const SlicedPlan* sliced_ = nullptr;
   ContribStore contribs_;
   std::vector<Fact> facts_;
   std::map<std::string, LawUse> laws_;
@@ -321,6 +337,7 @@ void Deriver::DeriveLeaf(ValueId v) {
 }
 
 void Deriver::DeriveTask(const ir::Task& t) {
+  if (!MicrobatchInvariantInputs(t.inputs, t.info.microbatch, TaskName(t), t.outputs)) return;
   if (AnyBad(t.inputs)) {
     for (ValueId v : t.outputs) {
       facts_[v] = FromClaim(v);
@@ -537,15 +554,18 @@ std::optional<Fact> Deriver::Gather(const std::vector<Fact>& in, int dim,
 #include "verify/derive_operands.inc"
 #include "verify/derive_compute.inc"
 #include "verify/derive_collective.inc"
+#include "verify/derive_factored.inc"
 
 }  // namespace
 
 absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan) {
-  if (plan.is_factored()) {
-    return absl::InvalidArgumentError("DeriveLineage needs an explicit plan");
-  }
   LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
-  return Deriver(spec, plan).Run();
+  if (!plan.is_factored()) return Deriver(spec, plan).Run();
+  LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced, SliceFactoredPlan(spec, plan));
+  if (sliced.has_value()) return Deriver(spec, sliced->plan, &*sliced).Run();
+  // Micro-batches that are not copies of one another: derive every copy.
+  LOOM_ASSIGN_OR_RETURN(ir::Plan explicit_plan, ir::ExpandPlan(spec, plan));
+  return Deriver(spec, explicit_plan).Run();
 }
 
 }  // namespace loom::verify

@@ -74,6 +74,8 @@ struct VerifyReport {
   bool schedule_checked = false;
   std::vector<int64_t> peak_bytes;   // per device, when the schedule was checked
   double seconds = 0;
+  double derive_seconds = 0;         // of which lineage derivation
+  double law_seconds = 0;            // and partition-law proofs
 };
 
 // Verifies an explicit or factored plan (a factored one is expanded).

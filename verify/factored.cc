@@ -1,0 +1,234 @@
+#include "verify/factored.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "ir/status_macros.h"
+
+namespace loom::verify {
+
+absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map) {
+  for (ir::OpId op0 = 0; op0 < spec.num_ops(); ++op0) {
+    const ir::Op& a = spec.op(op0);
+    if (a.info.microbatch != 0) continue;
+    for (ir::TensorId x : a.inputs) {
+      const int mb = map.TensorMicrobatch(x);
+      if (mb != -1 && mb != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "op '", spec.tensor(a.outputs.empty() ? x : a.outputs[0]).name,
+            "' of micro-batch 0 reads '", spec.tensor(x).name, "' of micro-batch ", mb));
+      }
+    }
+    for (int m = 1; m < map.microbatches(); ++m) {
+      const ir::OpId opm = map.Op(op0, m);
+      if (opm == ir::kNoId) return absl::FailedPreconditionError("micro-batch map incomplete");
+      const ir::Op& b = spec.op(opm);
+      bool same = a.kind == b.kind && a.attrs == b.attrs && a.inputs.size() == b.inputs.size() &&
+                  a.outputs.size() == b.outputs.size();
+      for (size_t i = 0; same && i < a.inputs.size(); ++i) {
+        same = b.inputs[i] == map.Tensor(a.inputs[i], m) &&
+               spec.tensor(a.inputs[i]).type() == spec.tensor(b.inputs[i]).type();
+      }
+      for (size_t k = 0; same && k < a.outputs.size(); ++k) {
+        same = spec.tensor(a.outputs[k]).type() == spec.tensor(b.outputs[k]).type();
+      }
+      if (!same) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("op ", opm, " of micro-batch ", m, " is not a copy of op ", op0,
+                         " of micro-batch 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+class Slicer {
+ public:
+  Slicer(const ir::Graph& spec, const ir::Plan& unit, ir::MicrobatchMap mbmap)
+      : spec_(spec), unit_(unit), f_(*unit.factoring) {
+    out_.mbmap = std::move(mbmap);
+    out_.dp = f_.dp;
+    out_.microbatches = f_.microbatches;
+    for (int64_t r : {int64_t{0}, int64_t{1}, f_.dp - 1}) {
+      if (r >= 0 && r < f_.dp && std::find(replicas_.begin(), replicas_.end(), r) == replicas_.end()) {
+        replicas_.push_back(r);
+      }
+    }
+  }
+
+  SlicedPlan Run();
+
+ private:
+  bool Tagged(ir::ValueId v) const { return unit_.values[v].microbatch == 0; }
+  int Slot(int64_t r) const {
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      if (replicas_[i] == r) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  int64_t Key(ir::ValueId v, int64_t r, int m) const {
+    return (static_cast<int64_t>(v) * f_.dp + r) * f_.microbatches + m;
+  }
+  ir::ValueId NewValue(ir::ValueId v, int64_t r, int m) {
+    ir::PlanValue e = ir::ExpandedValue(unit_, out_.mbmap, unit_.values[v], r, m);
+    e.id = static_cast<ir::ValueId>(out_.plan.values.size());
+    out_.plan.values.push_back(std::move(e));
+    return out_.plan.values.back().id;
+  }
+  // The slice's value for copy (r, m) of unit value v, a phantom when no item
+  // of the slice computes it.
+  ir::ValueId Resolve(ir::ValueId v, int64_t r, int m);
+  void AddTasks();
+  void AddCollectives();
+
+  const ir::Graph& spec_;
+  const ir::Plan& unit_;
+  const ir::Factoring& f_;
+  std::vector<int64_t> replicas_;          // derived replicas
+  std::vector<std::vector<ir::ValueId>> real_;  // [slot][v]: micro-batch 0 copy
+  absl::flat_hash_map<int64_t, ir::ValueId> other_;  // every other copy made so far
+  SlicedPlan out_;
+};
+
+ir::ValueId Slicer::Resolve(ir::ValueId v, int64_t r, int m) {
+  if (!Tagged(v)) m = 0;
+  const int slot = Slot(r);
+  if (slot >= 0 && m == 0) return real_[slot][v];
+  auto it = other_.find(Key(v, r, m));
+  if (it != other_.end()) return it->second;
+  Phantom p;
+  if (slot >= 0) {
+    p.src0 = Resolve(v, r, 0);
+    p.microbatch = m;
+  } else {
+    p.src0 = Resolve(v, 0, m);
+    p.src1 = Resolve(v, 1, m);
+    p.replica = r;
+  }
+  p.value = NewValue(v, r, m);
+  other_.emplace(Key(v, r, m), p.value);
+  out_.phantoms.push_back(p);
+  return p.value;
+}
+
+void Slicer::AddTasks() {
+  for (int64_t r : replicas_) {
+    for (const ir::Task& task : unit_.tasks) {
+      ir::Task e = task;
+      e.id = static_cast<ir::TaskId>(out_.plan.tasks.size());
+      e.device = task.device + r * f_.dp_device_stride;
+      e.attrs = ir::ExpandedAttrs(task, r);
+      e.dp_attr_steps.clear();
+      e.inputs.clear();
+      e.outputs.clear();
+      const bool tagged = task.info.microbatch == 0;
+      for (ir::ValueId v : task.inputs) {
+        if (tagged || !Tagged(v)) {
+          e.inputs.push_back(Resolve(v, r, 0));
+        } else {
+          for (int k = 0; k < f_.microbatches; ++k) e.inputs.push_back(Resolve(v, r, k));
+        }
+      }
+      for (ir::ValueId v : task.outputs) e.outputs.push_back(Resolve(v, r, 0));
+      out_.plan.tasks.push_back(std::move(e));
+    }
+  }
+}
+
+void Slicer::AddCollectives() {
+  for (int64_t r : replicas_) {
+    for (const ir::Collective& c : unit_.collectives) {
+      if (c.spans_dp && r > 0) continue;
+      ir::Collective e = c;
+      e.id = static_cast<ir::CollectiveId>(out_.plan.collectives.size());
+      e.spans_dp = false;
+      e.devices.clear();
+      e.inputs.clear();
+      e.outputs.clear();
+      if (!c.spans_dp) {
+        for (int64_t d : c.devices) e.devices.push_back(d + r * f_.dp_device_stride);
+        for (ir::ValueId v : c.inputs) e.inputs.push_back(Resolve(v, r, 0));
+        for (ir::ValueId v : c.outputs) e.outputs.push_back(Resolve(v, r, 0));
+      } else {
+        // Unit rank i becomes the dp ranks i * dp + rr, as in the explicit plan.
+        for (int64_t d : c.devices) {
+          for (int64_t rr = 0; rr < f_.dp; ++rr) e.devices.push_back(d + rr * f_.dp_device_stride);
+        }
+        if (c.kind == ir::CollectiveKind::kBroadcast) {
+          e.inputs.push_back(Resolve(c.inputs[0], 0, 0));
+        } else {
+          for (ir::ValueId v : c.inputs) {
+            for (int64_t rr = 0; rr < f_.dp; ++rr) e.inputs.push_back(Resolve(v, rr, 0));
+          }
+        }
+        for (ir::ValueId v : c.outputs) {
+          for (int64_t rr = 0; rr < f_.dp; ++rr) {
+            if (Slot(rr) >= 0) {
+              e.outputs.push_back(Resolve(v, rr, 0));
+            } else {
+              // Computed here, in a replica the slice does not otherwise derive.
+              const ir::ValueId id = NewValue(v, rr, 0);
+              other_.emplace(Key(v, rr, 0), id);
+              e.outputs.push_back(id);
+            }
+          }
+        }
+      }
+      out_.plan.collectives.push_back(std::move(e));
+    }
+  }
+}
+
+SlicedPlan Slicer::Run() {
+  out_.plan.model = unit_.model;
+  out_.plan.mesh = unit_.mesh;
+  const ir::ValueId nv = static_cast<ir::ValueId>(unit_.values.size());
+  real_.assign(replicas_.size(), std::vector<ir::ValueId>(nv, ir::kNoId));
+  for (size_t s = 0; s < replicas_.size(); ++s) {
+    for (ir::ValueId v = 0; v < nv; ++v) real_[s][v] = NewValue(v, replicas_[s], 0);
+  }
+  if (replicas_.size() == 3) {
+    for (ir::ValueId v = 0; v < nv; ++v) {
+      out_.replica_checks.push_back({real_[0][v], real_[1][v], real_[2][v]});
+    }
+  }
+  AddTasks();
+  AddCollectives();
+  for (ir::ValueId v : unit_.outputs) {
+    const ir::PlanValue& u = unit_.values[v];
+    const bool per_replica = u.dp_dim >= 0 || u.dp_share;
+    if (!per_replica && replicas_.size() == 3) {
+      out_.same_in_every_replica.push_back({real_[0][v], real_[1][v]});
+    }
+    for (int64_t r = 0; r < f_.dp; ++r) {
+      if (!per_replica && Slot(r) < 0) continue;
+      for (int m = 0; m < (Tagged(v) ? f_.microbatches : 1); ++m) {
+        out_.plan.outputs.push_back(Resolve(v, r, m));
+      }
+    }
+  }
+  return std::move(out_);
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spec,
+                                                            const ir::Plan& plan) {
+  if (!plan.is_factored()) return absl::InvalidArgumentError("the plan is not factored");
+  auto mbmap = ir::MicrobatchMap::Build(spec);
+  if (!mbmap.ok()) {
+    return absl::Status(mbmap.status().code(),
+                        absl::StrCat("plan: spec: ", mbmap.status().message()));
+  }
+  LOOM_RETURN_IF_ERROR(ir::ValidateFactoring(plan, *mbmap));
+  if (!CheckMicrobatchSymmetry(spec, *mbmap).ok()) return std::optional<SlicedPlan>();
+  return std::optional<SlicedPlan>(Slicer(spec, plan, *std::move(mbmap)).Run());
+}
+
+}  // namespace loom::verify

@@ -1,0 +1,80 @@
+#ifndef LOOM_VERIFY_FACTORED_H_
+#define LOOM_VERIFY_FACTORED_H_
+
+// Deriving a factored plan without expanding it.
+//
+// A factored plan is one scale unit (micro-batch 0 of data-parallel replica 0)
+// plus replication rules; its explicit form repeats the unit M times per replica
+// and dp times over, which at production sizes is tens of millions of values.
+// The derivation instead walks a slice of it:
+//
+//  - Micro-batches. When the spec's micro-batches are copies of one another
+//    (CheckMicrobatchSymmetry: op k of micro-batch m reads the micro-batch-m
+//    images of what op k of micro-batch 0 reads, with equal kinds, attributes and
+//    types), copy m of a micro-batch-0 item computes the image of what copy 0
+//    computes: the same derivation with op and tensor ids renamed. So only copy 0
+//    is derived; where an item outside the micro-batches (gradient accumulation)
+//    reads copy m, the copy is a *phantom* whose contents are copy 0's renamed.
+//  - Replicas. Every integer of replica r (box bounds, attribute values, value
+//    shares) is affine in r, and the derivation's decisions compare such integers
+//    (equalities, and order for bounds and disjointness). Replicas 0, 1 and dp - 1
+//    are derived; an equality that holds at r = 0 and r = 1 holds for every r, an
+//    order that holds at r = 0 and r = dp - 1 holds in between, and every value of
+//    replica dp - 1 must hold what replicas 0 and 1 extrapolate to (checked; a
+//    value that does not makes the verdict undecided). Where an item spanning the
+//    replicas (a data-parallel all-reduce) or the coverage of the outputs needs
+//    replica r's value, it is a phantom extrapolated from replicas 0 and 1.
+//
+// Either way every collective across replicas, every sum and the coverage of
+// every output are still checked member by member.
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+
+namespace loom::verify {
+
+// A value of the slice that no item of it computes: its contents follow from
+// other values of the slice.
+struct Phantom {
+  ir::ValueId value = ir::kNoId;
+  ir::ValueId src0 = ir::kNoId;  // copy 0 of it / its replica 0 copy
+  ir::ValueId src1 = ir::kNoId;  // its replica 1 copy (replica phantoms)
+  int microbatch = -1;           // >= 1: micro-batch copy of src0
+  int64_t replica = -1;          // >= 2: extrapolated from src0 and src1
+};
+
+struct SlicedPlan {
+  ir::Plan plan;  // explicit: the derived replicas' micro-batch-0 work
+  std::vector<Phantom> phantoms;
+  // Ids of each unit value in replicas 0, 1 and dp - 1 (when dp >= 3).
+  struct ReplicaTriple {
+    ir::ValueId r0 = ir::kNoId, r1 = ir::kNoId, last = ir::kNoId;
+  };
+  std::vector<ReplicaTriple> replica_checks;
+  // Outputs whose claim is the same in every replica (neither shifted nor shared
+  // per replica): only replicas 0 and 1 are listed in plan.outputs, and the two
+  // must hold the same (then, by extrapolation, so does every replica).
+  std::vector<std::pair<ir::ValueId, ir::ValueId>> same_in_every_replica;
+  int64_t dp = 1;
+  int microbatches = 1;
+  ir::MicrobatchMap mbmap;
+};
+
+// OK when the spec's micro-batches are copies of micro-batch 0 (see above).
+absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map);
+
+// The slice of a factored plan that ValidatePlan accepted; nullopt when the
+// spec's micro-batches are not copies of one another (expand the plan instead).
+absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spec,
+                                                            const ir::Plan& plan);
+
+}  // namespace loom::verify
+
+#endif  // LOOM_VERIFY_FACTORED_H_
