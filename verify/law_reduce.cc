@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
+#include "verify/law_resize.h"
 
 namespace loom::verify {
 namespace {
@@ -25,32 +26,14 @@ int64_t LabelIndex(const LawUse& law, const std::string& label) {
   return it == law.labels.end() ? -1 : it - law.labels.begin();
 }
 
-// b * to / from, when exact.
-absl::StatusOr<int64_t> Scale(int64_t b, int64_t to, int64_t from, const std::string& what) {
-  if (from <= 0 || (b * to) % from != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", b, " does not scale exactly from ", from, " to ", to));
-  }
-  return b * to / from;
-}
-
 }  // namespace
 
 bool ReducibleKind(ir::OpKind kind) {
   switch (kind) {
-    case ir::OpKind::kReshape:
-    case ir::OpKind::kFill:
-    case ir::OpKind::kExpand:
-    case ir::OpKind::kSlice:
-    case ir::OpKind::kPad:
-    case ir::OpKind::kSplit:
-    case ir::OpKind::kConcat:
     case ir::OpKind::kMoeCombine:
     case ir::OpKind::kMoeCombineGrad:
     case ir::OpKind::kMoeDispatch:
     case ir::OpKind::kMoeDispatchGrad:
-    case ir::OpKind::kEmbeddingGrad:
-    case ir::OpKind::kPickGrad:
       return false;
     default:
       return true;
@@ -69,59 +52,18 @@ std::string LawKey(const LawUse& law) {
   return key;
 }
 
-absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
-                                 const std::map<std::string, int64_t>& extents) {
-  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
-  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
-  if (law.attrs.Has("vocab_begin")) {
-    // The logical op addresses a vocabulary range by position: not resized.
-    for (size_t k = 0; k < law.labels.size(); ++k) {
-      auto it = extents.find(law.labels[k]);
-      if (it != extents.end() && it->second != law.extents[k]) {
-        return absl::InvalidArgumentError("the op's vocabulary offset depends on sizes");
-      }
-    }
-  }
-  LawUse out = law;
-  for (size_t k = 0; k < law.labels.size(); ++k) {
-    auto it = extents.find(law.labels[k]);
-    if (it == extents.end() || it->second <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("no extent for label ", law.labels[k]));
-    }
-    const int64_t from = law.extents[k], to = it->second;
-    LOOM_ASSIGN_OR_RETURN(out.intervals[k].begin,
-                          Scale(law.intervals[k].begin, to, from, "bound"));
-    LOOM_ASSIGN_OR_RETURN(out.intervals[k].end, Scale(law.intervals[k].end, to, from, "bound"));
-    out.extents[k] = to;
-  }
-  for (size_t i = 0; i < law.inputs.size(); ++i) {
-    const ir::Shape& shape = law.inputs[i].shape;
-    std::vector<int64_t> dims;
-    for (int d = 0; d < shape.rank(); ++d) {
-      const int64_t k = i < sig.inputs.size() && static_cast<size_t>(d) < sig.inputs[i].size()
-                            ? LabelIndex(law, sig.inputs[i][d])
-                            : -1;
-      if (k < 0) {
-        dims.push_back(shape.dim(d));
-        continue;
-      }
-      LOOM_ASSIGN_OR_RETURN(int64_t dim,
-                            Scale(shape.dim(d), out.extents[k], law.extents[k], "dim"));
-      dims.push_back(dim);
-    }
-    out.inputs[i].shape = ir::Shape(dims);
-  }
-  LOOM_RETURN_IF_ERROR(schema.signature(out.inputs, out.attrs).status());
-  LOOM_RETURN_IF_ERROR(ir::InferOutputTypes(out.kind, out.inputs, out.attrs).status());
-  out.key = LawKey(out);
-  return out;
-}
-
 std::set<std::string> SizeFixedLabels(const LawUse& law) {
   std::set<std::string> out;
-  if (law.kind != ir::OpKind::kTopKGate && law.kind != ir::OpKind::kTopKGateGrad) return out;
   auto sig = ir::GetOpSchema(law.kind).signature(law.inputs, law.attrs);
   if (!sig.ok()) return out;
+  if (law.kind == ir::OpKind::kReshape || law.kind == ir::OpKind::kExpand) {
+    // A size-1 dim decides a reshape's grouping, and expand's input dim is 1.
+    for (size_t k = 0; k < law.labels.size(); ++k) {
+      if (law.extents[k] == 1) out.insert(law.labels[k]);
+    }
+    return out;
+  }
+  if (law.kind != ir::OpKind::kTopKGate && law.kind != ir::OpKind::kTopKGateGrad) return out;
   // The k best of each row: the last dim of every input but the logits.
   for (size_t i = 1; i < sig->inputs.size(); ++i) {
     if (!sig->inputs[i].empty()) out.insert(sig->inputs[i].back());
@@ -169,6 +111,7 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
     }
   }
   // Op-specific sizes and floors.
+  LOOM_RETURN_IF_ERROR(ReduceSizeLabels(law, sig, &out));
   for (const std::string& l : SizeFixedLabels(law)) {
     const int64_t k = LabelIndex(law, l);
     if (k >= 0) out[l] = law.extents[k];

@@ -15,15 +15,20 @@
 //     reduced, maximised or fixed (normalised, softmax, rotated axes);
 //   - labels that must split alike (grouped-query heads) shrink by a common
 //     factor, which keeps their ratio;
-//   - op-specific floors: top-k keeps at least k + 1 experts.
+//   - op-specific floors: top-k keeps at least k + 1 experts;
+//   - sizes that attributes carry follow their labels (verify/law_resize.h):
+//     positions along a label (slice, pad, split) keep their pattern in units,
+//     output dims an attribute sizes (fill, expand, the vocabulary of pick_grad
+//     and embedding_grad, a reshape's non-leading output dims) become
+//     min(size, 2), and a reshape's leading dims keep every group's products
+//     equal and integral.
 // docs/verification.md gives the argument; tests/verify/law_reduce_test.cc
 // checks it on every law of the strategy matrix, correct and mutated, against a
 // numeric comparison at two larger sizes.
 //
-// Op kinds whose attributes carry sizes, or whose results depend on positions
-// through them (reshape, fill, expand, slice, pad, split, concat, the MoE
-// routing ops, the scatter-style gradients that take a vocabulary size), are
-// not reduced: their laws are proved at their real sizes.
+// The MoE routing ops (capacity and group sizes decide which tokens are
+// dropped) and logical ops with a nonzero vocabulary offset are not reduced:
+// their laws are proved at their real sizes, below verify/laws.h's bound.
 
 #include <cstdint>
 #include <map>
@@ -39,12 +44,15 @@ namespace loom::verify {
 bool ReducibleKind(ir::OpKind kind);
 
 // The law with label `extents` in place of its own (every label of the law must
-// be listed; intervals, input shapes and size attributes are rescaled with it)
-// and its key recomputed. Errors when a bound or a dim does not scale exactly or
-// the op does not build at the new sizes.
+// be listed; intervals, input shapes and size attributes are rescaled with it;
+// free output labels, verify/law_resize.h, may be listed, else keep their size)
+// and its key recomputed. Errors when a bound or a dim does not scale exactly,
+// the op does not build at the new sizes or its signature labels dims otherwise.
+// Defined in verify/law_resize.cc.
 absl::StatusOr<LawUse> ResizeLaw(const LawUse& law, const std::map<std::string, int64_t>& extents);
 
-// Labels whose extent an attribute fixes (top-k's k): they keep their size.
+// Labels whose extent an attribute fixes (top-k's k) or that must stay 1 (a
+// reshape's size-1 dims, expand's input dim): they keep their size.
 std::set<std::string> SizeFixedLabels(const LawUse& law);
 
 // The reduced label extents the rules above choose.

@@ -300,16 +300,19 @@ std::string LawCacheKey(const LawUse& law) {
   return absl::StrCat("v", SemanticsVersion(law.kind), "|", law.key);
 }
 
+absl::StatusOr<int64_t> LawElements(const LawUse& law) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> out,
+                        ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
+  int64_t n = 0;
+  for (const auto& t : law.inputs) n += t.shape.num_elements();
+  for (const auto& t : out) n += t.shape.num_elements();
+  return n;
+}
+
 LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
   const std::string kind = std::string(ir::OpKindName(law.kind));
   if (!HasSymbolicSemantics(law.kind)) {
     return Unknown(absl::StrCat("op '", kind, "' has no symbolic semantics"));
-  }
-  int64_t elements = 0;
-  for (const auto& t : law.inputs) elements += t.shape.num_elements();
-  if (elements > kMaxLawElements) {
-    return Unknown(absl::StrCat("op '", kind, "' on ", elements,
-                                " input elements is above the law size limit"));
   }
   const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
   auto out_types = ir::InferOutputTypes(law.kind, law.inputs, law.attrs);
@@ -330,6 +333,12 @@ LawProof ProveLaw(const LawUse& law, unsigned timeout_ms) {
                      ? absl::StatusOr<ir::AttrMap>(law.attrs)
                      : schema.shard_attrs(law.attrs, law.inputs, in_boxes, *out_types, out_boxes);
     if (attrs.ok() && *attrs == law.attrs) return LawProof{smt::Verdict::kValid, "", 0};
+  }
+  const int64_t elements = LawElements(law).value_or(0);
+  if (elements > kMaxLawElements) {
+    return Unknown(absl::StrCat("law too large to prove at its real size: ", elements,
+                                " elements (op '", kind, "', inputs and outputs; at most ",
+                                kMaxLawElements, ")"));
   }
 
   smt::Terms terms;

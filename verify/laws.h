@@ -30,9 +30,15 @@ struct LawProof {
   int solver_calls = 0;
 };
 
-// Terms built for one law are bounded: a larger instance is undecided. Verify
-// proves laws at reduced sizes (verify/law_reduce.h), far below the bound.
-inline constexpr int64_t kMaxLawElements = 1 << 16;
+// Terms built for one law are bounded: a law whose inputs and outputs hold more
+// elements (LawElements) is undecided and never built. Verify proves laws at
+// reduced sizes (verify/law_reduce.h), far below the bound; a law that cannot be
+// reduced and is larger stays undecided instead of exhausting memory.
+inline constexpr int64_t kMaxLawElements = 1 << 15;
+
+// The elements of the law's instance: the op's inputs and outputs. Errors when
+// its output types do not build.
+absl::StatusOr<int64_t> LawElements(const LawUse& law);
 
 LawProof ProveLaw(const LawUse& law, unsigned timeout_ms);
 

@@ -1,0 +1,378 @@
+#include "verify/law_resize.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/shape.h"
+#include "ir/status_macros.h"
+#include "verify/law_reduce.h"
+
+namespace loom::verify {
+namespace {
+
+int64_t LabelIndex(const LawUse& law, const std::string& label) {
+  auto it = std::find(law.labels.begin(), law.labels.end(), label);
+  return it == law.labels.end() ? -1 : it - law.labels.begin();
+}
+
+// b * to / from, when exact.
+absl::StatusOr<int64_t> Scale(int64_t b, int64_t to, int64_t from, const std::string& what) {
+  if (from <= 0 || (b * to) % from != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", b, " does not scale exactly from ", from, " to ", to));
+  }
+  return b * to / from;
+}
+
+std::set<std::string> InputLabels(const ir::DimSignature& sig) {
+  std::set<std::string> out;
+  for (const auto& labels : sig.inputs) out.insert(labels.begin(), labels.end());
+  return out;
+}
+
+// The kinds whose attributes size an output-only dim.
+bool SizesOutputDims(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kFill:
+    case ir::OpKind::kExpand:
+    case ir::OpKind::kPickGrad:
+    case ir::OpKind::kEmbeddingGrad:
+    case ir::OpKind::kReshape:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The attributes that are positions along the op's `dim` (a list for split).
+struct PositionNames {
+  std::vector<std::string> scalars;
+  std::string list;
+};
+
+PositionNames PositionAttrNames(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kSlice:
+      return {{"begin", "end"}, ""};
+    case ir::OpKind::kPad:
+      return {{"before", "after"}, ""};
+    case ir::OpKind::kSplit:
+      return {{}, "sizes"};
+    default:
+      return {};
+  }
+}
+
+// The label of input 0's `dim`.
+absl::StatusOr<std::string> DimLabel(const LawUse& law, const ir::DimSignature& sig) {
+  LOOM_ASSIGN_OR_RETURN(int64_t raw, law.attrs.GetInt("dim"));
+  LOOM_RET_CHECK(!law.inputs.empty() && !sig.inputs.empty()) << "no input to take a dim of";
+  LOOM_ASSIGN_OR_RETURN(int dim, ir::NormalizeDim(raw, law.inputs[0].shape.rank()));
+  LOOM_RET_CHECK(static_cast<size_t>(dim) < sig.inputs[0].size()) << "dim " << dim;
+  return sig.inputs[0][dim];
+}
+
+// The reshape's new `shape`: free output labels at their sizes, the leading dim
+// of each group solved from the group's product of (new) input dims.
+absl::StatusOr<std::vector<int64_t>> ReshapeShape(
+    const ir::DimSignature& sig, const ir::Shape& old_out, const ir::Shape& new_in,
+    const std::map<std::string, int64_t>& free_sizes) {
+  std::vector<int64_t> dims = old_out.dims();
+  for (size_t j = 0; j < dims.size(); ++j) {
+    auto it = free_sizes.find(sig.outputs[0][j]);
+    if (it != free_sizes.end()) dims[j] = it->second;
+  }
+  std::vector<bool> grouped(dims.size(), false);
+  for (const ReshapeGroup& g : ReshapeGroups(sig)) {
+    int64_t in = new_in.dim(g.in_lead);
+    for (int i : g.in_rest) in *= new_in.dim(i);
+    int64_t rest = 1;
+    for (int j : g.out_rest) rest *= dims[j], grouped[j] = true;
+    grouped[g.out_lead] = true;
+    if (rest <= 0 || in % rest != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reshape group ", g.label, ": ", in,
+                                                     " elements do not fill ", rest, " per row"));
+    }
+    dims[g.out_lead] = in / rest;
+  }
+  for (size_t j = 0; j < dims.size(); ++j) {
+    if (!grouped[j] && dims[j] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("reshape output dim ", j, " is in no group"));
+    }
+  }
+  return dims;
+}
+
+// The law's attributes at the new sizes: `out` holds the new intervals, extents
+// and input shapes.
+absl::StatusOr<ir::AttrMap> ResizeAttrs(const LawUse& law, const ir::DimSignature& sig,
+                                        const std::vector<ir::TensorType>& old_out,
+                                        const LawUse& out,
+                                        const std::map<std::string, int64_t>& free_sizes) {
+  ir::AttrMap attrs = law.attrs;
+  auto free_size = [&](const std::string& l) -> absl::StatusOr<int64_t> {
+    auto it = free_sizes.find(l);
+    LOOM_RET_CHECK(it != free_sizes.end()) << "no size for output label " << l;
+    return it->second;
+  };
+  switch (law.kind) {
+    case ir::OpKind::kFill: {
+      std::vector<int64_t> dims;
+      for (const std::string& l : sig.outputs[0]) {
+        LOOM_ASSIGN_OR_RETURN(int64_t d, free_size(l));
+        dims.push_back(d);
+      }
+      attrs.Set("shape", dims);
+      break;
+    }
+    case ir::OpKind::kExpand: {
+      LOOM_ASSIGN_OR_RETURN(int64_t raw, law.attrs.GetInt("dim"));
+      LOOM_ASSIGN_OR_RETURN(int dim, ir::NormalizeDim(raw, old_out[0].shape.rank()));
+      LOOM_ASSIGN_OR_RETURN(int64_t size, free_size(sig.outputs[0][dim]));
+      attrs.Set("size", size);
+      break;
+    }
+    case ir::OpKind::kPickGrad:
+    case ir::OpKind::kEmbeddingGrad: {
+      LOOM_ASSIGN_OR_RETURN(int64_t vocab, free_size("v"));
+      attrs.Set("vocab", vocab);
+      break;
+    }
+    case ir::OpKind::kReshape: {
+      LOOM_ASSIGN_OR_RETURN(
+          std::vector<int64_t> dims,
+          ReshapeShape(sig, old_out[0].shape, out.inputs[0].shape, free_sizes));
+      attrs.Set("shape", dims);
+      break;
+    }
+    default:
+      break;
+  }
+  const PositionNames names = PositionAttrNames(law.kind);
+  if (!names.scalars.empty() || !names.list.empty()) {
+    LOOM_ASSIGN_OR_RETURN(std::string label, DimLabel(law, sig));
+    const int64_t k = LabelIndex(law, label);
+    LOOM_RET_CHECK(k >= 0) << "label " << label << " of the op's dim is not the law's";
+    for (const std::string& name : names.scalars) {
+      LOOM_ASSIGN_OR_RETURN(int64_t v, law.attrs.GetInt(name));
+      LOOM_ASSIGN_OR_RETURN(v, Scale(v, out.extents[k], law.extents[k], name));
+      attrs.Set(name, v);
+    }
+    if (!names.list.empty()) {
+      LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> vs, law.attrs.GetInts(names.list));
+      for (int64_t& v : vs) {
+        LOOM_ASSIGN_OR_RETURN(v, Scale(v, out.extents[k], law.extents[k], names.list));
+      }
+      attrs.Set(names.list, vs);
+    }
+  }
+  return attrs;
+}
+
+}  // namespace
+
+std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig) {
+  std::vector<ReshapeGroup> groups;
+  if (sig.inputs.size() != 1 || sig.outputs.size() != 1) return groups;
+  const std::vector<std::string>& in = sig.inputs[0];
+  const std::vector<std::string>& out = sig.outputs[0];
+  const std::set<std::string> in_set(in.begin(), in.end());
+  std::map<std::string, size_t> by_label;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::find(out.begin(), out.end(), in[i]) == out.end()) {
+      if (!groups.empty()) groups.back().in_rest.push_back(static_cast<int>(i));
+      continue;
+    }
+    ReshapeGroup g;
+    g.label = in[i];
+    g.in_lead = static_cast<int>(i);
+    by_label[in[i]] = groups.size();
+    groups.push_back(std::move(g));
+  }
+  ReshapeGroup* current = nullptr;
+  for (size_t j = 0; j < out.size(); ++j) {
+    auto it = by_label.find(out[j]);
+    if (it != by_label.end()) {
+      current = &groups[it->second];
+      current->out_lead = static_cast<int>(j);
+    } else if (current != nullptr && in_set.count(out[j]) == 0) {
+      current->out_rest.push_back(static_cast<int>(j));
+    }
+  }
+  return groups;
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> FreeOutputLabels(const LawUse& law,
+                                                               const ir::DimSignature& sig) {
+  std::map<std::string, int64_t> out;
+  if (!SizesOutputDims(law.kind)) return out;
+  LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> types,
+                        ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
+  const std::set<std::string> inputs = InputLabels(sig);
+  for (size_t k = 0; k < sig.outputs.size() && k < types.size(); ++k) {
+    for (size_t d = 0; d < sig.outputs[k].size(); ++d) {
+      const std::string& l = sig.outputs[k][d];
+      const int64_t size = types[k].shape.dim(static_cast<int>(d));
+      // A reshape's size-1 dims decide its grouping: they stay 1.
+      if (law.kind == ir::OpKind::kReshape && size == 1) continue;
+      if (inputs.count(l) == 0) out[l] = size;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, std::vector<int64_t>>> PositionAttrs(
+    const LawUse& law, const ir::DimSignature& sig) {
+  std::map<std::string, std::vector<int64_t>> out;
+  const PositionNames names = PositionAttrNames(law.kind);
+  if (names.scalars.empty() && names.list.empty()) return out;
+  LOOM_ASSIGN_OR_RETURN(std::string label, DimLabel(law, sig));
+  std::vector<int64_t>& values = out[label];
+  for (const std::string& name : names.scalars) {
+    LOOM_ASSIGN_OR_RETURN(int64_t v, law.attrs.GetInt(name));
+    values.push_back(v);
+  }
+  if (!names.list.empty()) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> vs, law.attrs.GetInts(names.list));
+    values.insert(values.end(), vs.begin(), vs.end());
+  }
+  return out;
+}
+
+absl::Status ReduceSizeLabels(const LawUse& law, const ir::DimSignature& sig,
+                              std::map<std::string, int64_t>* out) {
+  // Positions along a label: units of the gcd of the positions, the piece's
+  // bounds and the extent, one element each.
+  LOOM_ASSIGN_OR_RETURN(auto positions, PositionAttrs(law, sig));
+  for (const auto& [label, values] : positions) {
+    const int64_t k = LabelIndex(law, label);
+    if (k < 0) continue;
+    int64_t g = std::gcd(std::gcd(law.intervals[k].begin, law.intervals[k].end), law.extents[k]);
+    for (int64_t v : values) g = std::gcd(g, v);
+    (*out)[label] = law.extents[k] / g;
+  }
+  LOOM_ASSIGN_OR_RETURN(auto free, FreeOutputLabels(law, sig));
+  for (const auto& [label, size] : free) (*out)[label] = std::min<int64_t>(size, 2);
+  if (law.kind != ir::OpKind::kReshape) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> out_types,
+                        ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
+  // Each group: the leading label's units times the factor that lets the two
+  // sides' other dims (products X and Y) divide the group evenly.
+  for (const ReshapeGroup& g : ReshapeGroups(sig)) {
+    int64_t x = 1, y = 1;
+    // A dim the map does not list (a size-1 output dim) keeps its size.
+    auto size = [&](const std::string& l, int64_t own) -> int64_t {
+      auto it = out->find(l);
+      return it == out->end() ? own : it->second;
+    };
+    for (int i : g.in_rest) x *= size(sig.inputs[0][i], law.inputs[0].shape.dim(i));
+    for (int j : g.out_rest) y *= size(sig.outputs[0][j], out_types[0].shape.dim(j));
+    const int64_t lead = size(g.label, law.inputs[0].shape.dim(g.in_lead));
+    // In a group with other dims, leading dims above 1 stay above 1, or the
+    // grouping would change (a size-1 dim joins a neighbour group).
+    const bool alone = x == 1 && y == 1;
+    const int64_t in_floor =
+        alone ? 1 : std::min<int64_t>(law.inputs[0].shape.dim(g.in_lead), 2);
+    const int64_t out_floor =
+        alone ? 1 : std::min<int64_t>(out_types[0].shape.dim(g.out_lead), 2);
+    int64_t m = 1;
+    while (lead * (y / std::gcd(x, y)) * m < in_floor ||
+           lead * (x / std::gcd(x, y)) * m < out_floor) {
+      m *= 2;
+    }
+    (*out)[g.label] = lead * (y / std::gcd(x, y)) * m;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
+                                 const std::map<std::string, int64_t>& extents) {
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> old_out,
+                        ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
+  LawUse out = law;
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    auto it = extents.find(law.labels[k]);
+    if (it == extents.end() || it->second <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("no extent for label ", law.labels[k]));
+    }
+    const int64_t from = law.extents[k], to = it->second;
+    LOOM_ASSIGN_OR_RETURN(out.intervals[k].begin,
+                          Scale(law.intervals[k].begin, to, from, "bound"));
+    LOOM_ASSIGN_OR_RETURN(out.intervals[k].end, Scale(law.intervals[k].end, to, from, "bound"));
+    out.extents[k] = to;
+  }
+  for (size_t i = 0; i < law.inputs.size(); ++i) {
+    const ir::Shape& shape = law.inputs[i].shape;
+    std::vector<int64_t> dims;
+    for (int d = 0; d < shape.rank(); ++d) {
+      const int64_t k = i < sig.inputs.size() && static_cast<size_t>(d) < sig.inputs[i].size()
+                            ? LabelIndex(law, sig.inputs[i][d])
+                            : -1;
+      if (k < 0) {
+        dims.push_back(shape.dim(d));
+        continue;
+      }
+      LOOM_ASSIGN_OR_RETURN(int64_t dim,
+                            Scale(shape.dim(d), out.extents[k], law.extents[k], "dim"));
+      dims.push_back(dim);
+    }
+    out.inputs[i].shape = ir::Shape(dims);
+  }
+  // Free output labels: listed sizes, else their own.
+  LOOM_ASSIGN_OR_RETURN(auto free, FreeOutputLabels(law, sig));
+  const std::map<std::string, int64_t> old_free = free;
+  for (auto& [label, size] : free) {
+    auto it = extents.find(label);
+    if (it != extents.end()) size = it->second;
+    if (size <= 0) return absl::InvalidArgumentError(absl::StrCat("size ", size, " of ", label));
+  }
+  if (law.attrs.Has("vocab_begin")) {
+    // The logical op addresses a vocabulary range by position: resized only when
+    // the range starts at 0.
+    LOOM_ASSIGN_OR_RETURN(int64_t begin, law.attrs.GetInt("vocab_begin"));
+    bool changes = out.extents != law.extents;
+    for (const auto& [label, size] : free) changes = changes || size != old_free.find(label)->second;
+    if (begin != 0 && changes) {
+      return absl::InvalidArgumentError("the op's vocabulary offset depends on sizes");
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(out.attrs, ResizeAttrs(law, sig, old_out, out, free));
+
+  // The same labels on every dim, and every output dim where the labels put it.
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature new_sig, schema.signature(out.inputs, out.attrs));
+  if (new_sig.inputs != sig.inputs || new_sig.outputs != sig.outputs) {
+    return absl::InvalidArgumentError(absl::StrCat("the signature changes at the new sizes: ",
+                                                   new_sig.ToString(), " for ", sig.ToString()));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> new_out,
+                        ir::InferOutputTypes(out.kind, out.inputs, out.attrs));
+  for (size_t k = 0; k < new_out.size() && k < sig.outputs.size(); ++k) {
+    for (size_t d = 0; d < sig.outputs[k].size(); ++d) {
+      const std::string& l = sig.outputs[k][d];
+      const int64_t got = new_out[k].shape.dim(static_cast<int>(d));
+      int64_t want = got;
+      const int64_t li = LabelIndex(law, l);
+      if (free.count(l) > 0) {
+        want = free[l];
+      } else if (li >= 0 && law.kind != ir::OpKind::kReshape) {
+        LOOM_ASSIGN_OR_RETURN(want, Scale(old_out[k].shape.dim(static_cast<int>(d)),
+                                          out.extents[li], law.extents[li], "output dim"));
+      }
+      if (got != want) {
+        return absl::InvalidArgumentError(absl::StrCat("output ", k, " dim ", d, " (label ", l,
+                                                       ") is ", got, ", expected ", want));
+      }
+    }
+  }
+  out.key = LawKey(out);
+  return out;
+}
+
+}  // namespace loom::verify

@@ -1,0 +1,66 @@
+#ifndef LOOM_VERIFY_LAW_RESIZE_H_
+#define LOOM_VERIFY_LAW_RESIZE_H_
+
+// Size-carrying attributes under shape reduction (verify/law_reduce.h).
+//
+// A law's labels are those of the op's inputs; most op kinds carry no sizes in
+// their attributes, so the law at new label extents is the same op on rescaled
+// input shapes. The kinds below carry sizes, which ResizeLaw rewrites:
+//   - free output labels, those only an output carries and an attribute sizes
+//     (fill's dims, expand's expanded dim, the vocabulary of pick_grad and
+//     embedding_grad, a reshape's non-leading output dims), take the size the
+//     extents list for them, else keep theirs; `shape`, `size` or `vocab`
+//     follows;
+//   - a reshape's leading output dim of each group is solved from the group's
+//     input product, so every group keeps equal products on both sides;
+//   - positions along a fixed label (slice's begin and end, pad's before and
+//     after, split's sizes) scale with that label, exactly.
+// The signature at the new sizes must label every dim as before.
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ir/op_schema.h"
+#include "verify/derive.h"
+
+namespace loom::verify {
+
+// One dim group of a reshape (SignatureReshape): the label shared by the
+// leading dim of each side, and the group's other dims.
+struct ReshapeGroup {
+  std::string label;
+  int in_lead = 0;
+  int out_lead = 0;
+  std::vector<int> in_rest;
+  std::vector<int> out_rest;
+};
+
+// The groups of a reshape signature, in dim order. Dims before the first group
+// (size-1 dims) belong to none.
+std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig);
+
+// The free output labels of a law (see above), each with its current size; a
+// reshape's size-1 output dims are not free (they stay 1).
+absl::StatusOr<std::map<std::string, int64_t>> FreeOutputLabels(const LawUse& law,
+                                                               const ir::DimSignature& sig);
+
+// Attribute values that are positions along a label of the law (slice, pad,
+// split): label -> the values.
+absl::StatusOr<std::map<std::string, std::vector<int64_t>>> PositionAttrs(
+    const LawUse& law, const ir::DimSignature& sig);
+
+// The per-kind part of ReducedExtents, applied to the generic choice `out`:
+// positions along a label keep their pattern in units, free output labels
+// become min(size, 2), and a reshape's leading labels grow so that every group
+// keeps integral dims and equal products.
+absl::Status ReduceSizeLabels(const LawUse& law, const ir::DimSignature& sig,
+                              std::map<std::string, int64_t>* out);
+
+}  // namespace loom::verify
+
+#endif  // LOOM_VERIFY_LAW_RESIZE_H_
