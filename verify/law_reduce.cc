@@ -135,12 +135,65 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
   return out;
 }
 
+absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  // A piece's position along a label reaches its kernel only through piece
+  // attributes; kinds that have none see every position alike.
+  if (schema.shard_attrs != nullptr) return law;
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
+  std::set<std::string> coupled;
+  for (const auto& group : sig.coupled) coupled.insert(group.begin(), group.end());
+  const std::set<std::string> fixed_size = SizeFixedLabels(law);
+  LawUse out = law;
+  bool changed = false;
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    const std::string& l = law.labels[k];
+    auto kind = sig.kinds.find(l);
+    if (kind == sig.kinds.end() || kind->second != ir::DimKind::kSpatial) continue;
+    if (coupled.count(l) > 0 || fixed_size.count(l) > 0) continue;
+    const Interval iv = law.intervals[k];
+    const int64_t e = law.extents[k];
+    const int64_t lo = std::max<int64_t>(0, iv.begin - iv.size());
+    const int64_t hi = std::min<int64_t>(e, iv.end + iv.size());
+    if (iv.size() <= 0 || hi - lo >= e) continue;
+    // Every dim carrying the label must be the label itself, no output-only use.
+    bool simple = true;
+    for (size_t i = 0; i < sig.inputs.size() && simple; ++i) {
+      for (size_t d = 0; d < sig.inputs[i].size(); ++d) {
+        if (sig.inputs[i][d] == l && law.inputs[i].shape.dim(static_cast<int>(d)) != e) {
+          simple = false;
+        }
+      }
+    }
+    if (!simple) continue;
+    for (size_t i = 0; i < sig.inputs.size(); ++i) {
+      std::vector<int64_t> dims = out.inputs[i].shape.dims();
+      for (size_t d = 0; d < sig.inputs[i].size() && d < dims.size(); ++d) {
+        if (sig.inputs[i][d] == l) dims[d] = hi - lo;
+      }
+      out.inputs[i].shape = ir::Shape(dims);
+    }
+    out.intervals[k] = Interval{iv.begin - lo, iv.end - lo};
+    out.extents[k] = hi - lo;
+    changed = true;
+  }
+  if (!changed) return law;
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature after, schema.signature(out.inputs, out.attrs));
+  if (after.inputs != sig.inputs || after.outputs != sig.outputs || after.kinds != sig.kinds) {
+    return absl::InvalidArgumentError("cropping relabels the op");
+  }
+  LOOM_RETURN_IF_ERROR(ir::InferOutputTypes(out.kind, out.inputs, out.attrs).status());
+  out.key = LawKey(out);
+  return out;
+}
+
 LawUse ReduceLaw(const LawUse& law) {
   if (!ReducibleKind(law.kind)) return law;
   auto extents = ReducedExtents(law);
   if (!extents.ok()) return law;
   auto reduced = ResizeLaw(law, *extents);
   if (!reduced.ok()) return law;
+  if (auto cropped = CropSpatialLabels(*reduced); cropped.ok()) reduced = *std::move(cropped);
   int64_t before = 0, after = 0;
   for (const auto& t : law.inputs) before += t.shape.num_elements();
   for (const auto& t : reduced->inputs) after += t.shape.num_elements();

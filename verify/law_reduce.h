@@ -58,8 +58,17 @@ std::set<std::string> SizeFixedLabels(const LawUse& law);
 // The reduced label extents the rules above choose.
 absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law);
 
-// The law at its reduced sizes; the law itself when its kind is not reducible or
-// the reduced instance does not build (then it is proved at its real sizes).
+// A spatial label split into many pieces (the batch split over 64 data-parallel
+// replicas) is cropped to the law's piece and one neighbouring piece on each
+// side, for op kinds without piece attributes (the law itself for the others): a spatial label's positions are
+// computed independently, and without attributes a piece cannot tell where it
+// is, so the first, an inner and the last piece are the only cases. Errors when
+// the cropped op labels its dims differently.
+absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law);
+
+// The law at its reduced sizes (cropped as above where it applies); the law
+// itself when its kind is not reducible or the reduced instance does not build
+// (then it is proved at its real sizes).
 LawUse ReduceLaw(const LawUse& law);
 
 // The canonical key of a law (kind, attributes, input types, label pattern,
