@@ -34,6 +34,72 @@ absl::StatusOr<int64_t> Scale(int64_t b, int64_t to, int64_t from, const std::st
   return b * to / from;
 }
 
+bool IsRouting(ir::OpKind kind) {
+  return kind == ir::OpKind::kMoeCombine || kind == ir::OpKind::kMoeCombineGrad ||
+         kind == ir::OpKind::kMoeDispatch || kind == ir::OpKind::kMoeDispatchGrad;
+}
+
+// The token label of a routing op: dim 0 of its integer routing indices.
+std::string TokenLabel(const LawUse& law, const ir::DimSignature& sig) {
+  for (size_t i = 0; i < law.inputs.size() && i < sig.inputs.size(); ++i) {
+    if (!ir::IsFloat(law.inputs[i].dtype) && !sig.inputs[i].empty()) return sig.inputs[i][0];
+  }
+  return "";
+}
+
+// A routing op's size attributes at new sizes: its groups keep their tokens, so
+// `groups` (and moe_dispatch_grad's `tokens`) scale with the token label.
+absl::StatusOr<ir::AttrMap> ResizeRoutingAttrs(const LawUse& law, const ir::DimSignature& sig,
+                                               const std::map<std::string, int64_t>& extents) {
+  const std::string t = TokenLabel(law, sig);
+  const int64_t k = LabelIndex(law, t);
+  if (k < 0) return absl::InvalidArgumentError("a routing law without its token label");
+  const int64_t from = law.extents[k], to = extents.at(t);
+  ir::AttrMap attrs = law.attrs;
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, law.attrs.GetInt("groups", 1));
+  LOOM_ASSIGN_OR_RETURN(int64_t scaled, Scale(groups, to, from, "attribute 'groups'"));
+  attrs.Set("groups", scaled);
+  if (law.attrs.Has("tokens")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t tokens, law.attrs.GetInt("tokens"));
+    LOOM_ASSIGN_OR_RETURN(int64_t scaled_tokens, Scale(tokens, to, from, "attribute 'tokens'"));
+    attrs.Set("tokens", scaled_tokens);
+  }
+  return attrs;
+}
+
+// A routing op's token and slot labels: units of whole groups, each group keeping
+// its T / G tokens and its C slot columns (capacity decides what a group drops, so
+// a group is never shrunk), as many groups as the piece's pattern in groups needs.
+absl::Status ReduceRoutingExtents(const LawUse& law, const ir::DimSignature& sig,
+                                  std::map<std::string, int64_t>* out) {
+  const std::string t = TokenLabel(law, sig);
+  const int64_t k = LabelIndex(law, t);
+  if (k < 0) return absl::InvalidArgumentError("a routing law without its token label");
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, law.attrs.GetInt("groups", 1));
+  const int64_t tokens = law.extents[k];
+  if (groups < 1 || tokens % groups != 0) {
+    return absl::InvalidArgumentError("tokens in unequal groups");
+  }
+  const int64_t group_tokens = tokens / groups;
+  const Interval iv = law.intervals[k];
+  if (iv.begin % group_tokens != 0 || iv.end % group_tokens != 0) {
+    return absl::InvalidArgumentError("a routing piece that cuts a group");
+  }
+  const int64_t unit = std::gcd(std::gcd(iv.begin / group_tokens, iv.end / group_tokens), groups);
+  const int64_t kept = groups / unit;
+  (*out)[t] = kept * group_tokens;
+  for (const auto& group : sig.coupled) {
+    if (std::find(group.begin(), group.end(), t) == group.end()) continue;
+    for (const std::string& l : group) {
+      const int64_t c = LabelIndex(law, l);
+      if (l == t || c < 0) continue;
+      if (law.extents[c] % groups != 0) return absl::InvalidArgumentError("uneven slot columns");
+      (*out)[l] = law.extents[c] / groups * kept;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool ReducibleKind(ir::OpKind kind) {
@@ -45,10 +111,6 @@ bool ReducibleKind(ir::OpKind kind) {
     case ir::OpKind::kPad:
     case ir::OpKind::kSplit:
     case ir::OpKind::kConcat:
-    case ir::OpKind::kMoeCombine:
-    case ir::OpKind::kMoeCombineGrad:
-    case ir::OpKind::kMoeDispatch:
-    case ir::OpKind::kMoeDispatchGrad:
     case ir::OpKind::kEmbeddingGrad:
     case ir::OpKind::kPickGrad:
       return false;
@@ -111,6 +173,9 @@ absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
     }
     out.inputs[i].shape = ir::Shape(dims);
   }
+  if (IsRouting(law.kind)) {
+    LOOM_ASSIGN_OR_RETURN(out.attrs, ResizeRoutingAttrs(law, sig, extents));
+  }
   LOOM_RETURN_IF_ERROR(schema.signature(out.inputs, out.attrs).status());
   LOOM_RETURN_IF_ERROR(ir::InferOutputTypes(out.kind, out.inputs, out.attrs).status());
   out.key = LawKey(out);
@@ -119,9 +184,19 @@ absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
 
 std::set<std::string> SizeFixedLabels(const LawUse& law) {
   std::set<std::string> out;
-  if (law.kind != ir::OpKind::kTopKGate && law.kind != ir::OpKind::kTopKGateGrad) return out;
   auto sig = ir::GetOpSchema(law.kind).signature(law.inputs, law.attrs);
   if (!sig.ok()) return out;
+  if (IsRouting(law.kind)) {
+    // The k experts of each token (the last dim of the routing indices) and the
+    // experts, whose count the indices address and `experts` fixes.
+    for (size_t i = 0; i < sig->inputs.size() && i < law.inputs.size(); ++i) {
+      if (sig->inputs[i].empty()) continue;
+      if (!ir::IsFloat(law.inputs[i].dtype)) out.insert(sig->inputs[i].back());
+      if (sig->inputs[i].size() == 3) out.insert(sig->inputs[i][0]);
+    }
+    return out;
+  }
+  if (law.kind != ir::OpKind::kTopKGate && law.kind != ir::OpKind::kTopKGateGrad) return out;
   // The k best of each row: the last dim of every input but the logits.
   for (size_t i = 1; i < sig->inputs.size(); ++i) {
     if (!sig->inputs[i].empty()) out.insert(sig->inputs[i].back());
@@ -169,6 +244,7 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
     }
   }
   // Op-specific sizes and floors.
+  if (IsRouting(law.kind)) LOOM_RETURN_IF_ERROR(ReduceRoutingExtents(law, sig, &out));
   for (const std::string& l : SizeFixedLabels(law)) {
     const int64_t k = LabelIndex(law, l);
     if (k >= 0) out[l] = law.extents[k];

@@ -15,15 +15,18 @@
 //     reduced, maximised or fixed (normalised, softmax, rotated axes);
 //   - labels that must split alike (grouped-query heads) shrink by a common
 //     factor, which keeps their ratio;
-//   - op-specific floors: top-k keeps at least k + 1 experts.
+//   - op-specific floors: top-k keeps at least k + 1 experts;
+//   - the MoE routing ops (tokens in groups with a per-group capacity) keep
+//     whole groups, their tokens, k, experts and capacity: the token and slot
+//     labels shrink to the piece's pattern in groups, and `groups` follows.
 // docs/verification.md gives the argument; tests/verify/law_reduce_test.cc
 // checks it on every law of the strategy matrix, correct and mutated, against a
 // numeric comparison at two larger sizes.
 //
 // Op kinds whose attributes carry sizes, or whose results depend on positions
-// through them (reshape, fill, expand, slice, pad, split, concat, the MoE
-// routing ops, the scatter-style gradients that take a vocabulary size), are
-// not reduced: their laws are proved at their real sizes.
+// through them (reshape, fill, expand, slice, pad, split, concat, the
+// scatter-style gradients that take a vocabulary size), are not reduced: their
+// laws are proved at their real sizes.
 
 #include <cstdint>
 #include <map>
