@@ -111,7 +111,6 @@ bool ReducibleKind(ir::OpKind kind) {
     case ir::OpKind::kPad:
     case ir::OpKind::kSplit:
     case ir::OpKind::kConcat:
-    case ir::OpKind::kEmbeddingGrad:
     case ir::OpKind::kPickGrad:
       return false;
     default:

@@ -25,8 +25,9 @@
 //
 // Op kinds whose attributes carry sizes, or whose results depend on positions
 // through them (reshape, fill, expand, slice, pad, split, concat, the
-// scatter-style gradients that take a vocabulary size), are not reduced: their
-// laws are proved at their real sizes.
+// scatter-style pick_grad, which takes a vocabulary size), are not reduced:
+// their laws are proved at their real sizes. embedding_grad is reduced over its
+// positions and d; its vocabulary rows keep the size its attribute gives.
 
 #include <cstdint>
 #include <map>

@@ -205,7 +205,7 @@ TEST(LawReduceTest, SizeCarryingKindsAreNotReduced) {
     EXPECT_EQ(ReduceLaw(law).key, law.key) << law.key;
   }
   EXPECT_FALSE(ReducibleKind(ir::OpKind::kReshape));
-  EXPECT_FALSE(ReducibleKind(ir::OpKind::kEmbeddingGrad));
+  EXPECT_FALSE(ReducibleKind(ir::OpKind::kPickGrad));
   EXPECT_TRUE(ReducibleKind(ir::OpKind::kMoeDispatch));
   EXPECT_TRUE(ReducibleKind(ir::OpKind::kLayerNormGrad));
 }
