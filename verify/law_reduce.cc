@@ -11,6 +11,7 @@
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 #include "verify/law_resize.h"
+#include "verify/law_resize.h"
 
 namespace loom::verify {
 namespace {
@@ -26,19 +27,42 @@ int64_t LabelIndex(const LawUse& law, const std::string& label) {
   return it == law.labels.end() ? -1 : it - law.labels.begin();
 }
 
+// A routing op's token and slot labels: units of whole groups, each group keeping
+// its T / G tokens and its C slot columns (capacity decides what a group drops, so
+// a group is never shrunk), as many groups as the piece's pattern in groups needs.
+absl::Status ReduceRoutingExtents(const LawUse& law, const ir::DimSignature& sig,
+                                  std::map<std::string, int64_t>* out) {
+  const std::string t = TokenLabel(law, sig);
+  const int64_t k = LabelIndex(law, t);
+  if (k < 0) return absl::InvalidArgumentError("a routing law without its token label");
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, law.attrs.GetInt("groups", 1));
+  const int64_t tokens = law.extents[k];
+  if (groups < 1 || tokens % groups != 0) {
+    return absl::InvalidArgumentError("tokens in unequal groups");
+  }
+  const int64_t group_tokens = tokens / groups;
+  const Interval iv = law.intervals[k];
+  if (iv.begin % group_tokens != 0 || iv.end % group_tokens != 0) {
+    return absl::InvalidArgumentError("a routing piece that cuts a group");
+  }
+  const int64_t unit = std::gcd(std::gcd(iv.begin / group_tokens, iv.end / group_tokens), groups);
+  const int64_t kept = groups / unit;
+  (*out)[t] = kept * group_tokens;
+  for (const auto& group : sig.coupled) {
+    if (std::find(group.begin(), group.end(), t) == group.end()) continue;
+    for (const std::string& l : group) {
+      const int64_t c = LabelIndex(law, l);
+      if (l == t || c < 0) continue;
+      if (law.extents[c] % groups != 0) return absl::InvalidArgumentError("uneven slot columns");
+      (*out)[l] = law.extents[c] / groups * kept;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-bool ReducibleKind(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::kMoeCombine:
-    case ir::OpKind::kMoeCombineGrad:
-    case ir::OpKind::kMoeDispatch:
-    case ir::OpKind::kMoeDispatchGrad:
-      return false;
-    default:
-      return true;
-  }
-}
+bool ReducibleKind(ir::OpKind) { return true; }
 
 std::string LawKey(const LawUse& law) {
   std::string key = absl::StrCat(ir::OpKindName(law.kind), "|", law.attrs.ToString(), "|");
@@ -60,6 +84,16 @@ std::set<std::string> SizeFixedLabels(const LawUse& law) {
     // A size-1 dim decides a reshape's grouping, and expand's input dim is 1.
     for (size_t k = 0; k < law.labels.size(); ++k) {
       if (law.extents[k] == 1) out.insert(law.labels[k]);
+    }
+    return out;
+  }
+  if (IsRouting(law.kind)) {
+    // The k experts of each token (the last dim of the routing indices) and the
+    // experts, whose count the indices address and `experts` fixes.
+    for (size_t i = 0; i < sig->inputs.size() && i < law.inputs.size(); ++i) {
+      if (sig->inputs[i].empty()) continue;
+      if (!ir::IsFloat(law.inputs[i].dtype)) out.insert(sig->inputs[i].back());
+      if (sig->inputs[i].size() == 3) out.insert(sig->inputs[i][0]);
     }
     return out;
   }
@@ -112,6 +146,7 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
   }
   // Op-specific sizes and floors.
   LOOM_RETURN_IF_ERROR(ReduceSizeLabels(law, sig, &out));
+  if (IsRouting(law.kind)) LOOM_RETURN_IF_ERROR(ReduceRoutingExtents(law, sig, &out));
   for (const std::string& l : SizeFixedLabels(law)) {
     const int64_t k = LabelIndex(law, l);
     if (k >= 0) out[l] = law.extents[k];

@@ -174,6 +174,26 @@ absl::StatusOr<ir::AttrMap> ResizeAttrs(const LawUse& law, const ir::DimSignatur
   return attrs;
 }
 
+// A routing op's size attributes at new sizes: its groups keep their tokens, so
+// `groups` (and moe_dispatch_grad's `tokens`) scale with the token label.
+absl::StatusOr<ir::AttrMap> ResizeRoutingAttrs(const LawUse& law, const ir::DimSignature& sig,
+                                               const std::map<std::string, int64_t>& extents) {
+  const std::string t = TokenLabel(law, sig);
+  const int64_t k = LabelIndex(law, t);
+  if (k < 0) return absl::InvalidArgumentError("a routing law without its token label");
+  const int64_t from = law.extents[k], to = extents.at(t);
+  ir::AttrMap attrs = law.attrs;
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, law.attrs.GetInt("groups", 1));
+  LOOM_ASSIGN_OR_RETURN(int64_t scaled, Scale(groups, to, from, "attribute 'groups'"));
+  attrs.Set("groups", scaled);
+  if (law.attrs.Has("tokens")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t tokens, law.attrs.GetInt("tokens"));
+    LOOM_ASSIGN_OR_RETURN(int64_t scaled_tokens, Scale(tokens, to, from, "attribute 'tokens'"));
+    attrs.Set("tokens", scaled_tokens);
+  }
+  return attrs;
+}
+
 }  // namespace
 
 std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig) {
@@ -290,6 +310,19 @@ absl::Status ReduceSizeLabels(const LawUse& law, const ir::DimSignature& sig,
   return absl::OkStatus();
 }
 
+bool IsRouting(ir::OpKind kind) {
+  return kind == ir::OpKind::kMoeCombine || kind == ir::OpKind::kMoeCombineGrad ||
+         kind == ir::OpKind::kMoeDispatch || kind == ir::OpKind::kMoeDispatchGrad;
+}
+
+// The token label of a routing op: dim 0 of its integer routing indices.
+std::string TokenLabel(const LawUse& law, const ir::DimSignature& sig) {
+  for (size_t i = 0; i < law.inputs.size() && i < sig.inputs.size(); ++i) {
+    if (!ir::IsFloat(law.inputs[i].dtype) && !sig.inputs[i].empty()) return sig.inputs[i][0];
+  }
+  return "";
+}
+
 absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
                                  const std::map<std::string, int64_t>& extents) {
   const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
@@ -344,6 +377,9 @@ absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
     }
   }
   LOOM_ASSIGN_OR_RETURN(out.attrs, ResizeAttrs(law, sig, old_out, out, free));
+  if (IsRouting(law.kind)) {
+    LOOM_ASSIGN_OR_RETURN(out.attrs, ResizeRoutingAttrs(law, sig, extents));
+  }
 
   // The same labels on every dim, and every output dim where the labels put it.
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature new_sig, schema.signature(out.inputs, out.attrs));

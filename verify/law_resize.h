@@ -40,6 +40,11 @@ struct ReshapeGroup {
   std::vector<int> out_rest;
 };
 
+// MoE routing kinds (moe_dispatch, moe_combine and their gradients) and the
+// token label of one: dim 0 of its integer routing indices ("" when none).
+bool IsRouting(ir::OpKind kind);
+std::string TokenLabel(const LawUse& law, const ir::DimSignature& sig);
+
 // The groups of a reshape signature, in dim order. Dims before the first group
 // (size-1 dims) belong to none.
 std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig);

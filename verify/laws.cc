@@ -65,6 +65,25 @@ bool BoxFor(const std::vector<std::string>& labels, const ir::Shape& shape,
   return true;
 }
 
+// `at` with every label missing from it that is coupled with one present (an
+// output-only label: moe_dispatch's slot columns follow its tokens) covering the
+// same fraction as its partner, as the derivation gives the piece's output boxes.
+std::map<std::string, std::pair<Interval, int64_t>> WithCoupled(
+    const ir::DimSignature& sig, std::map<std::string, std::pair<Interval, int64_t>> at) {
+  for (const auto& group : sig.coupled) {
+    for (const std::string& l : group) {
+      if (at.count(l) > 0) continue;
+      for (const std::string& partner : group) {
+        auto it = at.find(partner);
+        if (it == at.end()) continue;
+        at[l] = it->second;
+        break;
+      }
+    }
+  }
+  return at;
+}
+
 LawProof Unknown(std::string why) {
   LawProof p;
   p.verdict = smt::Verdict::kUnknown;
@@ -205,9 +224,10 @@ std::optional<LawProof> BuildGoals(
   if (!whole.ok()) return Unknown(absl::StrCat("'", kind, "': ", whole.status().message()));
 
   // Runs the piece for label intervals `pat` on inputs `src`; outputs and boxes.
-  auto run_piece = [&](const std::map<std::string, std::pair<Interval, int64_t>>& pat,
+  auto run_piece = [&](const std::map<std::string, std::pair<Interval, int64_t>>& label_pat,
                        const std::vector<Tensor>& src, bool keep_additive,
                        std::vector<Tensor>* outs, std::vector<Box>* out_boxes) -> bool {
+    const auto pat = WithCoupled(*sig, label_pat);
     std::vector<Box> in_boxes(law.inputs.size());
     std::vector<Tensor> pieces;
     for (size_t i = 0; i < law.inputs.size(); ++i) {
@@ -269,7 +289,9 @@ std::optional<LawProof> BuildGoals(
       if (std::find(ol.begin(), ol.end(), l) == ol.end()) sums = true;
     }
     Box box;
-    if (!BoxFor(sig->outputs[k], (*out_types)[k].shape, at, &box)) return Unknown("output box");
+    if (!BoxFor(sig->outputs[k], (*out_types)[k].shape, WithCoupled(*sig, at), &box)) {
+      return Unknown("output box");
+    }
     const Tensor expect = Slice((*whole)[k], box);
     if (!sums) {
       // The law's own piece (sibling 0 is `at` when nothing is reduced).

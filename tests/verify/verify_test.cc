@@ -52,15 +52,39 @@ TEST_P(VerifyMatrixTest, IsProvedEquivalent) {
   auto r = Verify(spec, *plan, options);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->failures.empty()) << Reasons(*r).substr(0, 3000);
-  if (c.name.rfind("moe", 0) == 0 && c.strategy.dp > 1) {
-    // Known gap: the token-split pieces of moe_dispatch have no sibling law yet,
-    // so these plans are undecided (exit 2), never "not equivalent".
-    EXPECT_NE(r->verdict, Verdict::kNotEquivalent);
-    return;
-  }
   EXPECT_EQ(r->verdict, Verdict::kEquivalent) << Reasons(*r).substr(0, 3000);
   EXPECT_EQ(ExitCode(r->verdict), 0);
   EXPECT_EQ(r->laws_proved, static_cast<int64_t>(r->laws.size()));
+}
+
+// A token-split routing piece whose attributes route its tokens differently from
+// the op (one group with the capacity of two, where the op routes each sequence
+// on its own) is never proved: the derivation refutes it at its place.
+TEST(VerifyTest, RoutingPieceWithWrongGroupsIsNotProved) {
+  const auto s = Make(2, 1, 1, 2);  // moe_dp2 of the strategy matrix
+  ir::Graph spec = TinyStep("deepseek-v3-671b", s.microbatches, /*layers=*/0, 2 * s.dp);
+  auto plan = transform::Parallelize(spec, s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int mutated = 0;
+  for (ir::Task& t : plan->tasks) {
+    if (t.kind != ir::OpKind::kMoeDispatch) continue;
+    auto groups = t.attrs.GetInt("groups");
+    auto capacity = t.attrs.GetInt("capacity");
+    ASSERT_TRUE(groups.ok() && capacity.ok());
+    ASSERT_GT(*groups, 1) << "the piece holds one sequence";
+    // Same slot columns (groups x capacity), different routing.
+    t.attrs.Set("groups", int64_t{1});
+    t.attrs.Set("capacity", *groups * *capacity);
+    ++mutated;
+    break;
+  }
+  ASSERT_EQ(mutated, 1);
+  VerifyOptions options;
+  options.threads = 1;
+  auto r = Verify(spec, *plan, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->verdict, Verdict::kNotEquivalent) << Reasons(*r).substr(0, 3000);
+  EXPECT_NE(Reasons(*r).find("moe_dispatch"), std::string::npos) << Reasons(*r).substr(0, 3000);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, VerifyMatrixTest,
