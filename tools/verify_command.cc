@@ -103,6 +103,10 @@ void PrintReport(const verify::VerifyReport& r, const std::string& plan_path,
   out << "verdict:      " << verify::VerdictWords(r.verdict) << "\n";
   out << "plan:         " << plan_path << " (model " << model << ")\n";
   out << "derived:      " << r.items << " tasks and collectives, " << r.values << " values\n";
+  if (r.stages > 0) {
+    out << "stages:       " << r.stages << " layer stages, " << r.distinct_stages << " distinct, "
+        << r.stages_reused << " derived as an alike stage\n";
+  }
   out << "laws:         " << r.laws_proved << "/" << r.laws.size() << " proved, " << r.cache_hits
       << " from the cache\n";
   if (r.schedule_checked && !r.peak_bytes.empty()) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/op_schema.h"
@@ -18,6 +19,7 @@
 #include "verify/law_reduce.h"
 #include "verify/counterexample.h"
 #include "verify/factored.h"
+#include "verify/stages.h"
 
 namespace loom::verify {
 
@@ -123,6 +125,23 @@ class Deriver {
   absl::StatusOr<Derivation> Run();
 
  private:
+  // Walks the items of `active` (tasks, then collectives, then phantoms), or every
+  // item when null. Isolated: a stage on its own, whose inputs hold what they
+  // claim. Otherwise the whole plan: values only skipped items compute hold what
+  // they claim, the others are plan inputs.
+  absl::Status Walk(const std::vector<char>* active, bool isolated);
+  // Derives the first stage of each class of alike stages on its own (verify/
+  // stages.h); returns which items the walk must still derive. A class whose
+  // first stage derived with no failure and nothing undecided is not walked:
+  // every stage's boundary outputs get the first stage's contents, renamed
+  // (preset_). Any other class is walked in place, every stage of it.
+  std::vector<char> DeriveStageClasses();
+  // Presets the boundary outputs of `member`, a stage alike `first` whose values
+  // hold `first_facts` (by position in first.values); false when a content does
+  // not carry over (an op the renaming does not reach).
+  bool PresetAlike(const Stage& first, const std::vector<Fact>& first_facts,
+                   const Stage& member);
+
   // ---- places
   std::string TaskName(const ir::Task& t) const {
     return absl::StrCat("task ", t.id, " '", ir::OpKindName(t.kind), "'");
@@ -254,6 +273,7 @@ class Deriver {
   const SlicedPlan* sliced_ = nullptr;
   ContribStore contribs_;
   std::vector<Fact> facts_;
+  absl::flat_hash_map<ValueId, Fact> preset_;
   std::map<std::string, LawUse> laws_;
   Derivation out_;
   int64_t position_ = 0;

@@ -107,6 +107,11 @@ struct Derivation {
   std::vector<LawUse> laws;         // distinct by key
   int64_t items = 0;                // tasks and collectives derived
   int64_t values = 0;
+  // Layer stages (verify/stages.h): cut from the rest, classes of alike ones, and
+  // stages whose derivation is an alike stage's (derived once, on its own).
+  int64_t stages = 0;
+  int64_t distinct_stages = 0;
+  int64_t stages_reused = 0;
 };
 
 // Derives every value of an explicit plan (expand a factored plan first) and

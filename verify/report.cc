@@ -178,6 +178,9 @@ std::string ReportJson(const VerifyReport& report, const ReportContext& context)
   ir::OrderedJson counts;
   counts["items"] = report.items;
   counts["values"] = report.values;
+  counts["stages"] = report.stages;
+  counts["distinct_stages"] = report.distinct_stages;
+  counts["stages_reused"] = report.stages_reused;
   counts["laws"] = report.laws.size();
   counts["laws_proved"] = report.laws_proved;
   counts["cache_hits"] = report.cache_hits;

@@ -99,6 +99,9 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   report.undecided = std::move(d.undecided);
   report.items = d.items;
   report.values = d.values;
+  report.stages = d.stages;
+  report.distinct_stages = d.distinct_stages;
+  report.stages_reused = d.stages_reused;
 
   // Laws at reduced sizes, each distinct one once (uses at different real sizes
   // often share one), in parallel, one term store and solver context per proof.

@@ -69,6 +69,11 @@ struct VerifyReport {
   std::vector<LawResult> laws;
   int64_t items = 0;
   int64_t values = 0;
+  // Layer stages cut for the derivation, classes of alike ones, and stages whose
+  // derivation was an alike stage's (verify/stages.h).
+  int64_t stages = 0;
+  int64_t distinct_stages = 0;
+  int64_t stages_reused = 0;
   int64_t laws_proved = 0;
   int64_t cache_hits = 0;
   bool schedule_checked = false;

@@ -101,6 +101,8 @@ TEST(VerifyCommandTest, ProvesACorrectPlanAndCachesItsLaws) {
   EXPECT_EQ(j["plan"], plan);
   EXPECT_GT(j["counts"]["items"].get<int64_t>(), 0);
   EXPECT_GT(j["counts"]["laws"].get<int64_t>(), 0);
+  EXPECT_LE(j["counts"]["distinct_stages"].get<int64_t>(), j["counts"]["stages"].get<int64_t>());
+  EXPECT_LE(j["counts"]["stages_reused"].get<int64_t>(), j["counts"]["stages"].get<int64_t>());
   EXPECT_EQ(j["counts"]["laws_proved"], j["counts"]["laws"]);
   EXPECT_EQ(j["counts"]["cache_hits"], 0);
   EXPECT_TRUE(j["failures"].empty());

@@ -1,0 +1,384 @@
+#include "verify/stages.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+
+namespace loom::verify {
+namespace {
+// Codes that open each kind of entry, so that entries of different kinds never
+// read alike.
+enum Tag : int64_t {
+  kTaskTag = -1001,
+  kCollectiveTag = -1002,
+  kPhantomTag = -1003,
+  kNewValue = -1004,
+  kNewOp = -1005,
+  kNewTensor = -1006,
+  kCopyOf = -1007,
+  kNone = -1008,
+};
+
+// A stage's items written out with every id renamed to its order of first
+// appearance. Attribute maps and shapes are compared as objects.
+struct Signature {
+  std::vector<int64_t> codes;
+  std::vector<const ir::AttrMap*> attrs;
+  std::vector<const ir::Shape*> shapes;
+
+  size_t Hash() const {
+    size_t h = absl::HashOf(codes);
+    for (const ir::AttrMap* a : attrs) h = absl::HashOf(h, a->values().size());
+    return h;
+  }
+  bool operator==(const Signature& o) const {
+    if (codes != o.codes || attrs.size() != o.attrs.size() || shapes.size() != o.shapes.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      if (!(*attrs[i] == *o.attrs[i])) return false;
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (!(*shapes[i] == *o.shapes[i])) return false;
+    }
+    return true;
+  }
+};
+
+class Encoder {
+ public:
+  Encoder(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced,
+          const std::vector<int>& item_stage, const std::vector<int64_t>& producer,
+          const std::vector<std::vector<ir::ValueId>>& partners, const std::vector<int>& listed,
+          int stage)
+      : spec_(spec),
+        plan_(plan),
+        sliced_(sliced),
+        item_stage_(item_stage),
+        producer_(producer),
+        partners_(partners),
+        listed_(listed),
+        stage_(stage) {}
+
+  Signature Encode(Stage& stage) {
+    for (int64_t i : stage.items) Item(i);
+    stage.values = std::move(value_order_);
+    stage.ops = std::move(op_order_);
+    return std::move(sig_);
+  }
+
+ private:
+ public:
+ private:
+
+  void Put(int64_t x) { sig_.codes.push_back(x); }
+
+  void Item(int64_t item) {
+    const int64_t nt = static_cast<int64_t>(plan_.tasks.size());
+    const int64_t nc = static_cast<int64_t>(plan_.collectives.size());
+    if (item < nt) {
+      const ir::Task& t = plan_.tasks[item];
+      Put(kTaskTag);
+      Put(static_cast<int64_t>(t.kind));
+      Put(t.op == ir::kNoId ? kNone : Op(t.op));
+      sig_.attrs.push_back(&t.attrs);
+      Put(static_cast<int64_t>(t.info.phase));
+      Put(t.info.microbatch);
+      Values(t.inputs);
+      Values(t.outputs);
+    } else if (item < nt + nc) {
+      const ir::Collective& c = plan_.collectives[item - nt];
+      Put(kCollectiveTag);
+      Put(static_cast<int64_t>(c.kind));
+      Put(static_cast<int64_t>(c.reduce));
+      Put(c.dim);
+      Put(c.dim2);
+      Put(c.microbatch);
+      Put(static_cast<int64_t>(c.devices.size()));
+      Values(c.inputs);
+      Values(c.outputs);
+    } else {
+      const Phantom& p = sliced_->phantoms[item - nt - nc];
+      Put(kPhantomTag);
+      Put(p.microbatch);
+      Put(p.replica);
+      Put(Value(p.src0));
+      Put(p.src1 == ir::kNoId ? kNone : Value(p.src1));
+      Put(Value(p.value));
+    }
+  }
+
+  void Values(const std::vector<ir::ValueId>& vs) {
+    Put(static_cast<int64_t>(vs.size()));
+    for (ir::ValueId v : vs) Put(Value(v));
+  }
+
+  int64_t Value(ir::ValueId v) {
+    auto [it, fresh] = values_.try_emplace(v, static_cast<int64_t>(values_.size()));
+    if (!fresh) return it->second;
+    value_order_.push_back(v);
+    const int64_t code = it->second;
+    const ir::PlanValue& pv = plan_.values[v];
+    Put(kNewValue);
+    // Whether the stage computes it or reads it from outside.
+    const int64_t p = producer_[v];
+    Put(p >= 0 && item_stage_[p] == stage_ ? 1 : 0);
+    Put(static_cast<int64_t>(pv.dtype));
+    Put(pv.microbatch);
+    Put(Tensor(pv.sub.tensor));
+    Put(static_cast<int64_t>(pv.sub.box.size()));
+    for (const ir::Interval& iv : pv.sub.box) {
+      Put(iv.begin);
+      Put(iv.end);
+    }
+    Put(static_cast<int64_t>(pv.sub.part.pieces().size()));
+    for (const ir::ValuePart::Piece& piece : pv.sub.part.pieces()) {
+      Put(piece.lo.num);
+      Put(piece.lo.den);
+      Put(piece.hi.num);
+      Put(piece.hi.den);
+    }
+    Put(static_cast<int64_t>(pv.sub.combine));
+    // What the checks after the walk compare it with: its copies in the other
+    // derived replicas, and whether it is a plan output.
+    Put(listed_[v]);
+    for (ir::ValueId w : partners_[v]) Put(w == ir::kNoId ? kNone : Value(w));
+    return code;
+  }
+
+  int64_t Op(ir::OpId op) {
+    auto [it, fresh] = ops_.try_emplace(op, static_cast<int64_t>(ops_.size()));
+    if (!fresh) return it->second;
+    op_order_.push_back(op);
+    const int64_t code = it->second;
+    const ir::Op& o = spec_.op(op);
+    Put(kNewOp);
+    const int m = o.info.microbatch;
+    const ir::OpId original = sliced_ != nullptr && m >= 1 ? sliced_->mbmap.Op(op, 0) : ir::kNoId;
+    if (original != ir::kNoId && original != op) {
+      // Copy m of a micro-batch-0 op: its structure is that op's, renamed
+      // (CheckMicrobatchSymmetry).
+      Put(kCopyOf);
+      Put(m);
+      Put(Op(original));
+      return code;
+    }
+    Put(static_cast<int64_t>(o.kind));
+    sig_.attrs.push_back(&o.attrs);
+    Put(static_cast<int64_t>(o.info.phase));
+    Put(m);
+    Put(static_cast<int64_t>(o.inputs.size()));
+    for (ir::TensorId t : o.inputs) Put(Tensor(t));
+    Put(static_cast<int64_t>(o.outputs.size()));
+    for (ir::TensorId t : o.outputs) Put(Tensor(t));
+    return code;
+  }
+
+  int64_t Tensor(ir::TensorId t) {
+    if (t < 0 || t >= spec_.num_tensors()) return kNone;
+    auto [it, fresh] = tensors_.try_emplace(t, static_cast<int64_t>(tensors_.size()));
+    if (!fresh) return it->second;
+    const int64_t code = it->second;
+    const ir::Tensor& x = spec_.tensor(t);
+    Put(kNewTensor);
+    if (sliced_ != nullptr) {
+      const int m = sliced_->mbmap.TensorMicrobatch(t);
+      Put(m);
+      const ir::TensorId original = m >= 1 ? sliced_->mbmap.Tensor(t, 0) : ir::kNoId;
+      if (original != ir::kNoId && original != t) {
+        Put(kCopyOf);
+        Put(Tensor(original));
+        return code;
+      }
+    }
+    Put(static_cast<int64_t>(x.dtype));
+    Put(static_cast<int64_t>(x.role));
+    sig_.shapes.push_back(&x.shape);
+    return code;
+  }
+
+  const ir::Graph& spec_;
+  const ir::Plan& plan_;
+  const SlicedPlan* sliced_;
+  const std::vector<int>& item_stage_;
+  const std::vector<int64_t>& producer_;
+  const std::vector<std::vector<ir::ValueId>>& partners_;
+  const std::vector<int>& listed_;
+  const int stage_;
+  absl::flat_hash_map<ir::ValueId, int64_t> values_;
+  absl::flat_hash_map<ir::OpId, int64_t> ops_;
+  absl::flat_hash_map<ir::TensorId, int64_t> tensors_;
+  std::vector<ir::ValueId> value_order_;
+  std::vector<ir::OpId> op_order_;
+  Signature sig_;
+};
+
+}  // namespace
+
+StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
+                               const SlicedPlan* sliced) {
+  const int64_t nt = static_cast<int64_t>(plan.tasks.size());
+  const int64_t nc = static_cast<int64_t>(plan.collectives.size());
+  const int64_t np = sliced == nullptr ? 0 : static_cast<int64_t>(sliced->phantoms.size());
+  const int64_t nitems = nt + nc + np;
+  const int64_t nv = static_cast<int64_t>(plan.values.size());
+
+  // The producing item of every value.
+  std::vector<int64_t> producer(nv, -1);
+  auto inputs_of = [&](int64_t i, std::vector<ir::ValueId>& scratch)
+      -> const std::vector<ir::ValueId>& {
+    if (i < nt) return plan.tasks[i].inputs;
+    if (i < nt + nc) return plan.collectives[i - nt].inputs;
+    const Phantom& p = sliced->phantoms[i - nt - nc];
+    scratch = {p.src0};
+    if (p.src1 != ir::kNoId) scratch.push_back(p.src1);
+    return scratch;
+  };
+  for (int64_t i = 0; i < nt; ++i) {
+    for (ir::ValueId v : plan.tasks[i].outputs) producer[v] = i;
+  }
+  for (int64_t i = 0; i < nc; ++i) {
+    for (ir::ValueId v : plan.collectives[i].outputs) producer[v] = nt + i;
+  }
+  for (int64_t i = 0; i < np; ++i) producer[sliced->phantoms[i].value] = nt + nc + i;
+
+  // The layer of every item. A task has its own; a collective or a phantom
+  // belongs to the layer whose items compute all it reads (so the collective that
+  // completes a layer's partial sums is cut with that layer), to none otherwise.
+  constexpr int kUnset = -2;
+  std::vector<int> layer(nitems, kUnset);
+  for (int64_t i = 0; i < nt; ++i) layer[i] = std::max(plan.tasks[i].info.layer, -1);
+  std::vector<ir::ValueId> scratch;
+  std::vector<int64_t> stack;
+  for (int64_t start = nt; start < nitems; ++start) {
+    if (layer[start] != kUnset) continue;
+    stack.push_back(start);
+    while (!stack.empty()) {
+      const int64_t i = stack.back();
+      if (layer[i] != kUnset) {
+        stack.pop_back();
+        continue;
+      }
+      int common = kUnset;
+      bool waiting = false;
+      for (ir::ValueId v : inputs_of(i, scratch)) {
+        const int64_t p = producer[v];
+        if (p < 0) {
+          common = -1;
+          break;
+        }
+        if (layer[p] == kUnset) {
+          stack.push_back(p);
+          waiting = true;
+          continue;
+        }
+        common = common == kUnset || common == layer[p] ? layer[p] : -1;
+      }
+      if (waiting) continue;
+      layer[i] = common == kUnset ? -1 : common;
+      stack.pop_back();
+    }
+  }
+
+  StagePartition out;
+  // Stages by layer, in order of their first item.
+  absl::flat_hash_map<int, int> stage_of_layer;
+  std::vector<int> item_stage(nitems, -1);
+  for (int64_t i = 0; i < nitems; ++i) {
+    if (layer[i] < 0) continue;
+    auto [it, fresh] = stage_of_layer.try_emplace(layer[i], static_cast<int>(out.stages.size()));
+    if (fresh) {
+      out.stages.emplace_back();
+      out.stages.back().layer = layer[i];
+    }
+    item_stage[i] = it->second;
+    out.stages[it->second].items.push_back(i);
+  }
+  out.layers = static_cast<int64_t>(out.stages.size());
+
+  // Boundary values; a stage that reads a share from outside is not cut.
+  std::vector<bool> cut(out.stages.size(), true);
+  std::vector<bool> is_boundary_output(nv, false);
+  auto claims_whole = [&](ir::ValueId v) {
+    const ir::ValuePart& part = plan.values[v].sub.part;
+    return part.IsFull() || part.IsEmpty();
+  };
+  auto outside_read = [&](ir::ValueId v, int reader_stage) {
+    const int64_t p = producer[v];
+    const int from = p >= 0 ? item_stage[p] : -1;
+    if (from == reader_stage) return;
+    if (reader_stage >= 0 && !claims_whole(v)) cut[reader_stage] = false;
+    if (from >= 0) is_boundary_output[v] = true;
+  };
+  for (int64_t i = 0; i < nitems; ++i) {
+    for (ir::ValueId v : inputs_of(i, scratch)) outside_read(v, item_stage[i]);
+  }
+  std::vector<ir::ValueId> listed(plan.outputs.begin(), plan.outputs.end());
+  if (sliced != nullptr) {
+    for (const auto& [a, b] : sliced->same_in_every_replica) {
+      listed.push_back(a);
+      listed.push_back(b);
+    }
+  }
+  for (ir::ValueId v : listed) outside_read(v, -1);
+  for (ir::ValueId v = 0; v < nv; ++v) {
+    if (is_boundary_output[v]) out.stages[item_stage[producer[v]]].boundary_outputs.push_back(v);
+  }
+
+  // Per value: its replica-check partners and how the final checks list it.
+  std::vector<std::vector<ir::ValueId>> partners(nv);
+  std::vector<int> listing(nv, 0);
+  for (ir::ValueId v : plan.outputs) listing[v] |= 1;
+  if (sliced != nullptr) {
+    for (const auto& t : sliced->replica_checks) {
+      partners[t.r0] = {t.r1, t.last};
+      partners[t.r1] = {t.r0, t.last};
+      partners[t.last] = {t.r0, t.r1};
+      listing[t.r0] |= 8;
+      listing[t.r1] |= 16;
+      listing[t.last] |= 32;
+    }
+    for (const auto& [a, b] : sliced->same_in_every_replica) {
+      listing[a] |= 2;
+      listing[b] |= 4;
+      partners[a].push_back(b);
+      partners[b].push_back(a);
+    }
+  }
+
+  // Classes of alike cut stages.
+  std::vector<Stage> kept;
+  std::vector<Signature> reps;
+  absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
+  for (size_t s = 0; s < out.stages.size(); ++s) {
+    if (!cut[s]) continue;
+    Signature sig = Encoder(spec, plan, sliced, item_stage, producer, partners, listing,
+                            static_cast<int>(s))
+                        .Encode(out.stages[s]);
+    const size_t h = sig.Hash();
+
+    const int index = static_cast<int>(kept.size());
+    kept.push_back(std::move(out.stages[s]));
+    int cls = -1;
+    for (int c : by_hash[h]) {
+      if (reps[c] == sig) {
+        cls = c;
+        break;
+      }
+    }
+    if (cls < 0) {
+      cls = static_cast<int>(out.classes.size());
+      out.classes.emplace_back();
+      reps.push_back(std::move(sig));
+      by_hash[h].push_back(cls);
+    }
+    out.classes[cls].push_back(index);
+  }
+  out.stages = std::move(kept);
+  return out;
+}
+
+}  // namespace loom::verify

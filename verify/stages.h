@@ -1,0 +1,69 @@
+#ifndef LOOM_VERIFY_STAGES_H_
+#define LOOM_VERIFY_STAGES_H_
+
+// Stages of a lineage derivation, and the classes of stages that derive alike.
+//
+// A stage is the work of one layer: every task and collective the plan tags with
+// that layer (forward, backward, recomputation and optimizer, in every replica
+// and micro-batch the derivation walks) and the phantoms copied from its values.
+// A collective or a phantom belongs to the layer whose items compute everything
+// it reads, so that the collective completing a layer's partial sums goes with
+// it. A stage is cut from the rest of the plan at its boundary values: inputs it
+// reads from outside, outputs read outside it or listed as plan outputs. It is
+// cut only where every boundary input claims a complete value or zeros: there a
+// value's derived contents are its claim whenever the derivation accepts it
+// (verify/derive.h falls back to the claim after a failure), so the stage can be
+// derived on its own from its inputs as claimed. Its boundary outputs may hold
+// anything (a layer's partial sums of squares for the gradient norm); their
+// derived contents are what the rest of the plan reads.
+//
+// Two stages are alike when their items, in walk order, are the same up to one
+// renaming of plan values, logical ops, logical tensors and devices: same kinds,
+// attributes, claims (boxes, value parts, micro-batches), operand patterns, op
+// kinds, attributes and tensor types, and the same place in the checks after the
+// walk (plan outputs, replica copies). The derivation reads nothing else of an
+// item, so with boundary inputs as claimed one stage derives what the other
+// does, renamed: the same failures and open questions, the same partition laws,
+// and boundary outputs whose contents are the other's with its ops renamed.
+// Where the plan is a micro-batch slice (verify/factored.h), an op or tensor of
+// micro-batch m >= 1 is named as the copy m of its micro-batch-0 original, which
+// keeps the renaming consistent with the copies the phantoms read.
+//
+// Alike-ness is decided on the full item lists (a hash only buckets them), never
+// on a hash alone.
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/plan.h"
+#include "verify/factored.h"
+
+namespace loom::verify {
+
+struct Stage {
+  int layer = -1;
+  // Derivation items, ascending: tasks are 0..T-1, collectives T..T+C-1, phantoms
+  // of a slice after them, in the order verify/derive.cc walks them.
+  std::vector<int64_t> items;
+  std::vector<ir::ValueId> boundary_outputs;
+  // The renaming: values and logical ops in order of first appearance. Alike
+  // stages' lists pair up position by position.
+  std::vector<ir::ValueId> values;
+  std::vector<ir::OpId> ops;
+};
+
+struct StagePartition {
+  std::vector<Stage> stages;              // cut stages, by layer
+  std::vector<std::vector<int>> classes;  // stages alike; the first stands for all
+  int64_t layers = 0;                     // layers with items (cut or not)
+};
+
+// The cut stages of `plan` (a slice's plan when `sliced` is given) and their
+// classes.
+StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
+                               const SlicedPlan* sliced);
+
+}  // namespace loom::verify
+
+#endif  // LOOM_VERIFY_STAGES_H_
