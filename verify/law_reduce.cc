@@ -181,36 +181,73 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
   const std::set<std::string> fixed_size = SizeFixedLabels(law);
   LawUse out = law;
   bool changed = false;
-  for (size_t k = 0; k < law.labels.size(); ++k) {
+  // Whether label l can be cropped: spatial, free in size, and every dim carrying
+  // it is the label itself (no output-only use).
+  auto croppable = [&](size_t k) {
     const std::string& l = law.labels[k];
     auto kind = sig.kinds.find(l);
-    if (kind == sig.kinds.end() || kind->second != ir::DimKind::kSpatial) continue;
-    if (coupled.count(l) > 0 || fixed_size.count(l) > 0) continue;
-    const Interval iv = law.intervals[k];
+    if (kind == sig.kinds.end() || kind->second != ir::DimKind::kSpatial) return false;
+    if (fixed_size.count(l) > 0) return false;
     const int64_t e = law.extents[k];
-    const int64_t lo = std::max<int64_t>(0, iv.begin - iv.size());
-    const int64_t hi = std::min<int64_t>(e, iv.end + iv.size());
-    if (iv.size() <= 0 || hi - lo >= e) continue;
-    // Every dim carrying the label must be the label itself, no output-only use.
-    bool simple = true;
-    for (size_t i = 0; i < sig.inputs.size() && simple; ++i) {
+    for (size_t i = 0; i < sig.inputs.size(); ++i) {
       for (size_t d = 0; d < sig.inputs[i].size(); ++d) {
         if (sig.inputs[i][d] == l && law.inputs[i].shape.dim(static_cast<int>(d)) != e) {
-          simple = false;
+          return false;
         }
       }
     }
-    if (!simple) continue;
+    return law.intervals[k].size() > 0;
+  };
+  // The piece and one piece of its width on each side, within the label.
+  auto window = [&](size_t k) {
+    const Interval iv = law.intervals[k];
+    return Interval{std::max<int64_t>(0, iv.begin - iv.size()),
+                    std::min<int64_t>(law.extents[k], iv.end + iv.size())};
+  };
+  auto crop = [&](size_t k, Interval w) {
+    const std::string& l = law.labels[k];
     for (size_t i = 0; i < sig.inputs.size(); ++i) {
       std::vector<int64_t> dims = out.inputs[i].shape.dims();
       for (size_t d = 0; d < sig.inputs[i].size() && d < dims.size(); ++d) {
-        if (sig.inputs[i][d] == l) dims[d] = hi - lo;
+        if (sig.inputs[i][d] == l) dims[d] = w.size();
       }
       out.inputs[i].shape = ir::Shape(dims);
     }
-    out.intervals[k] = Interval{iv.begin - lo, iv.end - lo};
-    out.extents[k] = hi - lo;
+    out.intervals[k] = Interval{law.intervals[k].begin - w.begin, law.intervals[k].end - w.begin};
+    out.extents[k] = w.size();
     changed = true;
+  };
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    if (coupled.count(law.labels[k]) > 0 || !croppable(k)) continue;
+    const Interval w = window(k);
+    if (w.size() < law.extents[k]) crop(k, w);
+  }
+  // Coupled labels (grouped-query heads and their key/value groups) are cropped
+  // together, to the same fraction of each, which keeps their ratio: the piece's
+  // units of every label of the group, and one unit of each on either side.
+  for (const auto& group : sig.coupled) {
+    std::vector<size_t> members;
+    bool ok = true;
+    for (const std::string& l : group) {
+      const int64_t k = LabelIndex(law, l);
+      if (k < 0) continue;
+      members.push_back(static_cast<size_t>(k));
+      ok = ok && croppable(static_cast<size_t>(k));
+    }
+    if (!ok || members.size() < 2) continue;
+    const size_t a = members[0];
+    const Interval wa = window(a);
+    if (wa.size() >= law.extents[a]) continue;
+    for (size_t k : members) {
+      const Interval w = window(k);
+      // The same fraction of every label: bounds in proportion to the extents.
+      ok = ok && w.begin * law.extents[a] == wa.begin * law.extents[k] &&
+           w.end * law.extents[a] == wa.end * law.extents[k] &&
+           law.intervals[k].begin * law.extents[a] == law.intervals[a].begin * law.extents[k] &&
+           law.intervals[k].end * law.extents[a] == law.intervals[a].end * law.extents[k];
+    }
+    if (!ok) continue;
+    for (size_t k : members) crop(k, window(k));
   }
   if (!changed) return law;
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature after, schema.signature(out.inputs, out.attrs));

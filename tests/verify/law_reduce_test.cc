@@ -246,6 +246,65 @@ TEST(LawReduceTest, SplitLabelsKeepTheirShardCount) {
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
 }
 
+// Grouped-query attention split by heads over many ranks: query heads h and
+// key/value groups g are coupled (4 query heads per group). The law of an inner
+// piece is cropped to its groups and one group on either side, both labels
+// alike, so every query head keeps its group; the cropped verdict agrees with
+// the uncropped law numerically, for the law and for its mutants.
+TEST(LawReduceTest, CoupledHeadsAreCroppedTogether) {
+  for (ir::OpKind kind : {ir::OpKind::kAttention, ir::OpKind::kAttentionGrad}) {
+    SCOPED_TRACE(std::string(ir::OpKindName(kind)));
+    LawUse law;
+    law.kind = kind;
+    law.attrs.Set("causal", int64_t{1});
+    const ir::TensorType q{ir::Shape({1, 2, 32, 2}), ir::DType::kF64};
+    const ir::TensorType kv{ir::Shape({1, 2, 8, 2}), ir::DType::kF64};
+    law.inputs = {q, kv, kv};
+    if (kind == ir::OpKind::kAttentionGrad) law.inputs.push_back(q);
+    auto sig = ir::GetOpSchema(kind).signature(law.inputs, law.attrs);
+    ASSERT_TRUE(sig.ok()) << sig.status();
+    // Piece 2 of 8: heads [8:12) of 32, groups [2:3) of 8.
+    std::map<std::string, std::pair<ir::Interval, int64_t>> at;
+    for (size_t i = 0; i < sig->inputs.size(); ++i) {
+      for (size_t d = 0; d < sig->inputs[i].size(); ++d) {
+        const int64_t e = law.inputs[i].shape.dim(static_cast<int>(d));
+        at[sig->inputs[i][d]] = {ir::Interval{0, e}, e};
+      }
+    }
+    at["h"] = {ir::Interval{8, 12}, 32};
+    at["g"] = {ir::Interval{2, 3}, 8};
+    for (const auto& [l, v] : at) {
+      law.labels.push_back(l);
+      law.intervals.push_back(v.first);
+      law.extents.push_back(v.second);
+    }
+    law.key = LawKey(law);
+    auto c = CropSpatialLabels(law);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->inputs[0].shape.dim(2), 12);  // heads [4:16), the piece at [4:8)
+    EXPECT_EQ(c->inputs[1].shape.dim(2), 3);   // groups [1:4), the piece at [1:2)
+    EXPECT_EQ(ProveLaw(*c, 10000).verdict, smt::Verdict::kValid);
+    std::vector<std::pair<std::string, LawUse>> cases = {{"law", law}};
+    for (auto& m : Mutants(law)) cases.push_back(std::move(m));
+    int refuted = 0;
+    for (const auto& [what, u] : cases) {
+      auto uc = CropSpatialLabels(u);
+      if (!uc.ok()) continue;
+      const smt::Verdict v = ProveLaw(*uc, 10000).verdict;
+      if (v == smt::Verdict::kUnknown) continue;
+      auto gap = LawNumericGap(u, 13);
+      ASSERT_TRUE(gap.ok()) << gap.status();
+      if (v == smt::Verdict::kValid) {
+        EXPECT_LT(*gap, 1e-9) << what << " proved cropped, differs uncropped";
+      } else {
+        ++refuted;
+        EXPECT_GT(*gap, 1e-12) << what << " refuted cropped, agrees uncropped";
+      }
+    }
+    EXPECT_GT(refuted, 0);
+  }
+}
+
 TEST(LawReduceTest, EveryKindIsReducible) {
   EXPECT_TRUE(ReducibleKind(ir::OpKind::kMoeDispatch));
   EXPECT_TRUE(ReducibleKind(ir::OpKind::kReshape));
