@@ -94,8 +94,31 @@ std::string Key(const Contrib& c) {
       Put(k, c.desc);
       for (ContribId p : c.parts) Put(k, p);
       return k;
+    case Contrib::kShare:
+      Put(k, c.tensor);
+      for (const ir::Interval& iv : c.chunks[0]) {
+        Put(k, iv.begin);
+        Put(k, iv.end);
+      }
+      for (const ir::ValuePart::Piece& piece : c.part.pieces()) {
+        Put(k, piece.lo.num);
+        Put(k, piece.lo.den);
+        Put(k, piece.hi.num);
+        Put(k, piece.hi.den);
+      }
+      return k;
   }
   return k;
+}
+
+// The length of a value part, a fraction of the whole ("0.5").
+std::string PartLength(const ir::ValuePart& part) {
+  double total = 0;
+  for (const ir::ValuePart::Piece& p : part.pieces()) {
+    total += static_cast<double>(p.hi.num) / static_cast<double>(p.hi.den) -
+             static_cast<double>(p.lo.num) / static_cast<double>(p.lo.den);
+  }
+  return absl::StrCat(total);
 }
 
 ContribStore::SumResult Failed(FailureClass cls, std::string message,
@@ -186,13 +209,21 @@ std::string Rekey(const std::string& key, ir::OpId op) {
 }  // namespace
 
 ContribId ContribStore::MapOps(ContribId id, const std::function<ir::OpId(ir::OpId)>& map,
-                               const std::function<std::string(ir::OpId, int)>& name) {
+                               const std::function<std::string(ir::OpId, int)>& name,
+                               const std::function<ir::TensorId(ir::TensorId)>& map_tensor,
+                               const std::function<std::string(ir::TensorId)>& tensor_name) {
   const Contrib c = contribs_[id];  // a copy: interning below may grow the store
   switch (c.kind) {
     case Contrib::kFull:
     case Contrib::kZero:
     case Contrib::kBad:
       return id;
+    case Contrib::kShare: {
+      if (!map_tensor) return id;
+      const ir::TensorId t = map_tensor(c.tensor);
+      if (t == c.tensor) return id;
+      return Share(t, c.chunks[0], c.part, tensor_name ? tensor_name(t) : std::string("?"));
+    }
     case Contrib::kRed: {
       Family f = families_[c.family];
       const ir::OpId op = map(f.op);
@@ -207,7 +238,7 @@ ContribId ContribStore::MapOps(ContribId id, const std::function<ir::OpId(ir::Op
       std::vector<ContribId> parts;
       bool changed = false;
       for (ContribId p : c.parts) {
-        parts.push_back(MapOps(p, map, name));
+        parts.push_back(MapOps(p, map, name, map_tensor, tensor_name));
         changed = changed || parts.back() != p;
       }
       Desc d = descs_[c.desc];
@@ -277,9 +308,33 @@ std::optional<ContribId> ContribStore::Extrapolate(ContribId a, ContribId b, int
       }
       return Lin(desc, std::move(parts));
     }
+    case Contrib::kShare: {
+      if (ca.tensor != cb.tensor || !(ca.part == cb.part)) return std::nullopt;
+      ir::Box box = ca.chunks[0];
+      if (box.size() != cb.chunks[0].size()) return std::nullopt;
+      for (size_t d = 0; d < box.size(); ++d) {
+        box[d].begin += t * (cb.chunks[0][d].begin - box[d].begin);
+        box[d].end += t * (cb.chunks[0][d].end - box[d].end);
+        if (box[d].begin < 0 || box[d].begin > box[d].end) return std::nullopt;
+      }
+      return Share(ca.tensor, box, ca.part, share_names_[ca.tensor]);
+    }
     default:
       return std::nullopt;  // distinct complete, zero or bad contributions
   }
+}
+
+ContribId ContribStore::Share(ir::TensorId tensor, const ir::Box& box, const ir::ValuePart& part,
+                              const std::string& name) {
+  if (part.IsFull()) return kFullContrib;
+  if (part.IsEmpty()) return kZeroContrib;
+  share_names_.try_emplace(tensor, name);
+  Contrib c;
+  c.kind = Contrib::kShare;
+  c.tensor = tensor;
+  c.chunks = {box};
+  c.part = part;
+  return Intern(std::move(c));
 }
 
 ContribId ContribStore::Red(int family, std::vector<ir::Box> chunks, std::vector<int> additive) {
@@ -331,6 +386,12 @@ std::string ContribStore::Describe(ContribId id) const {
     }
     case Contrib::kLin:
       return absl::StrCat("a partial sum of ", descs_[c.desc].what);
+    case Contrib::kShare: {
+      auto it = share_names_.find(c.tensor);
+      return absl::StrCat("share ", c.part.ToString(), " of '",
+                          it == share_names_.end() ? std::string("?") : it->second, "' ",
+                          ir::BoxToString(c.chunks[0]));
+    }
   }
   return "?";
 }
@@ -376,13 +437,17 @@ std::string ContribStore::Example(ContribId id) const {
       }
       return "";
     }
+    case Contrib::kShare:
+      return absl::StrCat("with the value equal to 1 and its shares in proportion to their parts, "
+                          "it holds ", PartLength(c.part), " (share ", c.part.ToString(),
+                          ") where the complete value is 1");
   }
   return "";
 }
 
 bool ContribStore::HoldsPartialSum(ContribId id) const {
   const Contrib& c = contribs_[id];
-  if (c.kind == Contrib::kRed) return true;
+  if (c.kind == Contrib::kRed || c.kind == Contrib::kShare) return true;
   if (c.kind != Contrib::kLin) return false;
   return std::any_of(c.parts.begin(), c.parts.end(),
                      [&](ContribId p) { return HoldsPartialSum(p); });
@@ -428,6 +493,37 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
                     absl::StrCat("one member: ", Example(live[0]), "; another: ", Example(id),
                                  "; no sum of chunks of either adds up to the other"));
     }
+  }
+  if (first.kind == Contrib::kShare) {
+    // Shares of one value over one box: their parts must be disjoint; all of
+    // them together are the complete value.
+    ir::ValuePart part = ir::ValuePart::Empty();
+    for (ContribId id : live) {
+      const Contrib& c = contribs_[id];
+      if (c.tensor != first.tensor || !(c.chunks[0] == first.chunks[0])) {
+        return Failed(FailureClass::kWrongGroup,
+                      absl::StrCat("combines ", Describe(live[0]), " with ", Describe(id)),
+                      absl::StrCat("one member: ", Example(live[0]), "; another: ", Example(id),
+                                   "; shares of different values never add up to either"));
+      }
+      if (is_max) {
+        return Failed(FailureClass::kComputationDiffers, "combines shares of a sum by max",
+                      "shares 3 and 5 combined by max give 5 where their sum is 8");
+      }
+      auto u = part.Union(c.part);
+      if (!u.ok()) {
+        return Failed(FailureClass::kDoubledPiece,
+                      absl::StrCat("adds ", Describe(id), " to a sum that already holds ",
+                                   c.part.ToString(), " of it"),
+                      absl::StrCat("with the value equal to 1 and its shares in proportion to "
+                                   "their parts: share ",
+                                   c.part.ToString(), " is counted twice"));
+      }
+      part = *std::move(u);
+    }
+    auto it = share_names_.find(first.tensor);
+    return SumResult{true, Share(first.tensor, first.chunks[0], part,
+                                 it == share_names_.end() ? std::string("?") : it->second)};
   }
   if (first.kind == Contrib::kRed) {
     const Family& f = families_[first.family];

@@ -24,13 +24,18 @@ inline constexpr ContribId kZeroContrib = 1;
 inline constexpr ContribId kBadContrib = 2;  // not derivable; failure already recorded
 
 struct Contrib {
-  enum Kind { kFull, kZero, kBad, kRed, kLin };
+  enum Kind { kFull, kZero, kBad, kRed, kLin, kShare };
   Kind kind = kBad;
   int family = -1;              // kRed: the reduction
   std::vector<ir::Box> chunks;  // kRed: disjoint boxes of its index space, sorted
   std::vector<int> additive;    // kRed: copies of each additive input included
   int desc = -1;                // kLin: the linear op piece
   std::vector<ContribId> parts; // kLin: contribution at each linear position
+  // kShare: an opaque share, part `part` of tensor `tensor` over the box chunks[0]:
+  // a value known only through its claim, whose group of shares adds up to the
+  // complete value (checked where the group is produced; see verify/derive.h).
+  ir::TensorId tensor = ir::kNoId;
+  ir::ValuePart part;
 };
 
 // A reduction: op output `key` summed (or maxed) over the index space of `labels`.
@@ -59,14 +64,22 @@ class ContribStore {
                  std::vector<std::string> operands);
   ContribId Red(int family, std::vector<ir::Box> chunks, std::vector<int> additive);
   ContribId Lin(int desc, std::vector<ContribId> parts);
+  // An opaque share (Contrib::kShare); the full part gives kFullContrib, the
+  // empty one kZeroContrib. `name` names the tensor in messages.
+  ContribId Share(ir::TensorId tensor, const ir::Box& box, const ir::ValuePart& part,
+                  const std::string& name);
 
   const Contrib& get(ContribId id) const { return contribs_[id]; }
 
   // The contribution with the op of every reduction and linear piece in it
   // replaced by map(op) (the same contribution of another micro-batch's copy of
-  // the ops); `name(op, output)` names a mapped op's output for messages.
+  // the ops); `name(op, output)` names a mapped op's output for messages. The
+  // tensor of every opaque share is replaced by map_tensor(t) (identity when
+  // empty); `tensor_name` names a mapped tensor.
   ContribId MapOps(ContribId id, const std::function<ir::OpId(ir::OpId)>& map,
-                   const std::function<std::string(ir::OpId, int)>& name);
+                   const std::function<std::string(ir::OpId, int)>& name,
+                   const std::function<ir::TensorId(ir::TensorId)>& map_tensor = {},
+                   const std::function<std::string(ir::TensorId)>& tensor_name = {});
   // For contributions `a` and `b` of one structure (same kinds, reductions,
   // pieces and chunk counts) whose chunk bounds differ: the contribution whose
   // bounds are a + t (b - a), bound by bound. nullopt when the structures differ
@@ -110,6 +123,7 @@ class ContribStore {
   };
   std::vector<Desc> descs_;
   absl::flat_hash_map<std::string, int> desc_ids_;
+  absl::flat_hash_map<ir::TensorId, std::string> share_names_;
 };
 
 }  // namespace loom::verify

@@ -19,6 +19,7 @@
 #include "verify/law_reduce.h"
 #include "verify/counterexample.h"
 #include "verify/factored.h"
+#include "verify/fold.h"
 #include "verify/stages.h"
 
 namespace loom::verify {
@@ -117,12 +118,24 @@ struct OutputRule {
 constexpr OutputRule kTaskRule{};
 constexpr OutputRule kCollectiveRule{FailureClass::kWrongGroup, FailureClass::kWrongGroup, false};
 
+// The fast derivation (see DeriveLineage): opaque shares, and a factored plan's
+// alike layers folded before slicing.
+struct FastPath {
+  bool shares = false;
+  const LayerFold* fold = nullptr;  // the unit's folding, for a slice of it
+};
+
 class Deriver {
  public:
-  Deriver(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced = nullptr)
-      : spec_(spec), plan_(plan), sliced_(sliced) {}
+  Deriver(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced = nullptr,
+          FastPath fast = {})
+      : spec_(spec), plan_(plan), sliced_(sliced), fast_(fast) {}
 
   absl::StatusOr<Derivation> Run();
+  // The fast derivation met something it does not decide on its own (a folded
+  // layer's representative that does not derive cleanly, a folded value the
+  // renaming does not reach): derive the plan the plain way instead.
+  bool fast_failed() const { return fast_failed_; }
 
  private:
   // Walks the items of `active` (tasks, then collectives, then phantoms), or every
@@ -141,6 +154,26 @@ class Deriver {
   // not carry over (an op the renaming does not reach).
   bool PresetAlike(const Stage& first, const std::vector<Fact>& first_facts,
                    const Stage& member);
+  // The renaming of alike stages `from` -> `to`, ops and the tensors of opaque
+  // shares, with micro-batch copies of either; `reached` turns false when asked
+  // for one outside them.
+  struct Renaming {
+    absl::flat_hash_map<ir::OpId, ir::OpId> ops;
+    absl::flat_hash_map<TensorId, TensorId> tensors;
+    bool reached = true;
+  };
+  Renaming MakeRenaming(const Stage& from, const Stage& to) const;
+  ContribId Rename(ContribId c, Renaming& r);
+  // Presets the slice's values that folded stages of the unit compute from the
+  // facts of their representative's slice stage `rep` (derived on its own as
+  // `first`, whose facts are first_facts); false when one does not carry over.
+  bool PresetFolded(const Stage& first, const std::vector<Fact>& first_facts, const Stage& rep);
+  // Opaque shares: the group of every value, from the unit's (sliced) or found
+  // by the stage partition (explicit).
+  void ShareGroupsFromUnit();
+  // Checks, for every group all of whose members the walk computed, that what
+  // they hold adds up to the complete value.
+  void CheckShareGroups(const std::vector<char>& produced);
 
   // ---- places
   std::string TaskName(const ir::Task& t) const {
@@ -191,7 +224,8 @@ class Deriver {
 
   // The fact a claim states (used for plan inputs and, after a failure, so that
   // later items are checked as if the claim held).
-  Fact FromClaim(ValueId v) const {
+  // An opaque share's claim is what it holds for its readers.
+  Fact FromClaim(ValueId v) {
     const ir::PlanValue& pv = plan_.values[v];
     Fact f;
     f.known = true;
@@ -199,8 +233,13 @@ class Deriver {
     f.box = pv.sub.box;
     f.contrib = pv.sub.part.IsFull()    ? kFullContrib
                 : pv.sub.part.IsEmpty() ? kZeroContrib
-                                        : kBadContrib;
+                : IsShare(v) ? contribs_.Share(pv.sub.tensor, pv.sub.box, pv.sub.part,
+                                               TensorName(pv.sub.tensor))
+                             : kBadContrib;
     return f;
+  }
+  bool IsShare(ValueId v) const {
+    return !share_group_.empty() && share_group_[v] >= 0;
   }
 
   std::string TensorName(TensorId t) const {
@@ -271,6 +310,13 @@ class Deriver {
   const ir::Graph& spec_;
   const ir::Plan& plan_;
   const SlicedPlan* sliced_ = nullptr;
+  const FastPath fast_;
+  bool fast_failed_ = false;
+  // Opaque shares: group of each value (empty: none), members of each group,
+  // and what each member derived to hold (its readers see its claim).
+  std::vector<int> share_group_;
+  std::vector<std::vector<ValueId>> share_members_;
+  absl::flat_hash_map<ValueId, Fact> share_held_;
   ContribStore contribs_;
   std::vector<Fact> facts_;
   absl::flat_hash_map<ValueId, Fact> preset_;
@@ -328,6 +374,12 @@ void Deriver::SetOutput(ValueId v, Fact derived, const std::string& item, int mi
   }
   // A share claim on a complete value or on zeros is a zero-split (one member
   // keeps the value, the others hold zeros); sums check that it is counted once.
+  if (IsShare(v)) {
+    // Readers see the opaque share; its group is checked where it is produced.
+    share_held_[v] = std::move(derived);
+    facts_[v] = FromClaim(v);
+    return;
+  }
   facts_[v] = std::move(derived);
 }
 
@@ -578,9 +630,55 @@ std::optional<Fact> Deriver::Gather(const std::vector<Fact>& in, int dim,
 
 }  // namespace
 
-absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan) {
+namespace {
+
+bool Clean(const Derivation& d) { return d.failures.empty() && d.undecided.empty(); }
+
+}  // namespace
+
+absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan,
+                                         const DeriveOptions& options) {
   LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
-  if (!plan.is_factored()) return Deriver(spec, plan).Run();
+  FastPath shares;
+  shares.shares = true;
+  if (!plan.is_factored()) {
+    if (options.fast) {
+      Deriver fast(spec, plan, nullptr, shares);
+      LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
+      if (!options.plain || (!fast.fast_failed() && Clean(d))) {
+        if (fast.fast_failed()) d.undecided.push_back({"derivation", "the fast derivation gave up"});
+        return d;
+      }
+    }
+    return Deriver(spec, plan).Run();
+  }
+  if (options.fast) {
+    auto mbmap = ir::MicrobatchMap::Build(spec);
+    if (mbmap.ok() && ir::ValidateFactoring(plan, *mbmap).ok() &&
+        CheckMicrobatchSymmetry(spec, *mbmap).ok()) {
+      const LayerFold fold = FoldLayers(spec, plan, *mbmap);
+      SliceOptions slice_options;
+      slice_options.skip_tasks = &fold.skip_tasks;
+      slice_options.skip_collectives = &fold.skip_collectives;
+      slice_options.skip_outputs = &fold.skip_outputs;
+      LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced,
+                            SliceFactoredPlan(spec, plan, slice_options));
+      if (sliced.has_value()) {
+        FastPath fast_path = shares;
+        fast_path.fold = &fold;
+        Deriver fast(spec, sliced->plan, &*sliced, fast_path);
+        LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
+        if (!options.plain || (!fast.fast_failed() && Clean(d))) {
+          if (fast.fast_failed()) {
+            d.undecided.push_back({"derivation", "the fast derivation gave up"});
+          }
+          return d;
+        }
+      }
+    } else if (!options.plain) {
+      return absl::FailedPreconditionError("the fast derivation needs alike micro-batches");
+    }
+  }
   LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced, SliceFactoredPlan(spec, plan));
   if (sliced.has_value()) return Deriver(spec, sliced->plan, &*sliced).Run();
   // Micro-batches that are not copies of one another: derive every copy.

@@ -114,12 +114,26 @@ struct Derivation {
   int64_t stages_reused = 0;
 };
 
-// Derives every value of an explicit plan (expand a factored plan first) and
-// checks coverage of the spec's outputs: the values listed in plan.outputs must
-// hold, for every output tensor of `spec`, boxes that tile it exactly with full
-// values. Errors only for plans ValidatePlan rejects; everything about lineage is
-// a Failure or an Undecided.
-absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan);
+// Two ways to derive a plan. The plain one walks every item (a factored plan's
+// slice, verify/factored.h), cutting only at complete values. The fast one reads
+// values that cross layers as opaque shares where their groups qualify
+// (verify/stages.h) and, for a factored plan, folds alike layers of the unit
+// before slicing (verify/fold.h), so its cost hardly grows with layers,
+// micro-batches or replicas. Neither trusts what the other found: when the fast
+// one finds anything (a failure, an undecided entry) or gives up, the plain one
+// derives the plan again and its findings are the answer, reported at their
+// places as the plain walk meets them.
+struct DeriveOptions {
+  bool fast = true;
+  bool plain = true;  // the fallback; without it, the fast findings are returned
+};
+
+// Derives every value of a plan and checks coverage of the spec's outputs: the
+// values listed in plan.outputs must hold, for every output tensor of `spec`,
+// boxes that tile it exactly with full values. Errors only for plans ValidatePlan
+// rejects; everything about lineage is a Failure or an Undecided.
+absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan,
+                                         const DeriveOptions& options = {});
 
 }  // namespace loom::verify
 

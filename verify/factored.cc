@@ -50,8 +50,9 @@ namespace {
 
 class Slicer {
  public:
-  Slicer(const ir::Graph& spec, const ir::Plan& unit, ir::MicrobatchMap mbmap)
-      : spec_(spec), unit_(unit), f_(*unit.factoring) {
+  Slicer(const ir::Graph& spec, const ir::Plan& unit, ir::MicrobatchMap mbmap,
+         const SliceOptions& options)
+      : spec_(spec), unit_(unit), f_(*unit.factoring), options_(options) {
     out_.mbmap = std::move(mbmap);
     out_.dp = f_.dp;
     out_.microbatches = f_.microbatches;
@@ -79,7 +80,11 @@ class Slicer {
     ir::PlanValue e = ir::ExpandedValue(unit_, out_.mbmap, unit_.values[v], r, m);
     e.id = static_cast<ir::ValueId>(out_.plan.values.size());
     out_.plan.values.push_back(std::move(e));
+    out_.origin.push_back({v, r, m});
     return out_.plan.values.back().id;
+  }
+  static bool Skip(const std::vector<char>* mask, int64_t i) {
+    return mask != nullptr && (*mask)[i] != 0;
   }
   // The slice's value for copy (r, m) of unit value v, a phantom when no item
   // of the slice computes it.
@@ -90,6 +95,7 @@ class Slicer {
   const ir::Graph& spec_;
   const ir::Plan& unit_;
   const ir::Factoring& f_;
+  const SliceOptions& options_;
   std::vector<int64_t> replicas_;          // derived replicas
   std::vector<std::vector<ir::ValueId>> real_;  // [slot][v]: micro-batch 0 copy
   absl::flat_hash_map<int64_t, ir::ValueId> other_;  // every other copy made so far
@@ -99,7 +105,11 @@ class Slicer {
 ir::ValueId Slicer::Resolve(ir::ValueId v, int64_t r, int m) {
   if (!Tagged(v)) m = 0;
   const int slot = Slot(r);
-  if (slot >= 0 && m == 0) return real_[slot][v];
+  if (slot >= 0 && m == 0) {
+    ir::ValueId& id = real_[slot][v];
+    if (id == ir::kNoId) id = NewValue(v, r, 0);
+    return id;
+  }
   auto it = other_.find(Key(v, r, m));
   if (it != other_.end()) return it->second;
   Phantom p;
@@ -120,6 +130,7 @@ ir::ValueId Slicer::Resolve(ir::ValueId v, int64_t r, int m) {
 void Slicer::AddTasks() {
   for (int64_t r : replicas_) {
     for (const ir::Task& task : unit_.tasks) {
+      if (Skip(options_.skip_tasks, task.id)) continue;
       ir::Task e = task;
       e.id = static_cast<ir::TaskId>(out_.plan.tasks.size());
       e.device = task.device + r * f_.dp_device_stride;
@@ -145,6 +156,7 @@ void Slicer::AddCollectives() {
   for (int64_t r : replicas_) {
     for (const ir::Collective& c : unit_.collectives) {
       if (c.spans_dp && r > 0) continue;
+      if (Skip(options_.skip_collectives, c.id)) continue;
       ir::Collective e = c;
       e.id = static_cast<ir::CollectiveId>(out_.plan.collectives.size());
       e.spans_dp = false;
@@ -189,22 +201,22 @@ SlicedPlan Slicer::Run() {
   out_.plan.model = unit_.model;
   out_.plan.mesh = unit_.mesh;
   const ir::ValueId nv = static_cast<ir::ValueId>(unit_.values.size());
+  // A slice that leaves items out makes values as its items and outputs reach
+  // them; a whole one makes every value first, replica by replica.
   real_.assign(replicas_.size(), std::vector<ir::ValueId>(nv, ir::kNoId));
-  for (size_t s = 0; s < replicas_.size(); ++s) {
-    for (ir::ValueId v = 0; v < nv; ++v) real_[s][v] = NewValue(v, replicas_[s], 0);
-  }
-  if (replicas_.size() == 3) {
-    for (ir::ValueId v = 0; v < nv; ++v) {
-      out_.replica_checks.push_back({real_[0][v], real_[1][v], real_[2][v]});
+  if (options_.skip_tasks == nullptr && options_.skip_collectives == nullptr) {
+    for (size_t s = 0; s < replicas_.size(); ++s) {
+      for (ir::ValueId v = 0; v < nv; ++v) real_[s][v] = NewValue(v, replicas_[s], 0);
     }
   }
   AddTasks();
   AddCollectives();
   for (ir::ValueId v : unit_.outputs) {
+    if (Skip(options_.skip_outputs, v)) continue;
     const ir::PlanValue& u = unit_.values[v];
     const bool per_replica = u.dp_dim >= 0 || u.dp_share;
     if (!per_replica && replicas_.size() == 3) {
-      out_.same_in_every_replica.push_back({real_[0][v], real_[1][v]});
+      out_.same_in_every_replica.push_back({Resolve(v, 0, 0), Resolve(v, 1, 0)});
     }
     for (int64_t r = 0; r < f_.dp; ++r) {
       if (!per_replica && Slot(r) < 0) continue;
@@ -213,13 +225,24 @@ SlicedPlan Slicer::Run() {
       }
     }
   }
+  if (replicas_.size() == 3) {
+    for (ir::ValueId v = 0; v < nv; ++v) {
+      if (real_[0][v] == ir::kNoId || real_[1][v] == ir::kNoId || real_[2][v] == ir::kNoId) {
+        continue;
+      }
+      out_.replica_checks.push_back({real_[0][v], real_[1][v], real_[2][v]});
+    }
+  }
+  out_.replicas = replicas_;
+  out_.real = std::move(real_);
   return std::move(out_);
 }
 
 }  // namespace
 
 absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spec,
-                                                            const ir::Plan& plan) {
+                                                            const ir::Plan& plan,
+                                                            const SliceOptions& options) {
   if (!plan.is_factored()) return absl::InvalidArgumentError("the plan is not factored");
   auto mbmap = ir::MicrobatchMap::Build(spec);
   if (!mbmap.ok()) {
@@ -228,7 +251,7 @@ absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spe
   }
   LOOM_RETURN_IF_ERROR(ir::ValidateFactoring(plan, *mbmap));
   if (!CheckMicrobatchSymmetry(spec, *mbmap).ok()) return std::optional<SlicedPlan>();
-  return std::optional<SlicedPlan>(Slicer(spec, plan, *std::move(mbmap)).Run());
+  return std::optional<SlicedPlan>(Slicer(spec, plan, *std::move(mbmap), options).Run());
 }
 
 }  // namespace loom::verify

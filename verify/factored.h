@@ -65,6 +65,27 @@ struct SlicedPlan {
   int64_t dp = 1;
   int microbatches = 1;
   ir::MicrobatchMap mbmap;
+  // The derived replicas, and the slice's value for the micro-batch-0 copy of
+  // each unit value in each of them ([slot][unit value], kNoId where the slice
+  // has none).
+  std::vector<int64_t> replicas;
+  std::vector<std::vector<ir::ValueId>> real;
+  // Where each slice value comes from: unit value, replica, micro-batch.
+  struct Origin {
+    ir::ValueId unit = ir::kNoId;
+    int64_t replica = 0;
+    int microbatch = 0;
+  };
+  std::vector<Origin> origin;
+};
+
+// Unit items a slice leaves out: their work stands for itself elsewhere (a layer
+// alike another, verify/fold.h). Their values that the slice's items read become
+// values no item of the slice computes; outputs they list are not listed.
+struct SliceOptions {
+  const std::vector<char>* skip_tasks = nullptr;        // per unit task
+  const std::vector<char>* skip_collectives = nullptr;  // per unit collective
+  const std::vector<char>* skip_outputs = nullptr;      // per unit value
 };
 
 // OK when the spec's micro-batches are copies of micro-batch 0 (see above).
@@ -73,7 +94,8 @@ absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::Microbatch
 // The slice of a factored plan that ValidatePlan accepted; nullopt when the
 // spec's micro-batches are not copies of one another (expand the plan instead).
 absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spec,
-                                                            const ir::Plan& plan);
+                                                            const ir::Plan& plan,
+                                                            const SliceOptions& options = {});
 
 }  // namespace loom::verify
 

@@ -1,6 +1,8 @@
 #include "verify/stages.h"
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,7 @@ struct Signature {
   std::vector<int64_t> codes;
   std::vector<const ir::AttrMap*> attrs;
   std::vector<const ir::Shape*> shapes;
+  std::vector<const std::string*> names;  // attribute names (replica steps)
 
   size_t Hash() const {
     size_t h = absl::HashOf(codes);
@@ -35,8 +38,12 @@ struct Signature {
     return h;
   }
   bool operator==(const Signature& o) const {
-    if (codes != o.codes || attrs.size() != o.attrs.size() || shapes.size() != o.shapes.size()) {
+    if (codes != o.codes || attrs.size() != o.attrs.size() || shapes.size() != o.shapes.size() ||
+        names.size() != o.names.size()) {
       return false;
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (*names[i] != *o.names[i]) return false;
     }
     for (size_t i = 0; i < attrs.size(); ++i) {
       if (!(*attrs[i] == *o.attrs[i])) return false;
@@ -51,12 +58,15 @@ struct Signature {
 class Encoder {
  public:
   Encoder(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced,
+          const ir::MicrobatchMap* mbmap, const std::vector<int>* share_group,
           const std::vector<int>& item_stage, const std::vector<int64_t>& producer,
           const std::vector<std::vector<ir::ValueId>>& partners, const std::vector<int>& listed,
           int stage)
       : spec_(spec),
         plan_(plan),
         sliced_(sliced),
+        mbmap_(mbmap),
+        share_group_(share_group),
         item_stage_(item_stage),
         producer_(producer),
         partners_(partners),
@@ -67,11 +77,10 @@ class Encoder {
     for (int64_t i : stage.items) Item(i);
     stage.values = std::move(value_order_);
     stage.ops = std::move(op_order_);
+    stage.tensors = std::move(tensor_order_);
     return std::move(sig_);
   }
 
- private:
- public:
  private:
 
   void Put(int64_t x) { sig_.codes.push_back(x); }
@@ -87,6 +96,13 @@ class Encoder {
       sig_.attrs.push_back(&t.attrs);
       Put(static_cast<int64_t>(t.info.phase));
       Put(t.info.microbatch);
+      // Replication rules of a factored plan's unit.
+      Put(static_cast<int64_t>(t.dp_attr_steps.size()));
+      for (const auto& [name, step] : t.dp_attr_steps) {
+        Put(static_cast<int64_t>(std::hash<std::string>()(name)));
+        sig_.names.push_back(&name);
+        Put(step);
+      }
       Values(t.inputs);
       Values(t.outputs);
     } else if (item < nt + nc) {
@@ -97,6 +113,7 @@ class Encoder {
       Put(c.dim);
       Put(c.dim2);
       Put(c.microbatch);
+      Put(c.spans_dp ? 1 : 0);
       Put(static_cast<int64_t>(c.devices.size()));
       Values(c.inputs);
       Values(c.outputs);
@@ -142,6 +159,9 @@ class Encoder {
       Put(piece.hi.den);
     }
     Put(static_cast<int64_t>(pv.sub.combine));
+    Put(pv.dp_dim);
+    Put(pv.dp_share ? 1 : 0);
+    Put(share_group_ != nullptr && (*share_group_)[v] >= 0 ? 1 : 0);
     // What the checks after the walk compare it with: its copies in the other
     // derived replicas, and whether it is a plan output.
     Put(listed_[v]);
@@ -157,7 +177,7 @@ class Encoder {
     const ir::Op& o = spec_.op(op);
     Put(kNewOp);
     const int m = o.info.microbatch;
-    const ir::OpId original = sliced_ != nullptr && m >= 1 ? sliced_->mbmap.Op(op, 0) : ir::kNoId;
+    const ir::OpId original = mbmap_ != nullptr && m >= 1 ? mbmap_->Op(op, 0) : ir::kNoId;
     if (original != ir::kNoId && original != op) {
       // Copy m of a micro-batch-0 op: its structure is that op's, renamed
       // (CheckMicrobatchSymmetry).
@@ -182,12 +202,13 @@ class Encoder {
     auto [it, fresh] = tensors_.try_emplace(t, static_cast<int64_t>(tensors_.size()));
     if (!fresh) return it->second;
     const int64_t code = it->second;
+    tensor_order_.push_back(t);
     const ir::Tensor& x = spec_.tensor(t);
     Put(kNewTensor);
-    if (sliced_ != nullptr) {
-      const int m = sliced_->mbmap.TensorMicrobatch(t);
+    if (mbmap_ != nullptr) {
+      const int m = mbmap_->TensorMicrobatch(t);
       Put(m);
-      const ir::TensorId original = m >= 1 ? sliced_->mbmap.Tensor(t, 0) : ir::kNoId;
+      const ir::TensorId original = m >= 1 ? mbmap_->Tensor(t, 0) : ir::kNoId;
       if (original != ir::kNoId && original != t) {
         Put(kCopyOf);
         Put(Tensor(original));
@@ -203,6 +224,8 @@ class Encoder {
   const ir::Graph& spec_;
   const ir::Plan& plan_;
   const SlicedPlan* sliced_;
+  const ir::MicrobatchMap* mbmap_;
+  const std::vector<int>* share_group_;
   const std::vector<int>& item_stage_;
   const std::vector<int64_t>& producer_;
   const std::vector<std::vector<ir::ValueId>>& partners_;
@@ -213,13 +236,82 @@ class Encoder {
   absl::flat_hash_map<ir::TensorId, int64_t> tensors_;
   std::vector<ir::ValueId> value_order_;
   std::vector<ir::OpId> op_order_;
+  std::vector<ir::TensorId> tensor_order_;
   Signature sig_;
 };
 
 }  // namespace
 
+namespace {
+
+// Finds the opaque share groups of a plan (see StageOptions): values read across
+// stages that claim a share of a sum, grouped by tensor, box, micro-batch and
+// replication rule, where the group qualifies.
+int FindShareGroups(const ir::Plan& plan, const std::vector<int64_t>& producer,
+                    const std::vector<int>& item_stage, const std::vector<char>& crossing,
+                    std::vector<int>& group_of) {
+  const int64_t nv = static_cast<int64_t>(plan.values.size());
+  group_of.assign(nv, -1);
+  // tensor, micro-batch, replication rule, then the box's bounds.
+  using Key = std::vector<int64_t>;
+  absl::flat_hash_map<Key, std::vector<ir::ValueId>> groups;
+  std::vector<Key> order;
+  for (ir::ValueId v = 0; v < nv; ++v) {
+    if (!crossing[v]) continue;
+    const ir::PlanValue& pv = plan.values[v];
+    const ir::ValuePart& part = pv.sub.part;
+    if (part.IsFull() || part.IsEmpty() || pv.dp_share || producer[v] < 0 ||
+        pv.sub.combine != ir::ReduceOp::kSum) {
+      continue;
+    }
+    Key k{pv.sub.tensor, pv.microbatch, pv.dp_dim};
+    for (const ir::Interval& iv : pv.sub.box) {
+      k.push_back(iv.begin);
+      k.push_back(iv.end);
+    }
+    auto [it, fresh] = groups.try_emplace(k);
+    if (fresh) order.push_back(k);
+    it->second.push_back(v);
+  }
+  int count = 0;
+  for (const Key& k : order) {
+    const std::vector<ir::ValueId>& members = groups[k];
+    const int stage = item_stage[producer[members[0]]];
+    bool ok = true;
+    std::vector<ir::ValuePart> parts;
+    for (ir::ValueId v : members) {
+      if (item_stage[producer[v]] != stage) {
+        ok = false;
+        break;
+      }
+      const ir::ValuePart& p = plan.values[v].sub.part;
+      bool seen = false;
+      for (const ir::ValuePart& q : parts) {
+        if (q == p) {
+          seen = true;
+        } else if (!q.Disjoint(p)) {
+          ok = false;
+        }
+      }
+      if (!seen) parts.push_back(p);
+    }
+    if (!ok) continue;
+    ir::ValuePart whole = ir::ValuePart::Empty();
+    for (const ir::ValuePart& p : parts) whole = *whole.Union(p);
+    if (!whole.IsFull()) continue;
+    for (ir::ValueId v : members) group_of[v] = count;
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace
+
 StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
-                               const SlicedPlan* sliced) {
+                               const StageOptions& options) {
+  const SlicedPlan* sliced = options.sliced;
+  const ir::MicrobatchMap* mbmap =
+      options.mbmap != nullptr ? options.mbmap : sliced != nullptr ? &sliced->mbmap : nullptr;
   const int64_t nt = static_cast<int64_t>(plan.tasks.size());
   const int64_t nc = static_cast<int64_t>(plan.collectives.size());
   const int64_t np = sliced == nullptr ? 0 : static_cast<int64_t>(sliced->phantoms.size());
@@ -286,42 +378,66 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   StagePartition out;
   // Stages by layer, in order of their first item.
   absl::flat_hash_map<int, int> stage_of_layer;
-  std::vector<int> item_stage(nitems, -1);
+  std::vector<int>& item_stage = out.item_stage;
+  item_stage.assign(nitems, -1);
   for (int64_t i = 0; i < nitems; ++i) {
     if (layer[i] < 0) continue;
     auto [it, fresh] = stage_of_layer.try_emplace(layer[i], static_cast<int>(out.stages.size()));
     if (fresh) {
       out.stages.emplace_back();
       out.stages.back().layer = layer[i];
+      out.stages.back().index = it->second;
     }
     item_stage[i] = it->second;
     out.stages[it->second].items.push_back(i);
   }
   out.layers = static_cast<int64_t>(out.stages.size());
 
-  // Boundary values; a stage that reads a share from outside is not cut.
-  std::vector<bool> cut(out.stages.size(), true);
-  std::vector<bool> is_boundary_output(nv, false);
-  auto claims_whole = [&](ir::ValueId v) {
-    const ir::ValuePart& part = plan.values[v].sub.part;
-    return part.IsFull() || part.IsEmpty();
-  };
-  auto outside_read = [&](ir::ValueId v, int reader_stage) {
-    const int64_t p = producer[v];
-    const int from = p >= 0 ? item_stage[p] : -1;
-    if (from == reader_stage) return;
-    if (reader_stage >= 0 && !claims_whole(v)) cut[reader_stage] = false;
-    if (from >= 0) is_boundary_output[v] = true;
-  };
-  for (int64_t i = 0; i < nitems; ++i) {
-    for (ir::ValueId v : inputs_of(i, scratch)) outside_read(v, item_stage[i]);
-  }
+  // Values read across stages; the opaque share groups among them.
   std::vector<ir::ValueId> listed(plan.outputs.begin(), plan.outputs.end());
   if (sliced != nullptr) {
     for (const auto& [a, b] : sliced->same_in_every_replica) {
       listed.push_back(a);
       listed.push_back(b);
     }
+  }
+  auto from_stage = [&](ir::ValueId v) {
+    const int64_t p = producer[v];
+    return p >= 0 ? item_stage[p] : -1;
+  };
+  const std::vector<int>* share_group = options.share_group;
+  if (options.find_shares) {
+    std::vector<char> crossing(nv, 0);
+    for (int64_t i = 0; i < nitems; ++i) {
+      if (item_stage[i] < 0) continue;
+      for (ir::ValueId v : inputs_of(i, scratch)) {
+        if (from_stage(v) != item_stage[i]) crossing[v] = 1;
+      }
+    }
+    out.num_share_groups = FindShareGroups(plan, producer, item_stage, crossing, out.share_group);
+    share_group = &out.share_group;
+  }
+
+  // Boundary values; a stage that reads a share from outside is not cut, unless
+  // it reads it as an opaque share.
+  const bool factored = plan.is_factored();
+  std::vector<bool> cut(out.stages.size(), true);
+  std::vector<bool> is_boundary_output(nv, false);
+  auto claims_whole = [&](ir::ValueId v) {
+    const ir::PlanValue& pv = plan.values[v];
+    const ir::ValuePart& part = pv.sub.part;
+    if (part.IsEmpty()) return true;
+    if (part.IsFull()) return !(factored && pv.dp_share);
+    return share_group != nullptr && (*share_group)[v] >= 0;
+  };
+  auto outside_read = [&](ir::ValueId v, int reader_stage) {
+    const int from = from_stage(v);
+    if (from == reader_stage) return;
+    if (reader_stage >= 0 && !claims_whole(v)) cut[reader_stage] = false;
+    if (from >= 0) is_boundary_output[v] = true;
+  };
+  for (int64_t i = 0; i < nitems; ++i) {
+    for (ir::ValueId v : inputs_of(i, scratch)) outside_read(v, item_stage[i]);
   }
   for (ir::ValueId v : listed) outside_read(v, -1);
   for (ir::ValueId v = 0; v < nv; ++v) {
@@ -355,8 +471,8 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
   for (size_t s = 0; s < out.stages.size(); ++s) {
     if (!cut[s]) continue;
-    Signature sig = Encoder(spec, plan, sliced, item_stage, producer, partners, listing,
-                            static_cast<int>(s))
+    Signature sig = Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, partners,
+                            listing, static_cast<int>(s))
                         .Encode(out.stages[s]);
     const size_t h = sig.Hash();
 

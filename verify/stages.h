@@ -43,6 +43,7 @@ namespace loom::verify {
 
 struct Stage {
   int layer = -1;
+  int index = -1;  // among every layer's stage, cut or not, in order of first item
   // Derivation items, ascending: tasks are 0..T-1, collectives T..T+C-1, phantoms
   // of a slice after them, in the order verify/derive.cc walks them.
   std::vector<int64_t> items;
@@ -51,18 +52,48 @@ struct Stage {
   // stages' lists pair up position by position.
   std::vector<ir::ValueId> values;
   std::vector<ir::OpId> ops;
+  std::vector<ir::TensorId> tensors;
+};
+
+// Opaque shares. A value that one stage (or the work outside every stage)
+// produces and another stage reads, claiming a share of a sum (the residual
+// stream that tensor-parallel layers carry as per-rank partial sums), cuts the
+// reading stage only if it is read as what its claim says: an opaque share
+// (verify/contrib.h, Contrib::kShare), of which all that is known is that the
+// shares of its group add up to the complete value. A group is every such value
+// with one tensor, box, micro-batch and data-parallel rule; it qualifies when its
+// members are produced by one stage (or all outside every stage), their parts are
+// equal or disjoint, and the distinct parts make up the whole. Where the group is
+// produced, the derivation checks that what its members hold adds up to the
+// complete value (verify/derive.h); readers see only the shares.
+struct StageOptions {
+  // The plan is this slice's (verify/factored.h).
+  const SlicedPlan* sliced = nullptr;
+  // Micro-batch copies of ops and tensors (the slice's when null and sliced).
+  const ir::MicrobatchMap* mbmap = nullptr;
+  // Find the opaque share groups of the plan (a factored plan's unit, or an
+  // explicit plan).
+  bool find_shares = false;
+  // Or take them as given: the group of each value, -1 for none.
+  const std::vector<int>* share_group = nullptr;
 };
 
 struct StagePartition {
   std::vector<Stage> stages;              // cut stages, by layer
   std::vector<std::vector<int>> classes;  // stages alike; the first stands for all
   int64_t layers = 0;                     // layers with items (cut or not)
+  // With find_shares: the opaque share group of each value (-1 for none).
+  std::vector<int> share_group;
+  int num_share_groups = 0;
+  // The stage index (Stage::index) of each item, -1 for none.
+  std::vector<int> item_stage;
 };
 
-// The cut stages of `plan` (a slice's plan when `sliced` is given) and their
-// classes.
+// The cut stages of `plan` and their classes. A factored plan's unit is encoded
+// with its replication rules (the data-parallel fields of values, tasks and
+// collectives), so that alike stages of the unit have alike slices.
 StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
-                               const SlicedPlan* sliced);
+                               const StageOptions& options);
 
 }  // namespace loom::verify
 

@@ -80,7 +80,7 @@ TEST_P(StagesTest, AlikeLayersAreDerivedOnce) {
 TEST_P(StagesTest, PartitionPairsAlikeStagesPositionByPosition) {
   auto expanded = ir::ExpandPlan(spec_, plan_);
   ASSERT_TRUE(expanded.ok());
-  const StagePartition parts = PartitionStages(spec_, *expanded, nullptr);
+  const StagePartition parts = PartitionStages(spec_, *expanded, StageOptions{});
   bool some_class = false;
   for (const auto& cls : parts.classes) {
     if (cls.size() < 2) continue;

@@ -1,0 +1,113 @@
+// The fast derivation (opaque shares, alike layers folded before slicing) on its
+// own, without the plain derivation to fall back on: it must derive every plan
+// of the strategy matrix cleanly, explicit and factored, fold the alike layers of
+// deeper models, and never derive a mutated plan cleanly.
+
+#include "verify/fold.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "ir/plan.h"
+#include "tests/testing/strategy_matrix.h"
+#include "tests/testing/tiny_step.h"
+#include "transform/parallelize.h"
+#include "verify/derive.h"
+
+namespace loom::verify {
+namespace {
+
+using ::loom::testing::Make;
+using ::loom::testing::TinyStep;
+
+std::string Findings(const Derivation& d) {
+  std::string s;
+  for (const Failure& f : d.failures) {
+    absl::StrAppend(&s, FailureClassName(f.cls), " ", f.item, ": ", f.message, "\n");
+  }
+  for (const Undecided& u : d.undecided) absl::StrAppend(&s, "undecided ", u.item, ": ", u.reason, "\n");
+  return s.substr(0, 3000);
+}
+
+Derivation FastOnly(const ir::Graph& spec, const ir::Plan& plan) {
+  DeriveOptions options;
+  options.plain = false;
+  auto d = DeriveLineage(spec, plan, options);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? *std::move(d) : Derivation{};
+}
+
+class FoldMatrixTest : public ::testing::TestWithParam<::loom::testing::Case> {};
+
+TEST_P(FoldMatrixTest, FastDerivationIsClean) {
+  const auto& c = GetParam();
+  ir::Graph spec = TinyStep(c.model, c.strategy.microbatches, c.layers,
+                            c.batch > 0 ? c.batch : 2 * c.strategy.dp);
+  for (bool factored : {false, true}) {
+    SCOPED_TRACE(factored ? "factored" : "explicit");
+    auto s = c.strategy;
+    s.factored = factored;
+    auto plan = transform::Parallelize(spec, s);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Derivation d = FastOnly(spec, *plan);
+    EXPECT_TRUE(d.failures.empty() && d.undecided.empty()) << Findings(d);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, FoldMatrixTest,
+                         ::testing::ValuesIn(::loom::testing::Matrix()),
+                         [](const auto& info) { return info.param.name; });
+
+struct Deep {
+  std::string name;
+  std::string model;
+  transform::Strategy strategy;
+  int layers;
+};
+
+class FoldDeepTest : public ::testing::TestWithParam<Deep> {};
+
+// Deeper models: the alike layers of each pipeline stage are folded in the unit,
+// the fast derivation is clean and agrees with the plain one.
+TEST_P(FoldDeepTest, AlikeLayersAreFolded) {
+  const Deep& c = GetParam();
+  ir::Graph spec = TinyStep(c.model, c.strategy.microbatches, c.layers, 2 * c.strategy.dp);
+  auto s = c.strategy;
+  s.factored = true;
+  auto plan = transform::Parallelize(spec, s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto mbmap = ir::MicrobatchMap::Build(spec);
+  ASSERT_TRUE(mbmap.ok());
+  const LayerFold fold = FoldLayers(spec, *plan, *mbmap);
+  EXPECT_GE(fold.members.size(), static_cast<size_t>(c.layers / (2 * c.strategy.pp)))
+      << "too few layers folded";
+  EXPECT_GT(fold.folded_items, 0);
+
+  const Derivation fast = FastOnly(spec, *plan);
+  EXPECT_TRUE(fast.failures.empty() && fast.undecided.empty()) << Findings(fast);
+  EXPECT_GE(fast.stages_reused, static_cast<int64_t>(fold.members.size()));
+  DeriveOptions plain;
+  plain.fast = false;
+  auto d = DeriveLineage(spec, *plan, plain);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->failures.empty() && d->undecided.empty()) << Findings(*d);
+  // Fewer items derived, the same laws relied on.
+  EXPECT_LT(fast.items, d->items);
+  ASSERT_EQ(fast.laws.size(), d->laws.size());
+  for (size_t i = 0; i < fast.laws.size(); ++i) EXPECT_EQ(fast.laws[i].key, d->laws[i].key);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, FoldDeepTest,
+    ::testing::Values(Deep{"llama3_dp3_tp2_pp2_mb3", "llama3-8b", Make(3, 2, 2, 3), 8},
+                      Deep{"gpt2_dp2_tp2_pp1_mb2", "gpt2", Make(2, 2, 1, 2), 6},
+                      Deep{"llama3_dp2_tp2_sp_zero1", "llama3-8b", Make(2, 2, 1, 2, 1, true, 1),
+                           6},
+                      Deep{"llama3_recompute_pp2_vpp2", "llama3-8b",
+                           Make(2, 2, 2, 2, 2, false, 0, true), 12},
+                      Deep{"llama3_zero3_dp3", "llama3-8b", Make(3, 2, 1, 2, 1, false, 3), 6}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace loom::verify

@@ -1,0 +1,111 @@
+#include "verify/fold.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+
+namespace loom::verify {
+namespace {
+
+const std::vector<ir::ValueId>& Outputs(const ir::Plan& plan, int64_t item) {
+  const int64_t nt = static_cast<int64_t>(plan.tasks.size());
+  return item < nt ? plan.tasks[item].outputs : plan.collectives[item - nt].outputs;
+}
+
+}  // namespace
+
+LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::MicrobatchMap& mbmap) {
+  LayerFold fold;
+  StageOptions options;
+  options.mbmap = &mbmap;
+  options.find_shares = true;
+  fold.unit = PartitionStages(spec, unit, options);
+  const StagePartition& parts = fold.unit;
+  const int64_t nt = static_cast<int64_t>(unit.tasks.size());
+  const int64_t nc = static_cast<int64_t>(unit.collectives.size());
+  const int64_t nv = static_cast<int64_t>(unit.values.size());
+
+  // The cut stage (index into parts.stages) of every stage index; -1 when not cut.
+  int max_index = -1;
+  for (const Stage& s : parts.stages) max_index = std::max(max_index, s.index);
+  for (int s : parts.item_stage) max_index = std::max(max_index, s);
+  std::vector<int> kept(max_index + 1, -1);
+  for (size_t k = 0; k < parts.stages.size(); ++k) kept[parts.stages[k].index] = static_cast<int>(k);
+
+  // The stage computing each value (kept index; -1 outside stages, -2 uncut).
+  std::vector<int> value_stage(nv, -1);
+  for (int64_t i = 0; i < nt + nc; ++i) {
+    const int s = parts.item_stage[i];
+    if (s < 0) continue;
+    for (ir::ValueId v : Outputs(unit, i)) value_stage[v] = kept[s] >= 0 ? kept[s] : -2;
+  }
+  // Per tensor, the stages of the plan outputs that hold it.
+  absl::flat_hash_map<ir::TensorId, std::vector<int>> output_stages;
+  for (ir::ValueId v : unit.outputs) {
+    std::vector<int>& stages = output_stages[unit.values[v].sub.tensor];
+    if (std::find(stages.begin(), stages.end(), value_stage[v]) == stages.end()) {
+      stages.push_back(value_stage[v]);
+    }
+  }
+  absl::flat_hash_set<ir::TensorId> spec_outputs(spec.outputs().begin(), spec.outputs().end());
+  std::vector<char> listed(nv, 0);
+  for (ir::ValueId v : unit.outputs) listed[v] = 1;
+  auto only_in = [&](ir::TensorId t, int stage) {
+    auto it = output_stages.find(t);
+    return it != output_stages.end() && it->second.size() == 1 && it->second[0] == stage;
+  };
+
+  fold.skip_tasks.assign(nt, 0);
+  fold.skip_collectives.assign(nc, 0);
+  fold.skip_outputs.assign(nv, 0);
+  fold.value_member.assign(nv, -1);
+  fold.value_position.assign(nv, -1);
+  for (const std::vector<int>& cls : parts.classes) {
+    if (cls.size() < 2) continue;
+    const Stage& rep = parts.stages[cls[0]];
+    // Outputs of each member must stand for themselves through the
+    // representative's (see the header).
+    absl::flat_hash_map<ir::TensorId, ir::TensorId> covered;
+    bool foldable = true;
+    for (size_t k = 1; k < cls.size() && foldable; ++k) {
+      const Stage& m = parts.stages[cls[k]];
+      for (size_t i = 0; i < m.values.size() && foldable; ++i) {
+        const ir::ValueId v = m.values[i];
+        if (!listed[v] || value_stage[v] != cls[k]) continue;
+        const ir::TensorId t = unit.values[v].sub.tensor;
+        const ir::TensorId r = unit.values[rep.values[i]].sub.tensor;
+        foldable = only_in(t, cls[k]) && only_in(r, cls[0]) &&
+                   spec_outputs.contains(t) == spec_outputs.contains(r);
+        if (foldable) covered[t] = r;
+      }
+    }
+    if (!foldable) continue;
+    fold.reps.push_back(cls[0]);
+    for (const auto& [t, r] : covered) fold.covered_by[t] = r;
+    for (size_t k = 1; k < cls.size(); ++k) {
+      const int member = static_cast<int>(fold.members.size());
+      fold.members.push_back({cls[k], cls[0]});
+      const Stage& m = parts.stages[cls[k]];
+      for (int64_t i : m.items) {
+        if (i < nt) {
+          fold.skip_tasks[i] = 1;
+        } else {
+          fold.skip_collectives[i - nt] = 1;
+        }
+        ++fold.folded_items;
+      }
+      for (size_t i = 0; i < m.values.size(); ++i) {
+        const ir::ValueId v = m.values[i];
+        if (value_stage[v] != cls[k]) continue;
+        fold.value_member[v] = member;
+        fold.value_position[v] = static_cast<int>(i);
+        if (listed[v]) fold.skip_outputs[v] = 1;
+      }
+    }
+  }
+  return fold;
+}
+
+}  // namespace loom::verify
