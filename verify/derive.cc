@@ -1,6 +1,7 @@
 #include "verify/derive.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -634,11 +635,37 @@ namespace {
 
 bool Clean(const Derivation& d) { return d.failures.empty() && d.undecided.empty(); }
 
+class Clock {
+ public:
+  // Seconds since the last call (or since construction).
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 }  // namespace
 
 absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan,
                                          const DeriveOptions& options) {
+  Clock clock;
+  Derivation::Times times;
   LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+  times.validate = clock.Lap();
+  auto finish = [&](absl::StatusOr<Derivation> d, bool plain) -> absl::StatusOr<Derivation> {
+    if (d.ok()) {
+      d->times.validate = times.validate;
+      d->times.fold += times.fold;
+      d->times.slice += times.slice;
+      d->plain = plain;
+    }
+    return d;
+  };
   FastPath shares;
   shares.shares = true;
   if (!plan.is_factored()) {
@@ -647,22 +674,24 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
       LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
       if (!options.plain || (!fast.fast_failed() && Clean(d))) {
         if (fast.fast_failed()) d.undecided.push_back({"derivation", "the fast derivation gave up"});
-        return d;
+        return finish(std::move(d), false);
       }
     }
-    return Deriver(spec, plan).Run();
+    return finish(Deriver(spec, plan).Run(), true);
   }
   if (options.fast) {
     auto mbmap = ir::MicrobatchMap::Build(spec);
     if (mbmap.ok() && ir::ValidateFactoring(plan, *mbmap).ok() &&
         CheckMicrobatchSymmetry(spec, *mbmap).ok()) {
       const LayerFold fold = FoldLayers(spec, plan, *mbmap);
+      times.fold = clock.Lap();
       SliceOptions slice_options;
       slice_options.skip_tasks = &fold.skip_tasks;
       slice_options.skip_collectives = &fold.skip_collectives;
       slice_options.skip_outputs = &fold.skip_outputs;
       LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced,
                             SliceFactoredPlan(spec, plan, slice_options));
+      times.slice = clock.Lap();
       if (sliced.has_value()) {
         FastPath fast_path = shares;
         fast_path.fold = &fold;
@@ -672,18 +701,21 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
           if (fast.fast_failed()) {
             d.undecided.push_back({"derivation", "the fast derivation gave up"});
           }
-          return d;
+          return finish(std::move(d), false);
         }
       }
     } else if (!options.plain) {
       return absl::FailedPreconditionError("the fast derivation needs alike micro-batches");
     }
   }
+  clock.Lap();
   LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced, SliceFactoredPlan(spec, plan));
-  if (sliced.has_value()) return Deriver(spec, sliced->plan, &*sliced).Run();
+  times.slice += clock.Lap();
+  if (sliced.has_value()) return finish(Deriver(spec, sliced->plan, &*sliced).Run(), true);
   // Micro-batches that are not copies of one another: derive every copy.
   LOOM_ASSIGN_OR_RETURN(ir::Plan explicit_plan, ir::ExpandPlan(spec, plan));
-  return Deriver(spec, explicit_plan).Run();
+  times.slice += clock.Lap();
+  return finish(Deriver(spec, explicit_plan).Run(), true);
 }
 
 }  // namespace loom::verify

@@ -112,6 +112,13 @@ struct Derivation {
   int64_t stages = 0;
   int64_t distinct_stages = 0;
   int64_t stages_reused = 0;
+  // Where the time went, in seconds: checking the plan, folding alike layers,
+  // slicing, deriving the stage classes, the walk of the rest; and whether the
+  // plain derivation had to take over from the fast one.
+  struct Times {
+    double validate = 0, fold = 0, slice = 0, classes = 0, walk = 0;
+  } times;
+  bool plain = false;
 };
 
 // Two ways to derive a plan. The plain one walks every item (a factored plan's

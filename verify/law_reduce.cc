@@ -27,9 +27,14 @@ int64_t LabelIndex(const LawUse& law, const std::string& label) {
   return it == law.labels.end() ? -1 : it - law.labels.begin();
 }
 
-// A routing op's token and slot labels: units of whole groups, each group keeping
-// its T / G tokens and its C slot columns (capacity decides what a group drops, so
-// a group is never shrunk), as many groups as the piece's pattern in groups needs.
+// A routing op's token and slot labels: units of whole groups, as many groups as
+// the piece's pattern in groups needs, each group shrunk to kGroupTokens tokens
+// and kGroupSlots slot columns (so its pairs compete for fewer slots than they
+// are: some are dropped for some expert choices, and the law quantifies over
+// every choice).
+constexpr int64_t kGroupTokens = 2;
+constexpr int64_t kGroupSlots = 1;
+
 absl::Status ReduceRoutingExtents(const LawUse& law, const ir::DimSignature& sig,
                                   std::map<std::string, int64_t>* out) {
   const std::string t = TokenLabel(law, sig);
@@ -47,17 +52,98 @@ absl::Status ReduceRoutingExtents(const LawUse& law, const ir::DimSignature& sig
   }
   const int64_t unit = std::gcd(std::gcd(iv.begin / group_tokens, iv.end / group_tokens), groups);
   const int64_t kept = groups / unit;
-  (*out)[t] = kept * group_tokens;
+  (*out)[t] = kept * std::min(group_tokens, kGroupTokens);
+  (*out)[kRoutingGroups] = kept;
   for (const auto& group : sig.coupled) {
     if (std::find(group.begin(), group.end(), t) == group.end()) continue;
     for (const std::string& l : group) {
       const int64_t c = LabelIndex(law, l);
-      if (l == t || c < 0) continue;
+      if (l == t) continue;
+      if (c < 0) {
+        // Slot columns only in the output (moe_dispatch): `capacity` per group.
+        LOOM_ASSIGN_OR_RETURN(int64_t capacity, law.attrs.GetInt("capacity"));
+        (*out)[l] = kept * std::min(capacity, kGroupSlots);
+        continue;
+      }
       if (law.extents[c] % groups != 0) return absl::InvalidArgumentError("uneven slot columns");
-      (*out)[l] = law.extents[c] / groups * kept;
+      const Interval cv = law.intervals[c];
+      const int64_t slots = law.extents[c] / groups;
+      if (cv.begin * group_tokens != iv.begin * slots || cv.end * group_tokens != iv.end * slots) {
+        return absl::InvalidArgumentError("slot columns of other groups than the tokens'");
+      }
+      (*out)[l] = kept * std::min(slots, kGroupSlots);
     }
   }
   return absl::OkStatus();
+}
+
+// A routing law's groups cropped to the piece's groups and as many on either
+// side (the first, an inner or the last piece): a group reads only its own tokens
+// and indices and writes only its own slot columns, and a piece's position enters
+// its attributes nowhere (`groups` counts its groups), so the law is one
+// identical equation per group.
+absl::StatusOr<LawUse> CropRoutingGroups(const LawUse& law) {
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig,
+                        ir::GetOpSchema(law.kind).signature(law.inputs, law.attrs));
+  const std::string t = TokenLabel(law, sig);
+  const int64_t k = LabelIndex(law, t);
+  if (k < 0) return absl::InvalidArgumentError("a routing law without its token label");
+  LOOM_ASSIGN_OR_RETURN(int64_t groups, law.attrs.GetInt("groups", 1));
+  const int64_t tokens = law.extents[k];
+  if (groups < 1 || tokens % groups != 0) return absl::InvalidArgumentError("unequal groups");
+  const int64_t group_tokens = tokens / groups;
+  const Interval iv = law.intervals[k];
+  if (iv.begin % group_tokens != 0 || iv.end % group_tokens != 0 || iv.size() <= 0) {
+    return absl::InvalidArgumentError("a routing piece that cuts a group");
+  }
+  const int64_t gb = iv.begin / group_tokens, ge = iv.end / group_tokens;
+  const int64_t lo = std::max<int64_t>(0, gb - (ge - gb));
+  const int64_t hi = std::min<int64_t>(groups, ge + (ge - gb));
+  if (hi - lo >= groups) return law;
+  // Every label coupled with the tokens (the slot columns) is cut at the same
+  // groups; a dim carrying it must be the label itself.
+  std::vector<size_t> cut = {static_cast<size_t>(k)};
+  for (const auto& group : sig.coupled) {
+    if (std::find(group.begin(), group.end(), t) == group.end()) continue;
+    for (const std::string& l : group) {
+      const int64_t c = LabelIndex(law, l);
+      if (l != t && c >= 0) cut.push_back(static_cast<size_t>(c));
+    }
+  }
+  LawUse out = law;
+  for (size_t c : cut) {
+    const int64_t e = law.extents[c];
+    if (e % groups != 0) return absl::InvalidArgumentError("uneven slot columns");
+    const int64_t per = e / groups;
+    const Interval cv = law.intervals[c];
+    if (cv.begin != gb * per || cv.end != ge * per) {
+      return absl::InvalidArgumentError("slot columns of other groups than the tokens'");
+    }
+    const std::string& l = law.labels[c];
+    for (size_t i = 0; i < sig.inputs.size(); ++i) {
+      std::vector<int64_t> dims = out.inputs[i].shape.dims();
+      for (size_t d = 0; d < sig.inputs[i].size() && d < dims.size(); ++d) {
+        if (sig.inputs[i][d] != l) continue;
+        if (law.inputs[i].shape.dim(static_cast<int>(d)) != e) {
+          return absl::InvalidArgumentError("a dim carrying a part of a label");
+        }
+        dims[d] = (hi - lo) * per;
+      }
+      out.inputs[i].shape = ir::Shape(dims);
+    }
+    out.intervals[c] = Interval{(gb - lo) * per, (ge - lo) * per};
+    out.extents[c] = (hi - lo) * per;
+  }
+  out.attrs.Set("groups", hi - lo);
+  if (law.attrs.Has("tokens")) out.attrs.Set("tokens", (hi - lo) * group_tokens);
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature after,
+                        ir::GetOpSchema(out.kind).signature(out.inputs, out.attrs));
+  if (after.inputs != sig.inputs || after.outputs != sig.outputs || after.kinds != sig.kinds) {
+    return absl::InvalidArgumentError("cropping relabels the op");
+  }
+  LOOM_RETURN_IF_ERROR(ir::InferOutputTypes(out.kind, out.inputs, out.attrs).status());
+  out.key = LawKey(out);
+  return out;
 }
 
 }  // namespace
@@ -266,6 +352,9 @@ LawUse ReduceLaw(const LawUse& law) {
   auto reduced = ResizeLaw(law, *extents);
   if (!reduced.ok()) return law;
   if (auto cropped = CropSpatialLabels(*reduced); cropped.ok()) reduced = *std::move(cropped);
+  if (IsRouting(reduced->kind)) {
+    if (auto cropped = CropRoutingGroups(*reduced); cropped.ok()) reduced = *std::move(cropped);
+  }
   int64_t before = 0, after = 0;
   for (const auto& t : law.inputs) before += t.shape.num_elements();
   for (const auto& t : reduced->inputs) after += t.shape.num_elements();

@@ -174,8 +174,11 @@ absl::StatusOr<ir::AttrMap> ResizeAttrs(const LawUse& law, const ir::DimSignatur
   return attrs;
 }
 
-// A routing op's size attributes at new sizes: its groups keep their tokens, so
-// `groups` (and moe_dispatch_grad's `tokens`) scale with the token label.
+// A routing op's size attributes at new sizes. Its groups keep their tokens, so
+// `groups` (and moe_dispatch_grad's `tokens`) scale with the token label, unless
+// `extents` names the new group count (kRoutingGroups): then the groups are
+// resized, and moe_dispatch's and moe_dispatch_grad's `capacity` becomes the slot
+// columns per group.
 absl::StatusOr<ir::AttrMap> ResizeRoutingAttrs(const LawUse& law, const ir::DimSignature& sig,
                                                const std::map<std::string, int64_t>& extents) {
   const std::string t = TokenLabel(law, sig);
@@ -184,6 +187,25 @@ absl::StatusOr<ir::AttrMap> ResizeRoutingAttrs(const LawUse& law, const ir::DimS
   const int64_t from = law.extents[k], to = extents.at(t);
   ir::AttrMap attrs = law.attrs;
   LOOM_ASSIGN_OR_RETURN(int64_t groups, law.attrs.GetInt("groups", 1));
+  auto named = extents.find(kRoutingGroups);
+  if (named != extents.end()) {
+    const int64_t g = named->second;
+    if (g <= 0 || to % g != 0) return absl::InvalidArgumentError("tokens in unequal groups");
+    attrs.Set("groups", g);
+    if (law.attrs.Has("tokens")) attrs.Set("tokens", to);
+    if (law.attrs.Has("capacity")) {
+      // The slot columns: the label coupled with the tokens.
+      for (const auto& group : sig.coupled) {
+        if (std::find(group.begin(), group.end(), t) == group.end()) continue;
+        for (const std::string& l : group) {
+          if (l == t || extents.count(l) == 0) continue;
+          if (extents.at(l) % g != 0) return absl::InvalidArgumentError("uneven slot columns");
+          attrs.Set("capacity", extents.at(l) / g);
+        }
+      }
+    }
+    return attrs;
+  }
   LOOM_ASSIGN_OR_RETURN(int64_t scaled, Scale(groups, to, from, "attribute 'groups'"));
   attrs.Set("groups", scaled);
   if (law.attrs.Has("tokens")) {
@@ -281,6 +303,10 @@ absl::Status ReduceSizeLabels(const LawUse& law, const ir::DimSignature& sig,
   if (law.kind != ir::OpKind::kReshape) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> out_types,
                         ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
+  int64_t unit_in = 0, unit_out = 0;
+  for (int64_t d : law.inputs[0].shape.dims()) unit_in += d == 1 ? 1 : 0;
+  for (int64_t d : out_types[0].shape.dims()) unit_out += d == 1 ? 1 : 0;
+  const bool unit_dims = unit_in != unit_out;
   // Each group: the leading label's units times the factor that lets the two
   // sides' other dims (products X and Y) divide the group evenly.
   for (const ReshapeGroup& g : ReshapeGroups(sig)) {
@@ -294,8 +320,10 @@ absl::Status ReduceSizeLabels(const LawUse& law, const ir::DimSignature& sig,
     for (int j : g.out_rest) y *= size(sig.outputs[0][j], out_types[0].shape.dim(j));
     const int64_t lead = size(g.label, law.inputs[0].shape.dim(g.in_lead));
     // In a group with other dims, leading dims above 1 stay above 1, or the
-    // grouping would change (a size-1 dim joins a neighbour group).
-    const bool alone = x == 1 && y == 1;
+    // grouping would change (a size-1 dim joins a neighbour group); so do all
+    // where the reshape adds or drops size-1 dims, which a neighbour of size 1
+    // could otherwise take for its own.
+    const bool alone = x == 1 && y == 1 && !unit_dims;
     const int64_t in_floor =
         alone ? 1 : std::min<int64_t>(law.inputs[0].shape.dim(g.in_lead), 2);
     const int64_t out_floor =

@@ -43,6 +43,10 @@ struct ReshapeGroup {
 // MoE routing kinds (moe_dispatch, moe_combine and their gradients) and the
 // token label of one: dim 0 of its integer routing indices ("" when none).
 bool IsRouting(ir::OpKind kind);
+// An entry of ResizeLaw's extents that is no label: a routing law's new number
+// of token groups, when its groups change size (tokens and slot columns per group
+// follow from the labels' new extents).
+inline constexpr char kRoutingGroups[] = "#groups";
 std::string TokenLabel(const LawUse& law, const ir::DimSignature& sig);
 
 // The groups of a reshape signature, in dim order. Dims before the first group

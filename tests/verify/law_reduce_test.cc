@@ -334,17 +334,57 @@ LawUse DispatchLaw(int64_t groups, ir::Interval tokens) {
   return law;
 }
 
-// A token piece of whole routing groups reduces to whole groups (each keeps its 8
-// tokens and its capacity; `groups` follows) in the piece's pattern, and is proved.
+// A token piece of whole routing groups reduces to whole groups in the piece's
+// pattern (groups 4 and 5 of 16: unit 2 of 8 units), each group shrunk to 2
+// tokens and 1 slot per expert (`groups` and `capacity` follow), cropped to the
+// piece's unit and one on either side; it is proved, as the law itself is.
 TEST(LawReduceTest, RoutingPiecesReduceToWholeGroups) {
   const LawUse law = DispatchLaw(/*groups=*/16, ir::Interval{32, 48});
   const LawUse r = ReduceLaw(law);
-  EXPECT_EQ(r.inputs[0].shape, ir::Shape({64, 1}));  // 8 groups of 8 tokens, d = 1
-  EXPECT_EQ(r.inputs[1].shape, ir::Shape({64, 2}));
-  EXPECT_EQ(r.attrs.GetInt("groups").value_or(0), 8);
-  EXPECT_EQ(r.attrs.GetInt("capacity").value_or(0), 3);
+  EXPECT_EQ(r.inputs[0].shape, ir::Shape({6, 1}));  // 3 groups of 2 tokens, d = 1
+  EXPECT_EQ(r.inputs[1].shape, ir::Shape({6, 2}));
+  EXPECT_EQ(r.attrs.GetInt("groups").value_or(0), 3);
+  EXPECT_EQ(r.attrs.GetInt("capacity").value_or(0), 1);
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid) << r.key;
   EXPECT_EQ(ProveLaw(law, 10000).verdict, smt::Verdict::kValid) << law.key;
+}
+
+// Shrinking routing groups keeps the verdict: on every routing law the matrix
+// uses (groups of a whole sequence's tokens) and on its mutants, the verdict
+// with groups of 2 tokens and 1 slot per expert is what a numeric comparison
+// finds with the law's own groups, and with twice as many of them.
+TEST(LawReduceTest, ShrunkRoutingGroupsKeepTheVerdict) {
+  int shrunk = 0, refuted = 0;
+  for (const LawUse& law : MatrixLaws()) {
+    if (!IsRouting(law.kind)) continue;
+    std::vector<std::pair<std::string, LawUse>> cases = {{"law", law}};
+    for (auto& m : Mutants(law)) cases.push_back(std::move(m));
+    for (const auto& [what, u] : cases) {
+      const LawUse r = ReduceLaw(u);
+      if (r.key == u.key) continue;
+      ++shrunk;
+      const smt::Verdict v = ProveLaw(r, 20000).verdict;
+      if (v == smt::Verdict::kUnknown) continue;
+      if (what == "law") EXPECT_EQ(v, smt::Verdict::kValid) << r.key;
+      if (v == smt::Verdict::kInvalid) ++refuted;
+      for (int64_t factor : {1, 2}) {
+        absl::StatusOr<LawUse> large = u;
+        if (factor > 1) large = Enlarge(u, factor);
+        ASSERT_TRUE(large.ok()) << large.status();
+        auto gap = LawNumericGap(*large, 17 + factor);
+        ASSERT_TRUE(gap.ok()) << gap.status();
+        if (v == smt::Verdict::kValid) {
+          EXPECT_LT(*gap, 1e-9) << what << " proved shrunk, differs at x" << factor << ": "
+                                << u.key;
+        } else {
+          EXPECT_GT(*gap, 1e-12) << what << " refuted shrunk, agrees at x" << factor << ": "
+                                 << u.key;
+        }
+      }
+    }
+  }
+  EXPECT_GT(shrunk, 5);
+  std::printf("shrunk routing laws: %d, refuted among them: %d\n", shrunk, refuted);
 }
 
 // A token piece that cuts a routing group, or that splits tokens sharing one
@@ -400,6 +440,21 @@ TEST(LawReduceTest, ReshapeGroupsKeepShardsAndEqualProducts) {
   ASSERT_NE(r.key, law.key);
   EXPECT_EQ(r.inputs[0].shape, ir::Shape({1, 1, 16}));
   EXPECT_EQ(r.attrs.GetInts("shape").value(), (std::vector<int64_t>{1, 1, 8, 2}));
+  EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
+}
+
+// A reshape that drops a size-1 dim (DeepSeek's [b, s, 1, d] -> [b, s, d]) keeps
+// its other dims above 1 at reduced sizes, else a neighbour of size 1 would be
+// taken for the dropped one and the dims relabelled.
+TEST(LawReduceTest, ReshapeDroppingAUnitDimKeepsItsLabels) {
+  const ir::TensorType x{ir::Shape({32, 4096, 1, 64}), ir::DType::kF32};
+  const LawUse law = MakeLaw(ir::OpKind::kReshape, {x},
+                             ir::AttrMap{{"shape", std::vector<int64_t>{32, 4096, 64}}},
+                             {{"d0", {ir::Interval{9, 10}, 32}}});
+  const LawUse r = ReduceLaw(law);
+  ASSERT_NE(r.key, law.key);
+  EXPECT_EQ(r.inputs[0].shape, ir::Shape({32, 2, 1, 2}));
+  EXPECT_EQ(r.attrs.GetInts("shape").value(), (std::vector<int64_t>{32, 2, 2}));
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
 }
 
