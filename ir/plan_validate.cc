@@ -1,6 +1,7 @@
 // ValidatePlan: structural checks of a plan against its spec.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,9 +28,15 @@ class Validator {
   absl::Status Run();
 
  private:
+  // The place of an item, written out only when an error names it.
+  using Where = std::function<std::string()>;
   template <typename... Args>
   absl::Status Error(absl::string_view where, const Args&... message) const {
     return absl::InvalidArgumentError(absl::StrCat("plan: ", where, ": ", message...));
+  }
+  template <typename... Args>
+  absl::Status Error(const Where& where, const Args&... message) const {
+    return Error(absl::string_view(where()), message...);
   }
   std::string ValueWhere(int i) const;
   std::string TaskWhere(int i) const;
@@ -43,14 +50,14 @@ class Validator {
   // Empty when `device` may hold items of this plan, else why not.
   std::string DeviceProblem(int64_t device) const;
   std::string MicrobatchProblem(int microbatch) const;
-  absl::Status SetProducer(ValueId v, PlanStep step, absl::string_view where);
+  absl::Status SetProducer(ValueId v, PlanStep step, const Where& where);
 
   absl::Status CheckMesh();
   absl::Status CheckValue(int i) const;
   absl::Status CheckTask(int i);
-  absl::Status CheckTaskTypes(const Task& task, absl::string_view where) const;
+  absl::Status CheckTaskTypes(const Task& task, const Where& where) const;
   absl::Status CheckCollective(int i);
-  absl::Status CheckCollectiveTypes(const Collective& c, absl::string_view where) const;
+  absl::Status CheckCollectiveTypes(const Collective& c, const Where& where) const;
   absl::Status CheckOrder() const;
 
   const Graph& spec_;
@@ -110,7 +117,7 @@ std::string Validator::MicrobatchProblem(int microbatch) const {
   return "";
 }
 
-absl::Status Validator::SetProducer(ValueId v, PlanStep step, absl::string_view where) {
+absl::Status Validator::SetProducer(ValueId v, PlanStep step, const Where& where) {
   PlanStep& p = producer_[v];
   if (p.id != kNoId) {
     return Error(where, "value ", v, " is also written by ",
@@ -136,7 +143,7 @@ absl::Status Validator::CheckMesh() {
 
 absl::Status Validator::CheckValue(int i) const {
   const PlanValue& v = plan_.values[i];
-  const std::string where = ValueWhere(i);
+  const Where where = [this, i] { return ValueWhere(i); };
   if (v.id != i) {
     return Error(where, "id is ", v.id, ", expected ", i, " (value ids are dense and in order)");
   }
@@ -146,21 +153,21 @@ absl::Status Validator::CheckValue(int i) const {
     return Error(where, "unknown tensor id ", v.sub.tensor);
   }
   const Tensor& t = spec_.tensor(v.sub.tensor);
-  const std::string tensor = absl::StrCat("tensor '", t.name, "' ", t.type().ToString());
+  auto tensor = [&t] { return absl::StrCat("tensor '", t.name, "' ", t.type().ToString()); };
   if (static_cast<int>(v.sub.box.size()) != t.shape.rank()) {
     return Error(where, "box ", BoxToString(v.sub.box), " has ", v.sub.box.size(), " dims, ",
-                 tensor, " has ", t.shape.rank());
+                 tensor(), " has ", t.shape.rank());
   }
   for (int d = 0; d < t.shape.rank(); ++d) {
     const Interval& iv = v.sub.box[d];
     if (iv.begin < 0 || iv.begin > iv.end || iv.end > t.shape.dim(d)) {
-      return Error(where, "box ", BoxToString(v.sub.box), " lies outside ", tensor, " in dim ",
+      return Error(where, "box ", BoxToString(v.sub.box), " lies outside ", tensor(), " in dim ",
                    d);
     }
   }
   const int tensor_mb = mbmap_.TensorMicrobatch(v.sub.tensor);
   if (tensor_mb >= 0 && v.microbatch != tensor_mb) {
-    return Error(where, tensor, " belongs to micro-batch ", tensor_mb, ", the value to ",
+    return Error(where, tensor(), " belongs to micro-batch ", tensor_mb, ", the value to ",
                  v.microbatch);
   }
   if (!plan_.is_factored()) {
@@ -170,7 +177,7 @@ absl::Status Validator::CheckValue(int i) const {
     return absl::OkStatus();
   }
   if (v.dp_dim < -1 || v.dp_dim >= t.shape.rank()) {
-    return Error(where, "dp_dim ", v.dp_dim, " is not a dim of ", tensor);
+    return Error(where, "dp_dim ", v.dp_dim, " is not a dim of ", tensor());
   }
   if (v.dp_dim >= 0) {
     const Interval& iv = v.sub.box[v.dp_dim];
@@ -178,7 +185,7 @@ absl::Status Validator::CheckValue(int i) const {
                               static_cast<__int128>(dp_ - 1) * iv.size();
     if (last_end > t.shape.dim(v.dp_dim)) {
       return Error(where, "box ", BoxToString(v.sub.box), " shifted along dim ", v.dp_dim,
-                   " for ", dp_, " replicas leaves ", tensor);
+                   " for ", dp_, " replicas leaves ", tensor());
     }
   }
   return absl::OkStatus();
@@ -186,7 +193,7 @@ absl::Status Validator::CheckValue(int i) const {
 
 absl::Status Validator::CheckTask(int i) {
   const Task& task = plan_.tasks[i];
-  const std::string where = TaskWhere(i);
+  const Where where = [this, i] { return TaskWhere(i); };
   if (task.id != i) {
     return Error(where, "id is ", task.id, ", expected ", i, " (task ids are dense and in order)");
   }
@@ -226,20 +233,20 @@ absl::Status Validator::CheckTask(int i) {
   }
   if (task.op != kNoId) {
     const Op& op = spec_.op(task.op);
-    const std::string desc = DescribeOp(spec_, op);
-    if (op.kind != task.kind) return Error(where, "computes a piece of ", desc);
+    auto desc = [&] { return DescribeOp(spec_, op); };
+    if (op.kind != task.kind) return Error(where, "computes a piece of ", desc());
     if (op.info.microbatch != task.info.microbatch) {
-      return Error(where, "computes a piece of ", desc, " of micro-batch ", op.info.microbatch);
+      return Error(where, "computes a piece of ", desc(), " of micro-batch ", op.info.microbatch);
     }
     if (task.outputs.size() != op.outputs.size()) {
-      return Error(where, "has ", task.outputs.size(), " outputs, ", desc, " has ",
+      return Error(where, "has ", task.outputs.size(), " outputs, ", desc(), " has ",
                    op.outputs.size());
     }
     for (size_t k = 0; k < task.outputs.size(); ++k) {
       const TensorId claimed = plan_.values[task.outputs[k]].sub.tensor;
       if (claimed != op.outputs[k]) {
         return Error(where, "output ", k, ": value ", task.outputs[k], " claims tensor '",
-                     spec_.tensor(claimed).name, "', ", desc, " writes '",
+                     spec_.tensor(claimed).name, "', ", desc(), " writes '",
                      spec_.tensor(op.outputs[k]).name, "'");
       }
     }
@@ -247,21 +254,30 @@ absl::Status Validator::CheckTask(int i) {
   return CheckTaskTypes(task, where);
 }
 
-absl::Status Validator::CheckTaskTypes(const Task& task, absl::string_view where) const {
+absl::Status Validator::CheckTaskTypes(const Task& task, const Where& where) const {
   std::vector<TensorType> in;
-  std::vector<std::string> described;
+  // An untagged task of a factored plan reads every micro-batch's copy.
+  auto copies = [&](const PlanValue& value) {
+    return plan_.is_factored() && task.info.microbatch == -1 && value.microbatch == 0
+               ? mbmap_.microbatches()
+               : 1;
+  };
   for (ValueId v : task.inputs) {
     const PlanValue& value = plan_.values[v];
     TensorType type{ValueShape(value), value.dtype};
-    // An untagged task of a factored plan reads every micro-batch's copy.
-    const int copies = plan_.is_factored() && task.info.microbatch == -1 && value.microbatch == 0
-                           ? mbmap_.microbatches()
-                           : 1;
-    for (int m = 0; m < copies; ++m) in.push_back(type);
-    described.push_back(absl::StrCat("value ", v, " ", type.ToString(),
-                                     copies > 1 ? absl::StrCat(" x ", copies, " micro-batches")
-                                                : ""));
+    const int n = copies(value);
+    for (int m = 0; m < n; ++m) in.push_back(type);
   }
+  auto described = [&] {
+    std::vector<std::string> out;
+    for (ValueId v : task.inputs) {
+      const PlanValue& value = plan_.values[v];
+      const int n = copies(value);
+      out.push_back(absl::StrCat("value ", v, " ", ValueType(v),
+                                 n > 1 ? absl::StrCat(" x ", n, " micro-batches") : ""));
+    }
+    return out;
+  };
   // Attributes stepping with the replica are linear in r: replicas 0 and dp-1 bound
   // every other.
   std::vector<std::pair<std::string, AttrMap>> variants = {{"", task.attrs}};
@@ -275,14 +291,14 @@ absl::Status Validator::CheckTaskTypes(const Task& task, absl::string_view where
       }
       last.Set(name, static_cast<int64_t>(v));
     }
-    variants.push_back({absl::StrCat("in replica ", dp_ - 1, " ", last.ToString(), ": "),
-                        std::move(last)});
+    std::string prefix = absl::StrCat("in replica ", dp_ - 1, " ", last.ToString(), ": ");
+    variants.push_back({std::move(prefix), std::move(last)});
   }
   for (const auto& [prefix, attrs] : variants) {
     auto out = InferOutputTypes(task.kind, in, attrs);
     if (!out.ok()) {
       return Error(where, prefix, out.status().message(), " (inputs: ",
-                   absl::StrJoin(described, ", "), ")");
+                   absl::StrJoin(described(), ", "), ")");
     }
     if (out->size() != task.outputs.size()) {
       return Error(where, prefix, "has ", task.outputs.size(), " outputs, '",
@@ -303,7 +319,7 @@ absl::Status Validator::CheckTaskTypes(const Task& task, absl::string_view where
 
 absl::Status Validator::CheckCollective(int i) {
   const Collective& c = plan_.collectives[i];
-  const std::string where = CollectiveWhere(i);
+  const Where where = [this, i] { return CollectiveWhere(i); };
   if (c.id != i) {
     return Error(where, "id is ", c.id, ", expected ", i,
                  " (collective ids are dense and in order)");
@@ -366,7 +382,7 @@ absl::Status Validator::CheckCollective(int i) {
   return CheckCollectiveTypes(c, where);
 }
 
-absl::Status Validator::CheckCollectiveTypes(const Collective& c, absl::string_view where) const {
+absl::Status Validator::CheckCollectiveTypes(const Collective& c, const Where& where) const {
   const PlanValue& first = plan_.values[c.inputs[0]];
   const Shape in_shape = ValueShape(first);
   for (size_t k = 1; k < c.inputs.size(); ++k) {

@@ -324,6 +324,56 @@ std::optional<ContribId> ContribStore::Extrapolate(ContribId a, ContribId b, int
   }
 }
 
+std::optional<ContribId> ContribStore::ProgressionSum(ContribId a, ContribId b, int64_t n) {
+  if (n == 1) return a;
+  if (a == b) return a == kZeroContrib ? std::optional<ContribId>(a) : std::nullopt;
+  const Contrib ca = contribs_[a];
+  const Contrib cb = contribs_[b];
+  if (ca.kind != cb.kind) return std::nullopt;
+  if (ca.kind == Contrib::kLin) {
+    if (ca.desc != cb.desc || ca.parts.size() != cb.parts.size()) return std::nullopt;
+    std::vector<ContribId> parts;
+    for (size_t i = 0; i < ca.parts.size(); ++i) {
+      auto p = ProgressionSum(ca.parts[i], cb.parts[i], n);
+      if (!p.has_value()) return std::nullopt;
+      parts.push_back(*p);
+    }
+    return Lin(ca.desc, std::move(parts));
+  }
+  if (ca.kind != Contrib::kRed || ca.family != cb.family || ca.chunks.size() != cb.chunks.size() ||
+      ca.additive != cb.additive) {
+    return std::nullopt;
+  }
+  // n copies of an additive input would count it n times.
+  if (std::any_of(ca.additive.begin(), ca.additive.end(), [](int x) { return x != 0; })) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t> extents = families_[ca.family].extents;
+  std::vector<ContribId> spans;
+  for (size_t j = 0; j < ca.chunks.size(); ++j) {
+    const ir::Box& x = ca.chunks[j];
+    const ir::Box& y = cb.chunks[j];
+    if (x.size() != y.size() || x.size() > extents.size()) return std::nullopt;
+    int moved = -1;
+    for (size_t d = 0; d < x.size(); ++d) {
+      if (x[d] == y[d]) continue;
+      const int64_t w = x[d].size();
+      if (moved >= 0 || w <= 0 || y[d].begin != x[d].begin + w || y[d].end != x[d].end + w) {
+        return std::nullopt;
+      }
+      moved = static_cast<int>(d);
+    }
+    if (moved < 0) return std::nullopt;
+    ir::Box span = x;
+    span[moved].end = x[moved].begin + n * x[moved].size();
+    if (span[moved].end > extents[moved]) return std::nullopt;
+    spans.push_back(Red(ca.family, {span}, ca.additive));
+  }
+  SumResult r = Sum(spans, families_[ca.family].reduce);
+  if (!r.ok) return std::nullopt;
+  return r.id;
+}
+
 ContribId ContribStore::Share(ir::TensorId tensor, const ir::Box& box, const ir::ValuePart& part,
                               const std::string& name) {
   if (part.IsFull()) return kFullContrib;

@@ -85,6 +85,12 @@ class ContribStore {
   // bounds are a + t (b - a), bound by bound. nullopt when the structures differ
   // or a bound leaves its reduction's index space.
   std::optional<ContribId> Extrapolate(ContribId a, ContribId b, int64_t t);
+  // The sum over r = 0..n-1 of Extrapolate(a, b, r) in closed form, where it has
+  // one: chunks of a reduction that move by their own width along one dim
+  // (replica r holding the r-th slice of a split batch), position by position in
+  // linear pieces, zeros. nullopt otherwise (sum the n terms instead); never a
+  // result the n-term sum would not give.
+  std::optional<ContribId> ProgressionSum(ContribId a, ContribId b, int64_t n);
   const Family& family(int id) const { return families_[id]; }
   std::string Describe(ContribId id) const;
   // A concrete reading of what a value holding `id` holds, one clause: every term

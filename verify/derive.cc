@@ -269,6 +269,9 @@ class Deriver {
   std::string FirstGap(const Box& whole, const std::vector<Box>& boxes) const;
   void DeriveLocal(const ir::Task& t);
   void DeriveCollective(const ir::Collective& c);
+  // A data-parallel sum listed for the derived replicas only (SlicedPlan::
+  // elided): each member's replicas summed in closed form, then the members.
+  void DeriveReplicaSum(const ir::Collective& c, const std::vector<Fact>& in);
   void CheckCoverage();
 
   // ---- sliced factored plans (derive_factored.inc)
@@ -689,6 +692,7 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
       slice_options.skip_tasks = &fold.skip_tasks;
       slice_options.skip_collectives = &fold.skip_collectives;
       slice_options.skip_outputs = &fold.skip_outputs;
+      slice_options.compress_replicas = true;
       LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced,
                             SliceFactoredPlan(spec, plan, slice_options));
       times.slice = clock.Lap();

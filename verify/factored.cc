@@ -163,7 +163,19 @@ void Slicer::AddCollectives() {
       e.devices.clear();
       e.inputs.clear();
       e.outputs.clear();
-      if (!c.spans_dp) {
+      int64_t elided = 0;
+      if (c.spans_dp && options_.compress_replicas && f_.dp > 3 &&
+          c.kind == ir::CollectiveKind::kAllReduce && c.reduce == ir::ReduceOp::kSum) {
+        // The derived replicas' members only; the others are summed in closed form.
+        elided = f_.dp;
+        for (size_t i = 0; i < c.devices.size(); ++i) {
+          for (int64_t rr : replicas_) {
+            e.devices.push_back(c.devices[i] + rr * f_.dp_device_stride);
+            e.inputs.push_back(Resolve(c.inputs[i], rr, 0));
+            e.outputs.push_back(Resolve(c.outputs[i], rr, 0));
+          }
+        }
+      } else if (!c.spans_dp) {
         for (int64_t d : c.devices) e.devices.push_back(d + r * f_.dp_device_stride);
         for (ir::ValueId v : c.inputs) e.inputs.push_back(Resolve(v, r, 0));
         for (ir::ValueId v : c.outputs) e.outputs.push_back(Resolve(v, r, 0));
@@ -193,6 +205,7 @@ void Slicer::AddCollectives() {
         }
       }
       out_.plan.collectives.push_back(std::move(e));
+      out_.elided.push_back(elided);
     }
   }
 }

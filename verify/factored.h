@@ -77,6 +77,12 @@ struct SlicedPlan {
     int microbatch = 0;
   };
   std::vector<Origin> origin;
+  // Per slice collective: 0, or the replica count of a data-parallel sum whose
+  // members are listed for the derived replicas only (SliceOptions::
+  // compress_replicas): member (unit member i, derived replica s) at
+  // i * replicas.size() + s; the others are replica phantoms, summed in closed
+  // form (ContribStore::ProgressionSum).
+  std::vector<int64_t> elided;
 };
 
 // Unit items a slice leaves out: their work stands for itself elsewhere (a layer
@@ -86,6 +92,9 @@ struct SliceOptions {
   const std::vector<char>* skip_tasks = nullptr;        // per unit task
   const std::vector<char>* skip_collectives = nullptr;  // per unit collective
   const std::vector<char>* skip_outputs = nullptr;      // per unit value
+  // Data-parallel sums (all-reduce spanning the replicas) list the derived
+  // replicas' members only (SlicedPlan::elided).
+  bool compress_replicas = false;
 };
 
 // OK when the spec's micro-batches are copies of micro-batch 0 (see above).

@@ -11,7 +11,7 @@
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 #include "verify/law_resize.h"
-#include "verify/law_resize.h"
+#include "verify/laws.h"
 
 namespace loom::verify {
 namespace {
@@ -259,9 +259,25 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
 absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
   const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
   // A piece's position along a label reaches its kernel only through piece
-  // attributes; kinds that have none see every position alike.
-  if (schema.shard_attrs != nullptr) return law;
+  // attributes: a label is cropped only where they are the same at every
+  // position of the piece along it (kinds without any see every position alike).
+  if (IsRouting(law.kind)) return law;  // groups: CropRoutingGroups
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
+  absl::StatusOr<ir::AttrMap> own = PieceAttrsAt(law, 0, law.intervals.empty()
+                                                            ? Interval{}
+                                                            : law.intervals[0]);
+  if (!own.ok()) return law;
+  auto blind = [&](size_t k) {
+    if (schema.shard_attrs == nullptr) return true;
+    const Interval iv = law.intervals[k];
+    const int64_t w = iv.size();
+    if (w <= 0 || iv.begin % w != 0 || law.extents[k] % w != 0) return false;
+    for (int64_t b = 0; b < law.extents[k]; b += w) {
+      auto a = PieceAttrsAt(law, k, Interval{b, b + w});
+      if (!a.ok() || !(*a == *own)) return false;
+    }
+    return true;
+  };
   std::set<std::string> coupled;
   for (const auto& group : sig.coupled) coupled.insert(group.begin(), group.end());
   const std::set<std::string> fixed_size = SizeFixedLabels(law);
@@ -282,7 +298,7 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
         }
       }
     }
-    return law.intervals[k].size() > 0;
+    return law.intervals[k].size() > 0 && blind(k);
   };
   // The piece and one piece of its width on each side, within the label.
   auto window = [&](size_t k) {

@@ -318,6 +318,31 @@ std::optional<LawProof> BuildGoals(
 
 }  // namespace
 
+absl::StatusOr<ir::AttrMap> PieceAttrsAt(const LawUse& law, size_t k, ir::Interval moved) {
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  if (schema.shard_attrs == nullptr) return law.attrs;
+  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> out_types,
+                        ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
+  std::map<std::string, std::pair<Interval, int64_t>> at;
+  for (size_t j = 0; j < law.labels.size(); ++j) {
+    at[law.labels[j]] = {j == k ? moved : law.intervals[j], law.extents[j]};
+  }
+  at = WithCoupled(sig, std::move(at));
+  std::vector<Box> in_boxes(law.inputs.size()), out_boxes(out_types.size());
+  for (size_t i = 0; i < law.inputs.size(); ++i) {
+    if (i >= sig.inputs.size() || !BoxFor(sig.inputs[i], law.inputs[i].shape, at, &in_boxes[i])) {
+      return absl::InvalidArgumentError("the piece's input boxes do not build");
+    }
+  }
+  for (size_t o = 0; o < out_types.size(); ++o) {
+    if (o >= sig.outputs.size() || !BoxFor(sig.outputs[o], out_types[o].shape, at, &out_boxes[o])) {
+      return absl::InvalidArgumentError("the piece's output boxes do not build");
+    }
+  }
+  return schema.shard_attrs(law.attrs, law.inputs, in_boxes, out_types, out_boxes);
+}
+
 std::string LawCacheKey(const LawUse& law) {
   return absl::StrCat("v", SemanticsVersion(law.kind), "|", law.key);
 }

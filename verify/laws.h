@@ -47,6 +47,11 @@ LawProof ProveLaw(const LawUse& law, unsigned timeout_ms);
 // pieces compose). Errors when the instance does not build.
 absl::StatusOr<double> LawNumericGap(const LawUse& law, uint64_t seed);
 
+// The attributes the op's schema gives the law's piece (the op's own when its
+// kind has no piece attributes), with label k's interval replaced by `moved`.
+// Errors when the piece does not build there.
+absl::StatusOr<ir::AttrMap> PieceAttrsAt(const LawUse& law, size_t k, ir::Interval moved);
+
 // The law's cache key: its LawUse key and the symbolic semantics version of its kind.
 std::string LawCacheKey(const LawUse& law);
 

@@ -458,7 +458,9 @@ TEST(LawReduceTest, ReshapeDroppingAUnitDimKeepsItsLabels) {
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
 }
 
-// pick_grad's vocabulary is an attribute: it follows the reduced output dim.
+// pick_grad's vocabulary is an attribute: it follows the reduced output dim. Its
+// piece attributes do not depend on where the piece lies along the positions, so
+// those are cropped to the first piece and its neighbour (8 units, then 2).
 TEST(LawReduceTest, PickGradVocabularyShrinks) {
   const ir::TensorType targets{ir::Shape({1, 8192}), ir::DType::kI64};
   const ir::TensorType dy{ir::Shape({1, 8192}), ir::DType::kF32};
@@ -467,8 +469,23 @@ TEST(LawReduceTest, PickGradVocabularyShrinks) {
                              {{"d1", {ir::Interval{0, 1024}, 8192}}});
   const LawUse r = ReduceLaw(law);
   EXPECT_EQ(r.attrs.GetInt("vocab").value(), 2);
-  EXPECT_EQ(r.inputs[1].shape, ir::Shape({1, 8}));
+  EXPECT_EQ(r.inputs[1].shape, ir::Shape({1, 2}));
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
+}
+
+// An embedding piece of a vocabulary range (piece attribute vocab_begin) and of
+// one of 64 batch rows: the attribute does not change as the piece moves along
+// the batch, so the batch is cropped; the vocabulary, which it does follow, is not.
+TEST(LawReduceTest, PieceAttributesBlindToALabelLetItBeCropped) {
+  const ir::TensorType ids{ir::Shape({64, 1}), ir::DType::kI64};
+  const ir::TensorType table{ir::Shape({16, 1}), ir::DType::kF64};
+  const LawUse law = MakeLaw(ir::OpKind::kEmbedding, {ids, table}, ir::AttrMap{},
+                             {{"b0", {ir::Interval{10, 11}, 64}}, {"v", {ir::Interval{4, 6}, 16}}});
+  auto c = CropSpatialLabels(law);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->inputs[0].shape, ir::Shape({3, 1}));   // rows 9..11, the piece in the middle
+  EXPECT_EQ(c->inputs[1].shape, ir::Shape({16, 1}));  // the vocabulary kept whole
+  EXPECT_EQ(ProveLaw(*c, 10000).verdict, smt::Verdict::kValid);
 }
 
 // A law that is not reduced (a vocabulary offset) and too large is undecided
