@@ -319,6 +319,8 @@ absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap);
 // arbitrary input. Errors name the item and place
 // ("plan: task 381 'linear' (device 5, micro-batch 2): input 1: value 99 is on device 4").
 absl::Status ValidatePlan(const Graph& spec, const Plan& plan);
+// The same with the spec's micro-batch map already built (MicrobatchMap::Build).
+absl::Status ValidatePlan(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap);
 
 // Shape of a value: the extents of its box.
 Shape ValueShape(const PlanValue& value);

@@ -23,7 +23,8 @@ std::string TypeString(const Shape& shape, DType dtype) {
 
 class Validator {
  public:
-  Validator(const Graph& spec, const Plan& plan) : spec_(spec), plan_(plan) {}
+  Validator(const Graph& spec, const Plan& plan, const MicrobatchMap* mbmap = nullptr)
+      : spec_(spec), plan_(plan), mbmap_(mbmap) {}
 
   absl::Status Run();
 
@@ -55,17 +56,33 @@ class Validator {
   absl::Status CheckMesh();
   absl::Status CheckValue(int i) const;
   absl::Status CheckTask(int i);
-  absl::Status CheckTaskTypes(const Task& task, const Where& where) const;
+  absl::Status CheckTaskTypes(const Task& task, const Where& where);
+  absl::Status InferTaskTypes(const Task& task, const Where& where) const;
   absl::Status CheckCollective(int i);
   absl::Status CheckCollectiveTypes(const Collective& c, const Where& where) const;
   absl::Status CheckOrder() const;
 
   const Graph& spec_;
   const Plan& plan_;
-  MicrobatchMap mbmap_;
+  const MicrobatchMap* mbmap_;  // given, or owned_mbmap_
+  MicrobatchMap owned_mbmap_;
   int64_t num_devices_ = 1;
   int64_t dp_ = 1;  // factored plans: replicas of the unit
   std::vector<PlanStep> producer_;  // by value; id kNoId = not produced
+  // Kinds, attributes and value shapes whose type inference passed.
+  struct TypeKey {
+    OpKind kind = OpKind::kAdd;
+    AttrMap attrs;
+    std::vector<int64_t> dims;
+    bool operator==(const TypeKey& o) const {
+      return kind == o.kind && dims == o.dims && attrs == o.attrs;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const TypeKey& k) {
+      return H::combine(std::move(h), static_cast<int>(k.kind), k.dims, k.attrs.values().size());
+    }
+  };
+  absl::flat_hash_set<TypeKey> checked_types_;
 };
 
 std::string Validator::ValueWhere(int i) const {
@@ -110,9 +127,9 @@ std::string Validator::MicrobatchProblem(int microbatch) const {
     }
     return "";
   }
-  if (microbatch < -1 || microbatch >= mbmap_.microbatches()) {
+  if (microbatch < -1 || microbatch >= mbmap_->microbatches()) {
     return absl::StrCat("micro-batch ", microbatch, " is outside the spec's ",
-                        mbmap_.microbatches(), " micro-batches");
+                        mbmap_->microbatches(), " micro-batches");
   }
   return "";
 }
@@ -165,7 +182,7 @@ absl::Status Validator::CheckValue(int i) const {
                    d);
     }
   }
-  const int tensor_mb = mbmap_.TensorMicrobatch(v.sub.tensor);
+  const int tensor_mb = mbmap_->TensorMicrobatch(v.sub.tensor);
   if (tensor_mb >= 0 && v.microbatch != tensor_mb) {
     return Error(where, tensor(), " belongs to micro-batch ", tensor_mb, ", the value to ",
                  v.microbatch);
@@ -254,12 +271,41 @@ absl::Status Validator::CheckTask(int i) {
   return CheckTaskTypes(task, where);
 }
 
-absl::Status Validator::CheckTaskTypes(const Task& task, const Where& where) const {
+absl::Status Validator::CheckTaskTypes(const Task& task, const Where& where) {
+  // Tasks of alike layers repeat one another's kinds, attributes and shapes: each
+  // distinct combination is inferred once (compared in full, not by hash).
+  TypeKey key;
+  if (task.dp_attr_steps.empty()) {
+    key.kind = task.kind;
+    key.attrs = task.attrs;
+    auto put = [&](ValueId v, int64_t copies) {
+      const PlanValue& value = plan_.values[v];
+      key.dims.push_back(static_cast<int64_t>(value.dtype));
+      key.dims.push_back(copies);
+      key.dims.push_back(static_cast<int64_t>(value.sub.box.size()));
+      for (const Interval& iv : value.sub.box) key.dims.push_back(iv.size());
+    };
+    for (ValueId v : task.inputs) {
+      const PlanValue& value = plan_.values[v];
+      put(v, plan_.is_factored() && task.info.microbatch == -1 && value.microbatch == 0
+                 ? mbmap_->microbatches()
+                 : 1);
+    }
+    key.dims.push_back(-1);
+    for (ValueId v : task.outputs) put(v, 1);
+    if (checked_types_.contains(key)) return absl::OkStatus();
+  }
+  LOOM_RETURN_IF_ERROR(InferTaskTypes(task, where));
+  if (task.dp_attr_steps.empty()) checked_types_.insert(std::move(key));
+  return absl::OkStatus();
+}
+
+absl::Status Validator::InferTaskTypes(const Task& task, const Where& where) const {
   std::vector<TensorType> in;
   // An untagged task of a factored plan reads every micro-batch's copy.
   auto copies = [&](const PlanValue& value) {
     return plan_.is_factored() && task.info.microbatch == -1 && value.microbatch == 0
-               ? mbmap_.microbatches()
+               ? mbmap_->microbatches()
                : 1;
   };
   for (ValueId v : task.inputs) {
@@ -494,14 +540,17 @@ absl::Status Validator::CheckOrder() const {
 
 absl::Status Validator::Run() {
   LOOM_RETURN_IF_ERROR(CheckMesh());
-  auto mbmap = MicrobatchMap::Build(spec_);
-  if (!mbmap.ok()) {
-    return absl::Status(mbmap.status().code(),
-                        absl::StrCat("plan: spec: ", mbmap.status().message()));
+  if (mbmap_ == nullptr) {
+    auto mbmap = MicrobatchMap::Build(spec_);
+    if (!mbmap.ok()) {
+      return absl::Status(mbmap.status().code(),
+                          absl::StrCat("plan: spec: ", mbmap.status().message()));
+    }
+    owned_mbmap_ = *std::move(mbmap);
+    mbmap_ = &owned_mbmap_;
   }
-  mbmap_ = *std::move(mbmap);
   if (plan_.is_factored()) {
-    LOOM_RETURN_IF_ERROR(ValidateFactoring(plan_, mbmap_));
+    LOOM_RETURN_IF_ERROR(ValidateFactoring(plan_, *mbmap_));
     dp_ = plan_.factoring->dp;
   }
   for (int i = 0; i < static_cast<int>(plan_.values.size()); ++i) {
@@ -526,6 +575,11 @@ absl::Status Validator::Run() {
 
 absl::Status ValidatePlan(const Graph& spec, const Plan& plan) {
   Validator validator(spec, plan);
+  return validator.Run();
+}
+
+absl::Status ValidatePlan(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap) {
+  Validator validator(spec, plan, &mbmap);
   return validator.Run();
 }
 

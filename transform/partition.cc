@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -526,8 +527,9 @@ absl::Status Materializer::EmitOp(const Op& op) {
 absl::Status Materializer::EmitOutputs() {
   for (TensorId t : spec_.outputs()) {
     std::vector<int> coords_with;
-    for (const auto& [key, list] : versions_) {
-      if (key.first == t && !list.empty()) coords_with.push_back(key.second);
+    for (auto it = versions_.lower_bound({t, std::numeric_limits<int>::min()});
+         it != versions_.end() && it->first.first == t; ++it) {
+      if (!it->second.empty()) coords_with.push_back(it->first.second);
     }
     if (coords_with.empty()) {
       return absl::InternalError(absl::StrCat("output '", spec_.tensor(t).name,

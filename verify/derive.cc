@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -143,7 +144,8 @@ class Deriver {
   // item when null. Isolated: a stage on its own, whose inputs hold what they
   // claim. Otherwise the whole plan: values only skipped items compute hold what
   // they claim, the others are plan inputs.
-  absl::Status Walk(const std::vector<char>* active, bool isolated);
+  absl::Status Walk(const std::vector<int64_t>& items, bool isolated,
+                    const std::vector<char>* active = nullptr);
   // Derives the first stage of each class of alike stages on its own (verify/
   // stages.h); returns which items the walk must still derive. A class whose
   // first stage derived with no failure and nothing undecided is not walked:
@@ -174,7 +176,7 @@ class Deriver {
   void ShareGroupsFromUnit();
   // Checks, for every group all of whose members the walk computed, that what
   // they hold adds up to the complete value.
-  void CheckShareGroups(const std::vector<char>& produced);
+  void CheckShareGroups(const std::function<bool(ValueId)>& walked);
 
   // ---- places
   std::string TaskName(const ir::Task& t) const {
@@ -284,8 +286,9 @@ class Deriver {
   // the micro-batches whose contents differ per micro-batch copy.
   bool MicrobatchInvariantInputs(const std::vector<ValueId>& inputs, int mb,
                                  const std::string& item, const std::vector<ValueId>& outputs);
-  // Every value of replica dp - 1 holds what replicas 0 and 1 extrapolate to.
-  void CheckReplicas();
+  // Every value of replica dp - 1 holds what replicas 0 and 1 extrapolate to
+  // (those `walked` accepts, when given).
+  void CheckReplicas(const std::function<bool(ValueId)>* walked = nullptr);
 
   // Sum (or max) of facts over one region; nullopt after recording a failure.
   // `zero_member` (optional) tells whether a member held zeros.
@@ -658,7 +661,13 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
                                          const DeriveOptions& options) {
   Clock clock;
   Derivation::Times times;
-  LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+  // The spec's micro-batch map, built once for the checks and the slice.
+  absl::StatusOr<ir::MicrobatchMap> mbmap = ir::MicrobatchMap::Build(spec);
+  if (mbmap.ok()) {
+    LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan, *mbmap));
+  } else {
+    LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+  }
   times.validate = clock.Lap();
   auto finish = [&](absl::StatusOr<Derivation> d, bool plain) -> absl::StatusOr<Derivation> {
     if (d.ok()) {
@@ -683,7 +692,6 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
     return finish(Deriver(spec, plan).Run(), true);
   }
   if (options.fast) {
-    auto mbmap = ir::MicrobatchMap::Build(spec);
     if (mbmap.ok() && ir::ValidateFactoring(plan, *mbmap).ok() &&
         CheckMicrobatchSymmetry(spec, *mbmap).ok()) {
       const LayerFold fold = FoldLayers(spec, plan, *mbmap);
@@ -693,13 +701,12 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
       slice_options.skip_collectives = &fold.skip_collectives;
       slice_options.skip_outputs = &fold.skip_outputs;
       slice_options.compress_replicas = true;
-      LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced,
-                            SliceFactoredPlan(spec, plan, slice_options));
+      const SlicedPlan sliced = SliceFactoredPlan(spec, plan, *std::move(mbmap), slice_options);
       times.slice = clock.Lap();
-      if (sliced.has_value()) {
+      {
         FastPath fast_path = shares;
         fast_path.fold = &fold;
-        Deriver fast(spec, sliced->plan, &*sliced, fast_path);
+        Deriver fast(spec, sliced.plan, &sliced, fast_path);
         LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
         if (!options.plain || (!fast.fast_failed() && Clean(d))) {
           if (fast.fast_failed()) {

@@ -267,4 +267,9 @@ absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spe
   return std::optional<SlicedPlan>(Slicer(spec, plan, *std::move(mbmap), options).Run());
 }
 
+SlicedPlan SliceFactoredPlan(const ir::Graph& spec, const ir::Plan& plan,
+                             ir::MicrobatchMap mbmap, const SliceOptions& options) {
+  return Slicer(spec, plan, std::move(mbmap), options).Run();
+}
+
 }  // namespace loom::verify

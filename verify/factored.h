@@ -105,6 +105,10 @@ absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::Microbatch
 absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spec,
                                                             const ir::Plan& plan,
                                                             const SliceOptions& options = {});
+// The slice of a factored plan whose replication rules and micro-batch symmetry
+// were checked with `mbmap` (ValidateFactoring, CheckMicrobatchSymmetry).
+SlicedPlan SliceFactoredPlan(const ir::Graph& spec, const ir::Plan& plan,
+                             ir::MicrobatchMap mbmap, const SliceOptions& options);
 
 }  // namespace loom::verify
 

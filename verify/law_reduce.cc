@@ -218,6 +218,24 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
       out[law.labels[k]] = law.extents[k] / common * std::min<int64_t>(width(k), common);
       coupled_done.insert(law.labels[k]);
     }
+    // Attention's query heads h and key/value groups g: each group's heads are
+    // independent instances reading the group's keys and values, summed into
+    // the group's gradients; pieces take whole groups with all their heads. The
+    // heads per group shrink to 2 (a sum of more than one term), which keeps
+    // every piece's pattern in groups.
+    if ((law.kind == ir::OpKind::kAttention || law.kind == ir::OpKind::kAttentionGrad) &&
+        members.size() == 2) {
+      const int64_t kh = LabelIndex(law, "h"), kg = LabelIndex(law, "g");
+      if (kh >= 0 && kg >= 0 && law.extents[kh] % law.extents[kg] == 0) {
+        const int64_t ratio = law.extents[kh] / law.extents[kg];
+        const Interval h = law.intervals[kh], g = law.intervals[kg];
+        if (ratio > 2 && h.begin == g.begin * ratio && h.end == g.end * ratio) {
+          const int64_t gu = std::gcd(std::gcd(g.begin, g.end), law.extents[kg]);
+          out["g"] = law.extents[kg] / gu;
+          out["h"] = out["g"] * 2;
+        }
+      }
+    }
   }
   for (size_t k = 0; k < law.labels.size(); ++k) {
     const std::string& l = law.labels[k];

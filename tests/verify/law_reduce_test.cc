@@ -249,8 +249,9 @@ TEST(LawReduceTest, SplitLabelsKeepTheirShardCount) {
 // Grouped-query attention split by heads over many ranks: query heads h and
 // key/value groups g are coupled (4 query heads per group). The law of an inner
 // piece is cropped to its groups and one group on either side, both labels
-// alike, so every query head keeps its group; the cropped verdict agrees with
-// the uncropped law numerically, for the law and for its mutants.
+// alike, so every query head keeps its group; reduced, each group keeps 2 of its
+// heads. Both verdicts agree with the law numerically, for the law and for its
+// mutants.
 TEST(LawReduceTest, CoupledHeadsAreCroppedTogether) {
   for (ir::OpKind kind : {ir::OpKind::kAttention, ir::OpKind::kAttentionGrad}) {
     SCOPED_TRACE(std::string(ir::OpKindName(kind)));
@@ -302,6 +303,28 @@ TEST(LawReduceTest, CoupledHeadsAreCroppedTogether) {
       }
     }
     EXPECT_GT(refuted, 0);
+
+    // Reduced: 2 query heads per group (the law has 4), and cropped; the verdict
+    // agrees with the law at its own 4 heads per group, mutants included.
+    const LawUse r = ReduceLaw(law);
+    EXPECT_EQ(r.inputs[0].shape.dim(2), 6);  // 3 groups of 2 heads
+    EXPECT_EQ(r.inputs[1].shape.dim(2), 3);
+    EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
+    int reduced_refuted = 0;
+    for (const auto& [what, u] : cases) {
+      const LawUse ur = ReduceLaw(u);
+      const smt::Verdict v = ProveLaw(ur, 10000).verdict;
+      if (v == smt::Verdict::kUnknown) continue;
+      auto gap = LawNumericGap(u, 19);
+      ASSERT_TRUE(gap.ok()) << gap.status();
+      if (v == smt::Verdict::kValid) {
+        EXPECT_LT(*gap, 1e-9) << what << " proved reduced, differs at 4 heads per group";
+      } else {
+        ++reduced_refuted;
+        EXPECT_GT(*gap, 1e-12) << what << " refuted reduced, agrees at 4 heads per group";
+      }
+    }
+    EXPECT_GT(reduced_refuted, 0);
   }
 }
 
