@@ -130,8 +130,8 @@ struct FastPath {
 class Deriver {
  public:
   Deriver(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced = nullptr,
-          FastPath fast = {})
-      : spec_(spec), plan_(plan), sliced_(sliced), fast_(fast) {}
+          FastPath fast = {}, std::function<void(const LawUse&)> on_law = {})
+      : spec_(spec), plan_(plan), sliced_(sliced), fast_(fast), on_law_(std::move(on_law)) {}
 
   absl::StatusOr<Derivation> Run();
   // The fast derivation met something it does not decide on its own (a folded
@@ -318,6 +318,7 @@ class Deriver {
   const ir::Plan& plan_;
   const SlicedPlan* sliced_ = nullptr;
   const FastPath fast_;
+  const std::function<void(const LawUse&)> on_law_;
   bool fast_failed_ = false;
   // Opaque shares: group of each value (empty: none), members of each group,
   // and what each member derived to hold (its readers see its claim).
@@ -682,14 +683,14 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
   shares.shares = true;
   if (!plan.is_factored()) {
     if (options.fast) {
-      Deriver fast(spec, plan, nullptr, shares);
+      Deriver fast(spec, plan, nullptr, shares, options.on_law);
       LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
       if (!options.plain || (!fast.fast_failed() && Clean(d))) {
         if (fast.fast_failed()) d.undecided.push_back({"derivation", "the fast derivation gave up"});
         return finish(std::move(d), false);
       }
     }
-    return finish(Deriver(spec, plan).Run(), true);
+    return finish(Deriver(spec, plan, nullptr, {}, options.on_law).Run(), true);
   }
   if (options.fast) {
     if (mbmap.ok() && ir::ValidateFactoring(plan, *mbmap).ok() &&
@@ -706,7 +707,7 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
       {
         FastPath fast_path = shares;
         fast_path.fold = &fold;
-        Deriver fast(spec, sliced.plan, &sliced, fast_path);
+        Deriver fast(spec, sliced.plan, &sliced, fast_path, options.on_law);
         LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
         if (!options.plain || (!fast.fast_failed() && Clean(d))) {
           if (fast.fast_failed()) {
@@ -722,11 +723,13 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
   clock.Lap();
   LOOM_ASSIGN_OR_RETURN(std::optional<SlicedPlan> sliced, SliceFactoredPlan(spec, plan));
   times.slice += clock.Lap();
-  if (sliced.has_value()) return finish(Deriver(spec, sliced->plan, &*sliced).Run(), true);
+  if (sliced.has_value()) {
+    return finish(Deriver(spec, sliced->plan, &*sliced, {}, options.on_law).Run(), true);
+  }
   // Micro-batches that are not copies of one another: derive every copy.
   LOOM_ASSIGN_OR_RETURN(ir::Plan explicit_plan, ir::ExpandPlan(spec, plan));
   times.slice += clock.Lap();
-  return finish(Deriver(spec, explicit_plan).Run(), true);
+  return finish(Deriver(spec, explicit_plan, nullptr, {}, options.on_law).Run(), true);
 }
 
 }  // namespace loom::verify

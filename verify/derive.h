@@ -29,6 +29,7 @@
 // one-line counterexample with concrete values.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,10 @@ struct Derivation {
 struct DeriveOptions {
   bool fast = true;
   bool plain = true;  // the fallback; without it, the fast findings are returned
+  // Called with each law the first time a derivation relies on it (before the
+  // derivation ends, so that proofs can start early); the laws of the result
+  // are Derivation::laws all the same.
+  std::function<void(const LawUse&)> on_law;
 };
 
 // Derives every value of a plan and checks coverage of the spec's outputs: the

@@ -4,10 +4,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -84,14 +86,162 @@ int ExitCode(Verdict v) {
   return 2;
 }
 
+namespace {
+
+// Proves laws at their reduced sizes, each distinct one once, on worker threads
+// (one term store and solver context per proof). Laws are submitted as the
+// derivation finds them, so proofs run while it goes on.
+class LawProver {
+ public:
+  LawProver(const VerifyOptions& options, int workers) : options_(options) {
+    for (int t = 0; t < workers; ++t) pool_.emplace_back([this] { Work(/*until_done=*/false); });
+  }
+  ~LawProver() { Stop(); }
+
+  void Submit(const LawUse& use) {
+    LawUse reduced = ReduceLaw(use);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!index_.emplace(reduced.key, laws_.size()).second) return;
+    laws_.push_back(std::move(reduced));
+    results_.emplace_back();
+    changed_.notify_all();
+  }
+  // The index of the law a use reduces to (submitted first when new).
+  size_t IndexOf(const LawUse& use) {
+    const std::string key = ReduceLaw(use).key;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = index_.find(key);
+      if (it != index_.end()) return it->second;
+    }
+    Submit(use);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return index_.at(key);
+  }
+  // Helps until every submitted law is proved; `progress` is called about ten
+  // times a second from this thread while they are, and once at the end.
+  void Finish(const std::function<void(const Progress&)>& progress, double started) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finishing_ = true;
+      changed_.notify_all();
+    }
+    if (!progress) {
+      Work(/*until_done=*/true);
+    } else {
+      std::thread helper([this] { Work(/*until_done=*/true); });
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (!changed_.wait_for(lock, std::chrono::milliseconds(100),
+                                [&] { return done_ == laws_.size(); })) {
+        const Progress p = Snapshot(started);
+        lock.unlock();
+        progress(p);
+        lock.lock();
+      }
+      const Progress p = Snapshot(started);
+      lock.unlock();
+      helper.join();
+      progress(p);
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return done_ == laws_.size(); });
+  }
+  const LawUse& law(size_t i) const { return laws_[i]; }
+  const LawResult& result(size_t i) const { return results_[i]; }
+  int64_t hits() const { return hits_; }
+
+ private:
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      changed_.notify_all();
+    }
+    for (auto& th : pool_) th.join();
+    pool_.clear();
+  }
+  Progress Snapshot(double started) const {
+    const double now =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return Progress{static_cast<int64_t>(done_), proved_, static_cast<int64_t>(laws_.size()),
+                    hits_, now - started};
+  }
+  // Proves laws as they come; with until_done, returns once none is left to take.
+  void Work(bool until_done) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [&] {
+        return stopping_ || next_ < laws_.size() || (until_done && finishing_);
+      });
+      if (stopping_) return;
+      if (next_ >= laws_.size()) {
+        if (stopping_ || until_done) return;
+        continue;
+      }
+      const size_t i = next_++;
+      LawUse law = laws_[i];
+      lock.unlock();
+      LawResult r = Prove(law);
+      lock.lock();
+      if (r.cached) ++hits_;
+      if (r.verdict == "proved") ++proved_;
+      results_[i] = std::move(r);
+      ++done_;
+      changed_.notify_all();
+    }
+  }
+  LawResult Prove(const LawUse& law) const {
+    LawResult r;
+    r.op_kind = std::string(ir::OpKindName(law.kind));
+    r.key = LawCacheKey(law);
+    if (CachedProof(options_.cache_dir, r.key)) {
+      r.verdict = "proved";
+      r.cached = true;
+      return r;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    LawProof p = ProveLaw(law, options_.solver_timeout_ms);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.verdict = p.verdict == smt::Verdict::kValid     ? "proved"
+                : p.verdict == smt::Verdict::kInvalid ? "refuted"
+                                                      : "unknown";
+    r.detail = p.detail;
+    if (p.verdict == smt::Verdict::kValid) StoreProof(options_.cache_dir, r.key);
+    return r;
+  }
+
+  const VerifyOptions& options_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<LawUse> laws_;         // stable references while growing
+  std::deque<LawResult> results_;
+  std::map<std::string, size_t> index_;
+  size_t next_ = 0, done_ = 0;
+  int64_t proved_ = 0, hits_ = 0;
+  bool finishing_ = false, stopping_ = false;
+  std::vector<std::thread> pool_;
+};
+
+}  // namespace
+
 absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
                                     const VerifyOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  const double started =
+      std::chrono::duration<double>(start.time_since_epoch()).count();
+  const int threads = options.threads > 0 ? options.threads
+                                          : std::max(1u, std::thread::hardware_concurrency());
+  // Laws are proved at reduced sizes (uses at different real sizes often share
+  // one) while the derivation runs on this thread: threads - 1 workers now,
+  // this thread too once it is done.
+  LawProver prover(options, threads - 1);
+  DeriveOptions derive_options;
+  derive_options.on_law = [&](const LawUse& use) { prover.Submit(use); };
   // A factored plan is derived on a slice of its expansion (verify/factored.h).
-  LOOM_ASSIGN_OR_RETURN(Derivation d, DeriveLineage(spec, plan));
+  LOOM_ASSIGN_OR_RETURN(Derivation d, DeriveLineage(spec, plan, derive_options));
   const double derived_at = elapsed();
 
   VerifyReport report;
@@ -103,74 +253,23 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   report.distinct_stages = d.distinct_stages;
   report.stages_reused = d.stages_reused;
 
-  // Laws at reduced sizes, each distinct one once (uses at different real sizes
-  // often share one), in parallel, one term store and solver context per proof.
-  std::vector<LawUse> laws;
+  // The laws this derivation relies on, each distinct reduced one once.
+  std::vector<size_t> relied;
   {
-    std::map<std::string, size_t> seen;
+    std::set<size_t> seen;
     for (const LawUse& use : d.laws) {
-      LawUse reduced = ReduceLaw(use);
-      if (seen.emplace(reduced.key, laws.size()).second) laws.push_back(std::move(reduced));
+      const size_t i = prover.IndexOf(use);
+      if (seen.insert(i).second) relied.push_back(i);
     }
   }
-  const int64_t n = static_cast<int64_t>(laws.size());
-  report.laws.resize(n);
-  std::atomic<int64_t> next{0}, done{0}, proved{0}, hits{0};
-  std::mutex done_mutex;
-  std::condition_variable done_changed;
-  auto work = [&] {
-    for (int64_t i = next++; i < n; i = next++) {
-      const LawUse& law = laws[i];
-      LawResult& r = report.laws[i];
-      r.op_kind = std::string(ir::OpKindName(law.kind));
-      r.key = LawCacheKey(law);
-      if (CachedProof(options.cache_dir, r.key)) {
-        r.verdict = "proved";
-        r.cached = true;
-        ++hits;
-      } else {
-        const auto t0 = std::chrono::steady_clock::now();
-        LawProof p = ProveLaw(law, options.solver_timeout_ms);
-        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        r.verdict = p.verdict == smt::Verdict::kValid     ? "proved"
-                    : p.verdict == smt::Verdict::kInvalid ? "refuted"
-                                                          : "unknown";
-        r.detail = p.detail;
-        if (p.verdict == smt::Verdict::kValid) StoreProof(options.cache_dir, r.key);
-      }
-      if (r.verdict == "proved") ++proved;
-      {
-        std::lock_guard<std::mutex> lock(done_mutex);
-        ++done;
-      }
-      done_changed.notify_all();
-    }
-  };
-  auto progress = [&] {
-    return Progress{done.load(), proved.load(), n, hits.load(), elapsed()};
-  };
-  int threads = options.threads > 0 ? options.threads
-                                    : std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
-  std::vector<std::thread> pool;
-  if (options.progress) {
-    // Every proof runs on the pool; the calling thread reports until they are done.
-    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
-    std::unique_lock<std::mutex> lock(done_mutex);
-    while (!done_changed.wait_for(lock, std::chrono::milliseconds(100),
-                                  [&] { return done.load() == n; })) {
-      lock.unlock();
-      options.progress(progress());
-      lock.lock();
-    }
-    lock.unlock();
-    for (auto& th : pool) th.join();
-    options.progress(progress());
-  } else {
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (auto& th : pool) th.join();
+  prover.Finish(options.progress, started);
+  std::vector<LawUse> laws;
+  for (size_t i : relied) {
+    laws.push_back(prover.law(i));
+    report.laws.push_back(prover.result(i));
   }
+  int64_t hits = 0;
+  for (const LawResult& r : report.laws) hits += r.cached ? 1 : 0;
   for (size_t i = 0; i < report.laws.size(); ++i) {
     const LawResult& r = report.laws[i];
     if (r.verdict == "proved") {
@@ -192,7 +291,7 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
       report.undecided.push_back({LawItem(r.op_kind), r.detail});
     }
   }
-  report.cache_hits = hits.load();
+  report.cache_hits = hits;
   report.derive_seconds = derived_at;
   report.law_seconds = elapsed() - derived_at;
 
