@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -254,6 +255,23 @@ class Deriver {
   void SetOutput(ValueId v, Fact derived, const std::string& item, int microbatch,
                  const std::string& first_op, OutputRule rule);
 
+  // A logical op's input and output types and partition signature, computed
+  // once per op (every piece of it reads the same).
+  struct OpTypes {
+    std::vector<ir::TensorType> in, out;
+    absl::StatusOr<ir::DimSignature> sig;
+  };
+  const OpTypes& TypesOf(ir::OpId op) {
+    auto it = op_types_.find(op);
+    if (it != op_types_.end()) return *it->second;
+    auto types = std::make_unique<OpTypes>();
+    const ir::Op& o = spec_.op(op);
+    for (TensorId x : o.inputs) types->in.push_back(spec_.tensor(x).type());
+    for (TensorId y : o.outputs) types->out.push_back(spec_.tensor(y).type());
+    types->sig = ir::GetOpSchema(o.kind).signature(types->in, o.attrs);
+    return *op_types_.emplace(op, std::move(types)).first->second;
+  }
+
   void DeriveLeaf(ValueId v);
   void DeriveTask(const ir::Task& t);
   void DeriveCompute(const ir::Task& t);
@@ -326,6 +344,7 @@ class Deriver {
   std::vector<std::vector<ValueId>> share_members_;
   absl::flat_hash_map<ValueId, Fact> share_held_;
   ContribStore contribs_;
+  absl::flat_hash_map<ir::OpId, std::unique_ptr<OpTypes>> op_types_;
   std::vector<Fact> facts_;
   absl::flat_hash_map<ValueId, Fact> preset_;
   std::map<std::string, LawUse> laws_;
