@@ -3,9 +3,10 @@
 // warm proof cache, and prints one line of figures. One case per process, so the
 // peak resident size printed is the case's own.
 //
-//   loom_bench_verify CASE [--threads N] [--derive-only]
+//   loom_bench_verify CASE [--threads N] [--derive-only [--plain]]
 //   loom_bench_verify --list
-// --derive-only times the lineage derivation alone (no law proofs).
+// --derive-only times the lineage derivation alone (no law proofs); --plain
+// times the plain derivation (the one that reports failures) instead of the fast.
 
 #include <sys/resource.h>
 
@@ -57,7 +58,7 @@ double PeakMiB() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-int Run(const Case& c, int threads, bool derive_only) {
+int Run(const Case& c, int threads, bool derive_only, bool plain) {
   double t0 = Now();
   loom::models::ModelOptions options;
   options.layers = c.layers;
@@ -92,7 +93,9 @@ int Run(const Case& c, int threads, bool derive_only) {
 
   if (derive_only) {
     t0 = Now();
-    auto d = loom::verify::DeriveLineage(*spec, *plan);
+    loom::verify::DeriveOptions options;
+    options.fast = !plain;
+    auto d = loom::verify::DeriveLineage(*spec, *plan, options);
     if (!d.ok()) {
       std::fprintf(stderr, "%s\n", std::string(d.status().message()).c_str());
       return 2;
@@ -157,6 +160,7 @@ int Run(const Case& c, int threads, bool derive_only) {
 int main(int argc, char** argv) {
   int threads = 0;
   bool derive_only = false;
+  bool plain = false;
   std::string name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -164,6 +168,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     } else if (a == "--derive-only") {
       derive_only = true;
+    } else if (a == "--plain") {
+      plain = true;
     } else if (a == "--list") {
       for (const Case& c : Cases()) std::printf("%s\n", c.name.c_str());
       return 0;
@@ -172,8 +178,9 @@ int main(int argc, char** argv) {
     }
   }
   for (const Case& c : Cases()) {
-    if (c.name == name) return Run(c, threads, derive_only);
+    if (c.name == name) return Run(c, threads, derive_only, plain);
   }
-  std::fprintf(stderr, "usage: loom_bench_verify CASE [--threads N] | --list\n");
+  std::fprintf(stderr,
+               "usage: loom_bench_verify CASE [--threads N] [--derive-only [--plain]] | --list\n");
   return 2;
 }

@@ -10,7 +10,8 @@
 // it reads, so that the collective completing a layer's partial sums goes with
 // it. A stage is cut from the rest of the plan at its boundary values: inputs it
 // reads from outside, outputs read outside it or listed as plan outputs. It is
-// cut only where every boundary input claims a complete value or zeros: there a
+// cut only where every boundary input claims a complete value or zeros, or is an
+// opaque share (below): there a
 // value's derived contents are its claim whenever the derivation accepts it
 // (verify/derive.h falls back to the claim after a failure), so the stage can be
 // derived on its own from its inputs as claimed. Its boundary outputs may hold
