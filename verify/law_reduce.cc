@@ -301,12 +301,17 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
   const std::set<std::string> fixed_size = SizeFixedLabels(law);
   LawUse out = law;
   bool changed = false;
-  // Whether label l can be cropped: spatial, free in size, and every dim carrying
-  // it is the label itself (no output-only use).
+  // Whether label l can be cropped: spatial or a split reduction (its chunks are
+  // sums of alike terms, and the crop keeps whole chunks), free in size, and every
+  // dim carrying it is the label itself (no output-only use).
   auto croppable = [&](size_t k) {
     const std::string& l = law.labels[k];
     auto kind = sig.kinds.find(l);
-    if (kind == sig.kinds.end() || kind->second != ir::DimKind::kSpatial) return false;
+    if (kind == sig.kinds.end() || kind->second == ir::DimKind::kFixed) return false;
+    if (kind->second != ir::DimKind::kSpatial && law.intervals[k].size() > 0 &&
+        law.intervals[k].begin % law.intervals[k].size() != 0) {
+      return false;
+    }
     if (fixed_size.count(l) > 0) return false;
     const int64_t e = law.extents[k];
     for (size_t i = 0; i < sig.inputs.size(); ++i) {

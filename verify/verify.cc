@@ -98,25 +98,23 @@ class LawProver {
   }
   ~LawProver() { Stop(); }
 
-  void Submit(const LawUse& use) {
-    LawUse reduced = ReduceLaw(use);
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!index_.emplace(reduced.key, laws_.size()).second) return;
-    laws_.push_back(std::move(reduced));
-    results_.emplace_back();
-    changed_.notify_all();
-  }
-  // The index of the law a use reduces to (submitted first when new).
-  size_t IndexOf(const LawUse& use) {
-    const std::string key = ReduceLaw(use).key;
+  // The index of the law a use reduces to (submitted when new).
+  size_t Submit(const LawUse& use) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto it = index_.find(key);
-      if (it != index_.end()) return it->second;
+      auto it = by_use_.find(use.key);
+      if (it != by_use_.end()) return it->second;
     }
-    Submit(use);
+    LawUse reduced = ReduceLaw(use);
     std::lock_guard<std::mutex> lock(mutex_);
-    return index_.at(key);
+    auto [it, fresh] = index_.emplace(reduced.key, laws_.size());
+    by_use_.emplace(use.key, it->second);
+    if (fresh) {
+      laws_.push_back(std::move(reduced));
+      results_.emplace_back();
+      changed_.notify_all();
+    }
+    return it->second;
   }
   // Helps until every submitted law is proved; `progress` is called about ten
   // times a second from this thread while they are, and once at the end.
@@ -215,7 +213,8 @@ class LawProver {
   std::condition_variable changed_;
   std::deque<LawUse> laws_;         // stable references while growing
   std::deque<LawResult> results_;
-  std::map<std::string, size_t> index_;
+  std::map<std::string, size_t> index_;   // by reduced law key
+  std::map<std::string, size_t> by_use_;  // by the use's own key
   size_t next_ = 0, done_ = 0;
   int64_t proved_ = 0, hits_ = 0;
   bool finishing_ = false, stopping_ = false;
@@ -258,7 +257,7 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   {
     std::set<size_t> seen;
     for (const LawUse& use : d.laws) {
-      const size_t i = prover.IndexOf(use);
+      const size_t i = prover.Submit(use);
       if (seen.insert(i).second) relied.push_back(i);
     }
   }
