@@ -30,11 +30,15 @@ absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::Microbatch
       bool same = a.kind == b.kind && a.attrs == b.attrs && a.inputs.size() == b.inputs.size() &&
                   a.outputs.size() == b.outputs.size();
       for (size_t i = 0; same && i < a.inputs.size(); ++i) {
-        same = b.inputs[i] == map.Tensor(a.inputs[i], m) &&
-               spec.tensor(a.inputs[i]).type() == spec.tensor(b.inputs[i]).type();
+        const ir::Tensor& x = spec.tensor(a.inputs[i]);
+        const ir::Tensor& y = spec.tensor(b.inputs[i]);
+        same = b.inputs[i] == map.Tensor(a.inputs[i], m) && x.dtype == y.dtype &&
+               x.shape == y.shape;
       }
       for (size_t k = 0; same && k < a.outputs.size(); ++k) {
-        same = spec.tensor(a.outputs[k]).type() == spec.tensor(b.outputs[k]).type();
+        const ir::Tensor& x = spec.tensor(a.outputs[k]);
+        const ir::Tensor& y = spec.tensor(b.outputs[k]);
+        same = x.dtype == y.dtype && x.shape == y.shape;
       }
       if (!same) {
         return absl::FailedPreconditionError(
