@@ -343,6 +343,9 @@ class Deriver {
   std::vector<int> share_group_;
   std::vector<std::vector<ValueId>> share_members_;
   absl::flat_hash_map<ValueId, Fact> share_held_;
+  // Folding: the slice's values that left-out stages compute, by the layer of the
+  // stage standing for theirs.
+  absl::flat_hash_map<int, std::vector<ValueId>> folded_values_;
   ContribStore contribs_;
   absl::flat_hash_map<ir::OpId, std::unique_ptr<OpTypes>> op_types_;
   std::vector<Fact> facts_;
