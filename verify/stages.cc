@@ -343,6 +343,11 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   constexpr int kUnset = -2;
   std::vector<int> layer(nitems, kUnset);
   for (int64_t i = 0; i < nt; ++i) layer[i] = std::max(plan.tasks[i].info.layer, -1);
+  // A transfer between pipeline stages goes with no layer: the layers on either
+  // side of a pipeline cut then read and write alike.
+  for (int64_t i = 0; i < nc; ++i) {
+    if (plan.collectives[i].kind == ir::CollectiveKind::kSendRecv) layer[nt + i] = -1;
+  }
   std::vector<ir::ValueId> scratch;
   std::vector<int64_t> stack;
   for (int64_t start = nt; start < nitems; ++start) {
