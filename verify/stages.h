@@ -8,7 +8,9 @@
 // and micro-batch the derivation walks) and the phantoms copied from its values.
 // A collective or a phantom belongs to the layer whose items compute everything
 // it reads, so that the collective completing a layer's partial sums goes with
-// it. A stage is cut from the rest of the plan at its boundary values: inputs it
+// it; a transfer between pipeline stages (send_recv) belongs to no layer, so that
+// the layers on either side of a pipeline cut are alike to the ones inside. A
+// stage is cut from the rest of the plan at its boundary values: inputs it
 // reads from outside, outputs read outside it or listed as plan outputs. It is
 // cut only where every boundary input claims a complete value or zeros, or is an
 // opaque share (below): there a
