@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "exec/host_ops.h"
 #include "ir/interpreter.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
@@ -27,130 +28,6 @@ using ir::PlanStep;
 using ir::PlanValue;
 using ir::Task;
 using ir::ValueId;
-
-// ---------------------------------------------------------------------------
-// Dense tensor helpers.
-
-// Copies the block of `extents` at `src_origin` in `src` to `dst_origin` in `dst`.
-void CopyBlock(const HostTensor& src, absl::Span<const int64_t> src_origin, HostTensor& dst,
-               absl::Span<const int64_t> dst_origin, absl::Span<const int64_t> extents) {
-  const int rank = static_cast<int>(extents.size());
-  for (int64_t e : extents) {
-    if (e == 0) return;
-  }
-  const std::vector<int64_t> src_strides = src.shape.Strides();
-  const std::vector<int64_t> dst_strides = dst.shape.Strides();
-  std::vector<int64_t> index(rank, 0);
-  while (true) {
-    int64_t s = 0;
-    int64_t d = 0;
-    for (int i = 0; i < rank; ++i) {
-      s += (src_origin[i] + index[i]) * src_strides[i];
-      d += (dst_origin[i] + index[i]) * dst_strides[i];
-    }
-    dst.data[d] = src.data[s];
-    int i = rank - 1;
-    for (; i >= 0; --i) {
-      if (++index[i] < extents[i]) break;
-      index[i] = 0;
-    }
-    if (i < 0) return;
-  }
-}
-
-// The region `box` of `t` (the box must lie inside t's shape).
-HostTensor SliceBox(const HostTensor& t, const Box& box) {
-  std::vector<int64_t> origin;
-  std::vector<int64_t> extents;
-  for (const ir::Interval& iv : box) {
-    origin.push_back(iv.begin);
-    extents.push_back(iv.size());
-  }
-  HostTensor out(ir::Shape(extents), t.dtype);
-  CopyBlock(t, origin, out, std::vector<int64_t>(box.size(), 0), extents);
-  return out;
-}
-
-// Positions [begin, begin + size) of `t` along `dim`.
-HostTensor SliceDim(const HostTensor& t, int dim, int64_t begin, int64_t size) {
-  Box box = ir::FullBox(t.shape);
-  box[dim] = ir::Interval{begin, begin + size};
-  return SliceBox(t, box);
-}
-
-// `parts` concatenated along `dim` (same rank, equal dims elsewhere: checked by callers).
-HostTensor ConcatDim(absl::Span<const HostTensor> parts, int dim) {
-  std::vector<int64_t> dims = parts[0].shape.dims();
-  dims[dim] = 0;
-  for (const HostTensor& p : parts) dims[dim] += p.shape.dim(dim);
-  HostTensor out(ir::Shape(dims), parts[0].dtype);
-  std::vector<int64_t> origin(dims.size(), 0);
-  for (const HostTensor& p : parts) {
-    CopyBlock(p, std::vector<int64_t>(dims.size(), 0), out, origin, p.shape.dims());
-    origin[dim] += p.shape.dim(dim);
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// How errors name things.
-
-std::string DescribeValue(const ir::Graph& spec, const PlanValue& v) {
-  std::string tensor = v.sub.tensor >= 0 && v.sub.tensor < spec.num_tensors()
-                           ? absl::StrCat("'", spec.tensor(v.sub.tensor).name, "'")
-                           : absl::StrCat("tensor ", v.sub.tensor);
-  return absl::StrCat("value ", v.id, " (device ", v.device, ", ", tensor, " ",
-                      ir::BoxToString(v.sub.box), " ", v.sub.part.ToString(), ")");
-}
-
-std::string DescribeTask(const Task& t) {
-  return absl::StrCat("task ", t.id, " (device ", t.device, ", ", ir::OpKindName(t.kind), ")");
-}
-
-std::string DescribeCollective(const Collective& c) {
-  return absl::StrCat("collective ", c.id, " (", ir::CollectiveKindName(c.kind),
-                      " over devices ", absl::StrJoin(c.devices, ","), ")");
-}
-
-absl::Status PlanError(absl::string_view where, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("plan: ", where, ": ", what));
-}
-
-// Every input has the dims of input 0, or input 0's except along `except`.
-absl::Status CheckSameDims(absl::string_view who, absl::Span<const HostTensor* const> in,
-                           int except) {
-  const ir::Shape& first = in[0]->shape;
-  for (size_t j = 1; j < in.size(); ++j) {
-    bool same = in[j]->shape.rank() == first.rank();
-    for (int d = 0; same && d < first.rank(); ++d) {
-      same = d == except || in[j]->shape.dim(d) == first.dim(d);
-    }
-    if (!same) {
-      return PlanError(who, absl::StrCat("input ", j, " has shape ", in[j]->shape.ToString(),
-                                         ", input 0 has ", first.ToString()));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Number of inputs / outputs a collective over `n` devices has.
-bool CollectiveArityOk(const Collective& c) {
-  const size_t n = c.devices.size();
-  switch (c.kind) {
-    case CollectiveKind::kSendRecv:
-      return n == 2 && c.inputs.size() == 1 && c.outputs.size() == 1;
-    case CollectiveKind::kBroadcast:
-      return (c.inputs.size() == 1 || c.inputs.size() == n) && c.outputs.size() == n;
-    default:
-      return c.inputs.size() == n && c.outputs.size() == n;
-  }
-}
-
-// Device that holds the i-th input / output of a collective.
-int64_t InputDevice(const Collective& c, size_t i) { return c.devices[i]; }
-int64_t OutputDevice(const Collective& c, size_t i) {
-  return c.kind == CollectiveKind::kSendRecv ? c.devices[1] : c.devices[i];
-}
 
 // ---------------------------------------------------------------------------
 // The interpreter proper.
@@ -288,11 +165,11 @@ absl::Status PlanRunner::CheckStructure() {
     }
     for (size_t k = 0; k < c.inputs.size(); ++k) {
       LOOM_RETURN_IF_ERROR(
-          check_use(c.inputs[k], InputDevice(c, k), where, absl::StrCat("input ", k)));
+          check_use(c.inputs[k], CollectiveInputDevice(c, k), where, absl::StrCat("input ", k)));
     }
     for (size_t k = 0; k < c.outputs.size(); ++k) {
       LOOM_RETURN_IF_ERROR(
-          check_use(c.outputs[k], OutputDevice(c, k), where, absl::StrCat("output ", k)));
+          check_use(c.outputs[k], CollectiveOutputDevice(c, k), where, absl::StrCat("output ", k)));
       LOOM_RETURN_IF_ERROR(SetProducer(c.outputs[k], PlanStep{true, i}));
     }
   }
@@ -370,80 +247,9 @@ absl::Status PlanRunner::RunTask(const Task& t) {
 
 absl::Status PlanRunner::RunCollective(const Collective& c) {
   const std::string who = DescribeCollective(c);
-  const int64_t n = static_cast<int64_t>(c.devices.size());
   std::vector<const HostTensor*> in;
   for (ValueId v : c.inputs) in.push_back(&*values_[v]);
-  const HostTensor& first = *in[0];
-  auto check_dims = [&](int except) { return CheckSameDims(who, in, except); };
-  auto get_dim = [&](int dim, absl::string_view name) -> absl::StatusOr<int> {
-    absl::StatusOr<int> d = ir::NormalizeDim(dim, first.shape.rank());
-    if (!d.ok()) {
-      return PlanError(who, absl::StrCat(name, " ", dim, " is out of range for inputs of shape ",
-                                         first.shape.ToString()));
-    }
-    return *d;
-  };
-  auto check_divisible = [&](int dim) -> absl::Status {
-    if (first.shape.dim(dim) % n != 0) {
-      return PlanError(who, absl::StrCat("dim ", dim, " of shape ", first.shape.ToString(),
-                                         " does not split into ", n, " equal chunks"));
-    }
-    return absl::OkStatus();
-  };
-  auto reduce = [&]() {
-    HostTensor acc = first;
-    for (size_t j = 1; j < in.size(); ++j) {
-      for (int64_t e = 0; e < acc.size(); ++e) {
-        acc[e] = c.reduce == ir::ReduceOp::kMax ? std::max(acc[e], (*in[j])[e])
-                                                : acc[e] + (*in[j])[e];
-      }
-    }
-    return acc;
-  };
-  std::vector<HostTensor> out;
-  switch (c.kind) {
-    case CollectiveKind::kAllReduce: {
-      LOOM_RETURN_IF_ERROR(check_dims(-1));
-      out.assign(n, reduce());
-      break;
-    }
-    case CollectiveKind::kAllGather: {
-      LOOM_ASSIGN_OR_RETURN(int dim, get_dim(c.dim, "dim"));
-      LOOM_RETURN_IF_ERROR(check_dims(dim));
-      std::vector<HostTensor> parts;
-      for (const HostTensor* t : in) parts.push_back(*t);
-      out.assign(n, ConcatDim(parts, dim));
-      break;
-    }
-    case CollectiveKind::kReduceScatter: {
-      LOOM_ASSIGN_OR_RETURN(int dim, get_dim(c.dim, "dim"));
-      LOOM_RETURN_IF_ERROR(check_dims(-1));
-      LOOM_RETURN_IF_ERROR(check_divisible(dim));
-      const HostTensor sum = reduce();
-      const int64_t chunk = first.shape.dim(dim) / n;
-      for (int64_t i = 0; i < n; ++i) out.push_back(SliceDim(sum, dim, i * chunk, chunk));
-      break;
-    }
-    case CollectiveKind::kAllToAll: {
-      LOOM_ASSIGN_OR_RETURN(int dim, get_dim(c.dim, "dim"));
-      LOOM_ASSIGN_OR_RETURN(int dim2, get_dim(c.dim2, "dim2"));
-      LOOM_RETURN_IF_ERROR(check_dims(-1));
-      LOOM_RETURN_IF_ERROR(check_divisible(dim));
-      const int64_t chunk = first.shape.dim(dim) / n;
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<HostTensor> parts;
-        for (const HostTensor* t : in) parts.push_back(SliceDim(*t, dim, i * chunk, chunk));
-        out.push_back(ConcatDim(parts, dim2));
-      }
-      break;
-    }
-    case CollectiveKind::kBroadcast:
-      out.assign(n, first);
-      break;
-    case CollectiveKind::kSendRecv:
-      out.push_back(first);
-      break;
-  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<HostTensor> out, CollectiveOutputs(c, in));
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     LOOM_RETURN_IF_ERROR(Store(c.outputs[i], std::move(out[i]), who));
   }
@@ -606,79 +412,6 @@ absl::Status PlanRunner::Deadlock(const std::vector<size_t>& pc) const {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "plan: deadlock in the device order: ", absl::StrJoin(blocked, "; ")));
-}
-
-// Smallest vocabulary in `spec`: rows of embedding tables, classes of cross-entropy
-// logits. Integer inputs drawn below it are valid for every op reading them.
-std::optional<int64_t> SmallestVocabulary(const ir::Graph& spec) {
-  std::optional<int64_t> bound;
-  auto take = [&](int64_t b) {
-    if (b > 0 && (!bound.has_value() || b < *bound)) bound = b;
-  };
-  for (const ir::Op& op : spec.ops()) {
-    switch (op.kind) {
-      case ir::OpKind::kEmbedding:
-        take(spec.tensor(op.inputs[1]).shape.dim(0));
-        break;
-      case ir::OpKind::kEmbeddingGrad:
-        take(spec.tensor(op.outputs[0]).shape.dim(0));
-        break;
-      case ir::OpKind::kCrossEntropy:
-      case ir::OpKind::kCrossEntropyGrad: {
-        const ir::Shape& logits = spec.tensor(op.inputs[0]).shape;
-        if (logits.rank() > 0) take(logits.dim(logits.rank() - 1));
-        break;
-      }
-      default:
-        break;
-    }
-  }
-  return bound;
-}
-
-// Tensor roles as the numeric report groups them.
-enum class RoleClass { kLoss, kGradient, kParameter, kOther };
-constexpr int kNumRoleClasses = 4;
-
-RoleClass ClassOf(ir::TensorRole role) {
-  switch (role) {
-    case ir::TensorRole::kLoss:
-      return RoleClass::kLoss;
-    case ir::TensorRole::kGradient:
-      return RoleClass::kGradient;
-    case ir::TensorRole::kParameter:
-    case ir::TensorRole::kOptimizerState:
-      return RoleClass::kParameter;
-    default:
-      return RoleClass::kOther;
-  }
-}
-
-// Values below this fraction of the largest value of their role class are
-// measured against that fraction: a gradient that is zero in exact arithmetic
-// (the key bias's, softmax being shift invariant) holds only rounding noise, which
-// the plan's different summation order changes completely.
-constexpr double kNoiseFloor = 1e-6;
-
-// Largest |x| of `t`, and largest |a - b| of two tensors of equal size. A NaN or an
-// infinity on one side only counts as an infinite difference.
-double MaxAbs(const HostTensor& t) {
-  double m = 0.0;
-  for (double x : t.data) m = std::max(m, std::abs(x));
-  return m;
-}
-
-double MaxDiff(const HostTensor& a, const HostTensor& b) {
-  double m = 0.0;
-  for (int64_t i = 0; i < a.size(); ++i) {
-    double d = std::abs(a[i] - b[i]);
-    if (std::isnan(d)) {
-      const bool same = a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]));
-      d = same ? 0.0 : std::numeric_limits<double>::infinity();
-    }
-    m = std::max(m, d);
-  }
-  return m;
 }
 
 }  // namespace

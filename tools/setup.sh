@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config git
   libabsl-dev libboost-graph-dev libz3-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libjemalloc-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libjemalloc-dev libopenblas-dev
 )
 
 missing=()

@@ -1,0 +1,158 @@
+// Training steps on the CPU backend agree with the single-device reference.
+
+#include "exec/training.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ir/autodiff.h"
+#include "models/models.h"
+#include "schedule/plan_blocks.h"
+#include "schedule/predefined.h"
+#include "schedule/search.h"
+#include "tests/testing/strategy_matrix.h"
+#include "transform/parallelize.h"
+
+namespace loom::exec {
+namespace {
+
+using testing::Make;
+using transform::Strategy;
+
+struct RunCase {
+  std::string name;
+  std::string model;
+  Strategy strategy;
+  std::string schedule;  // "": data-flow order; "1f1b"; "search"
+  int layers = 2;
+  int64_t batch = 0;
+};
+
+std::vector<RunCase> RunCases() {
+  std::vector<RunCase> cases;
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"gpt2", "gpt2"}, {"llama3", "llama3-8b"}, {"moe", "deepseek-v3-671b"}};
+  for (const auto& [tag, model] : models) {
+    cases.push_back({tag + "_dp2_tp2_pp2_1f1b", model, Make(2, 2, 2, 4), "1f1b"});
+    cases.push_back({tag + "_dp2_tp2_pp2_searched", model, Make(2, 2, 2, 4), "search"});
+    cases.push_back({tag + "_tp4_sp", model, Make(1, 4, 1, 1, 1, true), "", 2, 2});
+    cases.push_back({tag + "_pp4_vpp2", model, Make(1, 1, 4, 4, 2), "", 8});
+    cases.push_back({tag + "_zero3_dp2_tp2", model, Make(2, 2, 1, 2, 1, false, 3), ""});
+  }
+  Strategy ep4 = Make(4, 1, 1, 2);
+  ep4.ep = 4;
+  cases.push_back({"moe_ep4", "deepseek-v3-671b", ep4, "", 2, 4});
+  return cases;
+}
+
+struct Built {
+  ir::Graph spec{"empty"};
+  ir::Plan plan;
+};
+
+// The case's tiny model in `dtype`, its plan and (when asked) its schedule.
+Built Build(const RunCase& c, ir::DType dtype) {
+  Built b;
+  models::ModelOptions options;
+  options.tiny = true;
+  options.layers = c.layers;
+  options.batch = c.batch > 0 ? c.batch : 2 * c.strategy.dp;
+  options.dtype = dtype;
+  auto forward = models::BuildForward(c.model, options);
+  EXPECT_TRUE(forward.ok()) << forward.status();
+  if (!forward.ok()) return b;
+  ir::TrainingOptions training;
+  training.microbatches = c.strategy.microbatches;
+  auto spec = ir::BuildTrainingStep(*forward, training);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return b;
+  b.spec = *std::move(spec);
+  auto plan = transform::Parallelize(b.spec, c.strategy);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return b;
+  b.plan = *std::move(plan);
+  if (c.schedule.empty()) return b;
+  auto blocks = schedule::BlocksFromPlan(b.spec, b.plan);
+  EXPECT_TRUE(blocks.ok()) << blocks.status();
+  if (!blocks.ok()) return b;
+  absl::StatusOr<schedule::Schedule> s = absl::UnknownError("none");
+  if (c.schedule == "search") {
+    schedule::SearchOptions search;
+    search.microbatches = c.strategy.microbatches;
+    auto found = schedule::SearchSchedule(blocks->model, search);
+    EXPECT_TRUE(found.ok()) << found.status();
+    if (!found.ok()) return b;
+    s = found->schedule;
+  } else {
+    s = schedule::MakePredefinedSchedule(c.schedule, blocks->model, c.strategy.microbatches);
+  }
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return b;
+  auto ordered = schedule::ApplySchedule(b.spec, b.plan, *blocks, *s);
+  EXPECT_TRUE(ordered.ok()) << ordered.status();
+  if (ordered.ok()) b.plan = *std::move(ordered);
+  return b;
+}
+
+struct Param {
+  RunCase c;
+  ir::DType precision;
+};
+
+class TrainingMatchesReference : public ::testing::TestWithParam<Param> {};
+
+// Three steps of the plan on the CPU backend stay within the precision's
+// tolerance of the single-device reference: loss, gradients and parameters.
+TEST_P(TrainingMatchesReference, ThreeSteps) {
+  const Param& p = GetParam();
+  Built b = Build(p.c, p.precision);
+  ASSERT_FALSE(b.plan.values.empty());
+  if (!p.c.schedule.empty()) ASSERT_FALSE(b.plan.order.empty());
+  ExecOptions exec;
+  exec.precision = p.precision;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(exec);
+  TrainOptions options;
+  options.steps = 3;
+  options.check = true;
+  options.precision = p.precision;
+  auto report = RunTraining(b.spec, b.plan, *backend, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->steps.size(), 3u);
+  ASSERT_TRUE(report->check.has_value());
+  const CheckReport& check = *report->check;
+  const double tolerance = p.precision == ir::DType::kF32 ? 1e-5 : 1e-10;
+  EXPECT_LE(check.loss, tolerance) << check.worst;
+  EXPECT_LE(check.gradients, tolerance) << check.worst;
+  EXPECT_LE(check.parameters, tolerance) << check.worst;
+  EXPECT_GT(check.gradients_compared, 0);
+  EXPECT_GT(check.parameters_compared, 0);
+  for (const StepReport& s : report->steps) {
+    EXPECT_TRUE(std::isfinite(s.loss));
+    EXPECT_GT(s.loss, 0);
+  }
+  // The parameters move: each step's reference loss differs from the last.
+  EXPECT_NE(report->steps[0].reference_loss, report->steps[2].reference_loss);
+  for (size_t d = 0; d < report->devices.size(); ++d) {
+    EXPECT_EQ(report->devices[d].peak_bytes, report->predicted_peak_bytes[d]) << "device " << d;
+  }
+}
+
+std::vector<Param> Params() {
+  std::vector<Param> out;
+  for (const RunCase& c : RunCases()) {
+    out.push_back({c, ir::DType::kF32});
+    out.push_back({c, ir::DType::kF64});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainingMatchesReference, ::testing::ValuesIn(Params()),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return info.param.c.name + (info.param.precision == ir::DType::kF32 ? "_fp32" : "_fp64");
+    });
+
+}  // namespace
+}  // namespace loom::exec
