@@ -19,6 +19,7 @@
 #include "models/models.h"
 #include "tools/flags.h"
 #include "tools/schedule_commands.h"
+#include "tools/run_command.h"
 #include "tools/verify_command.h"
 
 namespace loom::tools {
@@ -357,6 +358,7 @@ const std::vector<std::pair<std::string, std::string>>& Summaries() {
       {"search", "search a pipeline schedule (repetend, warm-up, cool-down) under memory caps"},
       {"simulate", "time and check a schedule; write its Gantt chart and trace"},
       {"verify", "prove a plan equivalent to its model's training step (exit 0, 1 or 2)"},
+      {"run", "run a plan's training steps on the CPU (or CUDA) backend; --check compares"},
   };
   return *list;
 }
@@ -390,7 +392,7 @@ int RunLoom(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   static const auto* commands = new std::vector<std::pair<std::string, Command>>{
       {"models", CmdModels}, {"ops", CmdOps}, {"plan", CmdPlan}, {"show", CmdShow}, {"graph", CmdGraph},
-      {"search", CmdSearch}, {"simulate", CmdSimulate}, {"verify", CmdVerify}};
+      {"search", CmdSearch}, {"simulate", CmdSimulate}, {"verify", CmdVerify}, {"run", CmdRun}};
   std::vector<std::string> rest(args.begin() + 1, args.end());
   for (const auto& [name, fn] : *commands) {
     if (name == command) return fn(rest, out, err);

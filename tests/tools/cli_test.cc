@@ -68,7 +68,7 @@ TEST(CliTest, BadFlagsAreOneLineExit2) {
 // `--help` works on every subcommand and exits 0.
 TEST(CliTest, HelpOnEverySubcommand) {
   for (const char* cmd : {"models", "ops", "plan", "show", "graph", "search", "simulate",
-                          "verify"}) {
+                          "verify", "run"}) {
     Result r = RunCli({cmd, "--help"});
     EXPECT_EQ(r.code, kExitOk) << cmd;
     EXPECT_TRUE(absl::StrContains(r.out, "usage: loom")) << cmd;
