@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "exec/cpu_attention.h"
 #include "exec/host_ops.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
@@ -157,7 +158,12 @@ absl::Status RunTaskKernel(const ir::Task& task, absl::Span<const HostTensor* co
   if (!inferred.ok()) return PlanError(DescribeTask(task), inferred.status().message());
   out.clear();
   for (const ir::TensorType& type : *inferred) out.emplace_back(type.shape, type.dtype);
-  if (IsMatmul(task.kind)) {
+  if (task.kind == ir::OpKind::kAttention || task.kind == ir::OpKind::kAttentionGrad) {
+    absl::Status s = task.kind == ir::OpKind::kAttention
+                         ? CpuAttention(in, task.attrs, precision, absl::MakeSpan(out))
+                         : CpuAttentionGrad(in, task.attrs, precision, absl::MakeSpan(out));
+    if (!s.ok()) return PlanError(DescribeTask(task), s.message());
+  } else if (IsMatmul(task.kind)) {
     const auto start = std::chrono::steady_clock::now();
     if (precision == ir::DType::kF32) {
       RunMatmul<float>(task.kind, in, out[0]);

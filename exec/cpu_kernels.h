@@ -1,8 +1,9 @@
 #ifndef LOOM_EXEC_CPU_KERNELS_H_
 #define LOOM_EXEC_CPU_KERNELS_H_
 
-// The CPU backend's kernels: matrix products (linear, linear_wgrad, matmul)
-// through OpenBLAS in the run's precision, every other op through its reference
+// The CPU backend's kernels: matrix products (linear, linear_wgrad, matmul,
+// attention and its gradient) through OpenBLAS in the run's precision, every
+// other op through its reference
 // kernel (ir/op_schema.h). In fp32 every stored float is rounded to float, as the
 // single-device reference (ir::Evaluate) does.
 
@@ -16,7 +17,8 @@
 
 namespace loom::exec {
 
-// Time and work of the matrix products of one device.
+// Time and work of the matrix products (linear, linear_wgrad, matmul) of one
+// device.
 struct MatmulStats {
   double seconds = 0;
   double flops = 0;  // a multiply-add counts 2

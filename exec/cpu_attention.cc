@@ -1,0 +1,154 @@
+#include "exec/cpu_attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+namespace loom::exec {
+namespace {
+
+using ir::HostTensor;
+
+struct Dims {
+  int64_t batch, s, t, hq, hkv, dk, dv;
+  bool causal;
+  double scale;
+};
+
+absl::StatusOr<Dims> GetDims(absl::Span<const HostTensor* const> in, const ir::AttrMap& attrs) {
+  Dims d;
+  d.batch = in[0]->shape.dim(0);
+  d.s = in[0]->shape.dim(1);
+  d.hq = in[0]->shape.dim(2);
+  d.dk = in[0]->shape.dim(3);
+  d.t = in[1]->shape.dim(1);
+  d.hkv = in[1]->shape.dim(2);
+  d.dv = in[2]->shape.dim(3);
+  auto causal = attrs.GetInt("causal", 1);
+  if (!causal.ok()) return causal.status();
+  d.causal = *causal != 0;
+  auto scale = attrs.GetFloat("scale", 1.0 / std::sqrt(static_cast<double>(d.dk)));
+  if (!scale.ok()) return scale.status();
+  d.scale = *scale;
+  return d;
+}
+
+// C = alpha op(A) op(B) + beta C, row-major with leading dimensions.
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+template <typename T>
+std::vector<T> Copy(const HostTensor& t) {
+  return std::vector<T>(t.data.begin(), t.data.end());
+}
+
+// P = softmax(scale Q K^T) of one (batch, head), causal rows masked: [s, t].
+template <typename T>
+void Weights(const Dims& d, const T* q, const T* k, std::vector<T>& p) {
+  Gemm(false, true, d.s, d.t, d.dk, static_cast<T>(d.scale), q, d.hq * d.dk, k, d.hkv * d.dk,
+       T(0), p.data(), d.t);
+  for (int64_t i = 0; i < d.s; ++i) {
+    T* row = p.data() + i * d.t;
+    const int64_t n = d.causal ? i + 1 : d.t;
+    const T top = *std::max_element(row, row + n);
+    T total = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] = std::exp(row[j] - top);
+      total += row[j];
+    }
+    for (int64_t j = 0; j < n; ++j) row[j] /= total;
+    std::fill(row + n, row + d.t, T(0));
+  }
+}
+
+template <typename T>
+void Forward(const Dims& d, absl::Span<const HostTensor* const> in, HostTensor& out) {
+  const std::vector<T> q = Copy<T>(*in[0]), k = Copy<T>(*in[1]), v = Copy<T>(*in[2]);
+  std::vector<T> o(out.data.size()), p(d.s * d.t);
+  const int64_t group = d.hq / d.hkv;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.hq; ++h) {
+      const int64_t g = h / group;
+      const T* qh = q.data() + (b * d.s * d.hq + h) * d.dk;
+      const T* kg = k.data() + (b * d.t * d.hkv + g) * d.dk;
+      const T* vg = v.data() + (b * d.t * d.hkv + g) * d.dv;
+      Weights(d, qh, kg, p);
+      Gemm(false, false, d.s, d.dv, d.t, T(1), p.data(), d.t, vg, d.hkv * d.dv, T(0),
+           o.data() + (b * d.s * d.hq + h) * d.dv, d.hq * d.dv);
+    }
+  }
+  out.data.assign(o.begin(), o.end());
+}
+
+// dv = P^T do, dP = do v^T, dS = P * (dP - rowsum(P * dP)), dq = scale dS k,
+// dk = scale dS^T q; kv gradients sum over the query heads of their group.
+template <typename T>
+void Backward(const Dims& d, absl::Span<const HostTensor* const> in, absl::Span<HostTensor> out) {
+  const std::vector<T> q = Copy<T>(*in[0]), k = Copy<T>(*in[1]), v = Copy<T>(*in[2]),
+                       dout = Copy<T>(*in[3]);
+  std::vector<T> dq(out[0].data.size()), dk(out[1].data.size()), dv(out[2].data.size());
+  std::vector<T> p(d.s * d.t), dp(d.s * d.t);
+  const int64_t group = d.hq / d.hkv;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.hq; ++h) {
+      const int64_t g = h / group;
+      const int64_t qo = (b * d.s * d.hq + h) * d.dk, ko = (b * d.t * d.hkv + g) * d.dk;
+      const int64_t vo = (b * d.t * d.hkv + g) * d.dv, oo = (b * d.s * d.hq + h) * d.dv;
+      Weights(d, q.data() + qo, k.data() + ko, p);
+      Gemm(false, true, d.s, d.t, d.dv, T(1), dout.data() + oo, d.hq * d.dv, v.data() + vo,
+           d.hkv * d.dv, T(0), dp.data(), d.t);
+      for (int64_t i = 0; i < d.s; ++i) {
+        T* pr = p.data() + i * d.t;
+        T* dr = dp.data() + i * d.t;
+        T dot = 0;
+        for (int64_t j = 0; j < d.t; ++j) dot += pr[j] * dr[j];
+        for (int64_t j = 0; j < d.t; ++j) dr[j] = pr[j] * (dr[j] - dot);  // dS
+      }
+      Gemm(false, false, d.s, d.dk, d.t, static_cast<T>(d.scale), dp.data(), d.t, k.data() + ko,
+           d.hkv * d.dk, T(0), dq.data() + qo, d.hq * d.dk);
+      Gemm(true, false, d.t, d.dk, d.s, static_cast<T>(d.scale), dp.data(), d.t, q.data() + qo,
+           d.hq * d.dk, T(1), dk.data() + ko, d.hkv * d.dk);
+      Gemm(true, false, d.t, d.dv, d.s, T(1), p.data(), d.t, dout.data() + oo, d.hq * d.dv, T(1),
+           dv.data() + vo, d.hkv * d.dv);
+    }
+  }
+  out[0].data.assign(dq.begin(), dq.end());
+  out[1].data.assign(dk.begin(), dk.end());
+  out[2].data.assign(dv.begin(), dv.end());
+}
+
+}  // namespace
+
+absl::Status CpuAttention(absl::Span<const HostTensor* const> in, const ir::AttrMap& attrs,
+                          ir::DType precision, absl::Span<HostTensor> out) {
+  auto d = GetDims(in, attrs);
+  if (!d.ok()) return d.status();
+  (void)precision;  // computed in double in both precisions (see the header)
+  Forward<double>(*d, in, out[0]);
+  return absl::OkStatus();
+}
+
+absl::Status CpuAttentionGrad(absl::Span<const HostTensor* const> in, const ir::AttrMap& attrs,
+                              ir::DType precision, absl::Span<HostTensor> out) {
+  auto d = GetDims(in, attrs);
+  if (!d.ok()) return d.status();
+  (void)precision;
+  Backward<double>(*d, in, out);
+  return absl::OkStatus();
+}
+
+}  // namespace loom::exec
