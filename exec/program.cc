@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "exec/host_ops.h"
 #include "ir/status_macros.h"
 
@@ -280,6 +281,88 @@ absl::StatusOr<Program> LowerPlan(const ir::Graph& spec, const ir::Plan& plan,
                                      options.bytes_per_element, program.devices[d]));
   }
   return program;
+}
+
+absl::Status CheckCollectiveOrder(const Program& program) {
+  const ir::Plan& plan = program.plan;
+  // The same sequence on every member of each matching key.
+  auto key_of = [&](const Collective& c) {
+    if (c.kind == ir::CollectiveKind::kSendRecv) {
+      return std::vector<int64_t>{-1, c.devices[0], c.devices[1]};
+    }
+    return c.devices;
+  };
+  absl::flat_hash_map<std::vector<int64_t>, std::vector<std::pair<int32_t, int64_t>>> first;
+  std::vector<absl::flat_hash_map<std::vector<int64_t>, int>> count(program.devices.size());
+  for (const DeviceProgram& dp : program.devices) {
+    for (const Instr& i : dp.instrs) {
+      if (i.kind != InstrKind::kCollective) continue;
+      const std::vector<int64_t> key = key_of(plan.collectives[i.id]);
+      const int position = count[dp.device][key]++;
+      std::vector<std::pair<int32_t, int64_t>>& seq = first[key];
+      if (position < static_cast<int>(seq.size())) {
+        if (seq[position].first != i.id) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "collectives issued in different orders: device ", dp.device, " issues ",
+              DescribeCollective(plan.collectives[i.id]), " as its collective #", position + 1,
+              " on devices ", absl::StrJoin(plan.collectives[i.id].devices, ","), ", where device ",
+              seq[position].second, " issues ",
+              DescribeCollective(plan.collectives[seq[position].first])));
+        }
+      } else {
+        seq.emplace_back(i.id, dp.device);
+      }
+    }
+  }
+  // A run: tasks go ahead, a collective when every member stands at it.
+  const size_t n = program.devices.size();
+  std::vector<size_t> pc(n, 0);
+  auto at = [&](size_t d) -> const Instr* {
+    const std::vector<Instr>& s = program.devices[d].instrs;
+    return pc[d] < s.size() ? &s[pc[d]] : nullptr;
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (size_t d = 0; d < n; ++d) {
+      while (const Instr* i = at(d)) {
+        if (i->kind != InstrKind::kCollective) {
+          ++pc[d];
+          progress = true;
+          continue;
+        }
+        const Collective& c = plan.collectives[i->id];
+        bool all = true;
+        for (int64_t m : c.devices) {
+          const Instr* j = at(m);
+          all = all && j != nullptr && j->kind == InstrKind::kCollective && j->id == i->id;
+        }
+        if (!all) break;
+        for (int64_t m : c.devices) ++pc[m];
+        progress = true;
+      }
+    }
+  }
+  std::vector<std::string> blocked;
+  for (size_t d = 0; d < n; ++d) {
+    const Instr* i = at(d);
+    if (i == nullptr) continue;
+    std::vector<std::string> absent;
+    for (int64_t m : plan.collectives[i->id].devices) {
+      const Instr* j = at(m);
+      if (j != nullptr && j->kind == InstrKind::kCollective && j->id == i->id) continue;
+      absent.push_back(j == nullptr ? absl::StrCat("device ", m, " (finished its program)")
+                                    : absl::StrCat("device ", m, " (waiting at ",
+                                                   DescribeInstr(program, *j), ")"));
+    }
+    blocked.push_back(absl::StrCat("device ", d, " waits at ", DescribeInstr(program, *i),
+                                   " for ", absl::StrJoin(absent, ", ")));
+  }
+  if (!blocked.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("deadlock: ", absl::StrJoin(blocked, "; ")));
+  }
+  return absl::OkStatus();
 }
 
 std::string DescribeInstr(const Program& program, const Instr& instr) {

@@ -65,6 +65,15 @@ struct LowerOptions {
 absl::StatusOr<Program> LowerPlan(const ir::Graph& spec, const ir::Plan& plan,
                                   const LowerOptions& options = {});
 
+// Checks, before anything runs, that the device streams can finish: every
+// member of a group issues the group's collectives in the same order (NCCL's
+// matching rule; send/recv per direction), and a simulated run where each
+// device follows its stream and a collective waits for all its members never
+// blocks. Backends whose collectives would hang on a mismatch (NCCL) run it
+// first. The error names the devices and collectives, as the CPU backend's
+// do at run time.
+absl::Status CheckCollectiveOrder(const Program& program);
+
 // "task 12 (device 0, linear)" / "collective 3 (all_reduce over devices 0,1)".
 std::string DescribeInstr(const Program& program, const Instr& instr);
 

@@ -70,6 +70,9 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 TEST(CpuBackendTest, OrderedPlanRuns) {
   Fixture f = Ordered(Make(2, 1, 1, 1));
   EXPECT_TRUE(RunOnce(f, 30).ok()) << RunOnce(f, 30);
+  auto lowered = LowerPlan(f.spec, f.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  EXPECT_TRUE(CheckCollectiveOrder(*lowered).ok()) << CheckCollectiveOrder(*lowered);
 }
 
 // Device 0 issues two gradient all-reduces of its data-parallel group in the
@@ -118,6 +121,11 @@ TEST(CpuBackendTest, CollectivesInDifferentOrdersAreReported) {
   }
   if (first < 0) order = original;
   ASSERT_GE(first, 0) << "no two collectives of device 0 are independent";
+  // The check before a run finds it too.
+  auto lowered = LowerPlan(f.spec, f.plan);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  absl::Status precheck = CheckCollectiveOrder(*lowered);
+  EXPECT_THAT(precheck.message(), HasSubstr("different orders")) << precheck;
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = RunOnce(f, /*timeout_s=*/30);
   EXPECT_LT(Seconds(start), 10.0);
@@ -149,6 +157,8 @@ TEST(CpuBackendTest, MissingPeerIsReported) {
   });
   ASSERT_NE(at, instrs.end());
   instrs.erase(at, instrs.end());
+  absl::Status precheck = CheckCollectiveOrder(program);
+  EXPECT_THAT(precheck.message(), HasSubstr("device 1 (finished its program)")) << precheck;
   ExecOptions options;
   options.precision = ir::DType::kF64;
   options.collective_timeout_s = 30;
