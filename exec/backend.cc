@@ -5,9 +5,6 @@
 
 namespace loom::exec {
 
-// Defined by the CUDA backend's sources, or by cuda_backend_none.cc.
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ExecOptions& options);
-
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(absl::string_view name,
                                                      const ExecOptions& options) {
   if (name == "cpu") return MakeCpuBackend(options);

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "exec/cpu_kernels.h"
 #include "exec/program.h"
 #include "ir/host_tensor.h"
@@ -39,6 +40,7 @@ struct DeviceStats {
   double wait_seconds = 0;     // waiting for the members of collectives
   MatmulStats matmul;          // the matrix products among the kernels
   int64_t peak_bytes = 0;      // largest sum of live buffer bytes, measured
+  int64_t host_ops = 0;        // CUDA: tasks run by their reference kernel on the host
 };
 
 struct StepResult {
@@ -64,6 +66,15 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(absl::string_view name,
                                                      const ExecOptions& options);
 
 std::unique_ptr<Backend> MakeCpuBackend(const ExecOptions& options);
+
+// Unavailable without a GPU or in a build without the CUDA backend.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ExecOptions& options);
+
+// Runs one task on GPU 0 through the CUDA backend (its kernel, or the reference
+// kernel on the host where it has none; `on_gpu` tells which). For tests.
+absl::StatusOr<std::vector<ir::HostTensor>> RunTaskOnCuda(
+    const ir::Task& task, absl::Span<const ir::HostTensor* const> in, ir::DType precision,
+    bool* on_gpu);
 
 }  // namespace loom::exec
 

@@ -109,7 +109,9 @@ TEST_P(TrainingMatchesReference, ThreeSteps) {
   const Param& p = GetParam();
   Built b = Build(p.c, p.precision);
   ASSERT_FALSE(b.plan.values.empty());
-  if (!p.c.schedule.empty()) ASSERT_FALSE(b.plan.order.empty());
+  if (!p.c.schedule.empty()) {
+    ASSERT_FALSE(b.plan.order.empty());
+  }
   ExecOptions exec;
   exec.precision = p.precision;
   std::unique_ptr<Backend> backend = MakeCpuBackend(exec);

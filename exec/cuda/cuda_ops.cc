@@ -1,0 +1,31 @@
+#include "exec/cuda/cuda_ops.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::exec::cuda {
+
+absl::Status CudaError(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": CUDA error ", static_cast<int>(err), " (",
+                                          cudaGetErrorString(err), ")"));
+}
+
+absl::Status CublasError(cublasStatus_t err, const char* what) {
+  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", static_cast<int>(err), " (",
+                                          cublasGetStatusString(err), ")"));
+}
+
+absl::Status RunOp(ir::OpKind kind, const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in,
+                   absl::Span<DeviceTensor> out, const OpContext& ctx) {
+  using Family = absl::Status (*)(ir::OpKind, const ir::AttrMap&, absl::Span<const DeviceTensor>,
+                                  absl::Span<DeviceTensor>, const OpContext&);
+  for (Family family : {RunMatmulOp, RunElementwiseOp, RunRowwiseOp, RunReduceShapeOp}) {
+    absl::Status s = family(kind, attrs, in, out, ctx);
+    if (!absl::IsUnimplemented(s)) return s;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "'"));
+}
+
+}  // namespace loom::exec::cuda
