@@ -5,6 +5,8 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(Z3 REQUIRED IMPORTED_TARGET z3)
 find_package(Threads REQUIRED)
+# yaml-cpp for Megatron-style training configurations.
+find_package(yaml-cpp REQUIRED)
 # OpenBLAS for the CPU backend's matrix products.
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 # jemalloc for the programs (the derivation and the plan checks allocate many small

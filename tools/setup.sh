@@ -7,6 +7,7 @@ packages=(
   g++ cmake ninja-build pkg-config git
   libabsl-dev libboost-graph-dev libz3-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libjemalloc-dev libopenblas-dev
+  libyaml-cpp-dev python3-dev python3-pybind11 python3-pytest
 )
 
 missing=()

@@ -1,0 +1,138 @@
+#ifndef LOOM_API_LOOM_H_
+#define LOOM_API_LOOM_H_
+
+// Loom's library interface for training launchers: one header, the same steps as
+// the command line. Build a model's training step, make a plan from a parallel
+// configuration (flags-like fields, or a Megatron-style YAML file), search its
+// pipeline schedule, verify it, run it. Errors are absl::Status values whose
+// messages are the command line's.
+//
+// The functions and the config structs below are the stable surface; the IR,
+// plan and report types they return (ir::Graph, ir::Plan, verify::VerifyReport,
+// exec::TrainReport) are documented in docs/formats.md and their headers.
+//
+//   loom::ModelConfig model{.name = "llama3-8b", .tiny = true, .layers = 2};
+//   loom::ParallelConfig parallel{.dp = 2, .tp = 2, .pp = 2, .microbatches = 4};
+//   auto step = loom::BuildStep(model, parallel);
+//   auto plan = loom::MakePlan(*step, parallel);
+//   auto search = loom::SearchSchedule(*step, *plan);      // orders *plan
+//   auto report = loom::VerifyPlan(*step, *plan);          // report->verdict
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "exec/training.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+#include "verify/verify.h"
+
+namespace loom {
+
+inline constexpr const char* kApiVersion = "0.1";
+
+struct ModelConfig {
+  std::string name;    // a model of ListModels(): "llama3-8b"
+  bool tiny = false;   // same structure, small dims
+  int layers = 0;      // 0: the configuration's
+  int64_t batch = 0;   // sequences per micro-batch over all replicas; 0: the dp size
+  int64_t seq = 0;     // tokens per sequence; 0: the configuration's
+};
+
+struct ParallelConfig {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int vpp = 1;        // virtual stages per pipeline stage
+  int ep = 1;         // expert parallelism, within the dp replicas
+  bool sp = false;    // sequence parallelism over the tp group
+  int zero = 0;       // ZeRO stage over the dp group (distributed optimizer: 1)
+  int microbatches = 1;
+  bool recompute = false;  // whole-layer activation recomputation
+  bool factored = true;    // one scale unit plus replication rules
+};
+
+// Both halves of a launcher's training configuration.
+struct TrainConfig {
+  ModelConfig model;
+  ParallelConfig parallel;
+};
+
+// Reads a Megatron-style YAML training configuration (docs/python.md lists the
+// keys): tensor/pipeline/data/expert parallel sizes, virtual pipeline size,
+// sequence_parallel, micro_batch_size and global_batch_size, recompute
+// settings, use_distributed_optimizer, num_layers, seq_length, and the Loom
+// model name (`loom_model`, or a string `model`). Keys may sit at the top level
+// or under a `model:` map, as NeMo writes them. Unknown keys are ignored; a key
+// of the wrong type or an inconsistent batch is an error naming the file and key.
+absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml, const std::string& origin);
+absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
+
+// The model zoo's names, in order.
+std::vector<std::string> ListModels();
+
+// The whole training step (forward, backward, accumulation over the config's
+// micro-batches, clipping, AdamW) of `model`.
+absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConfig& parallel);
+
+// The distributed plan of `step` under `parallel`.
+absl::StatusOr<ir::Plan> MakePlan(const ir::Graph& step, const ParallelConfig& parallel);
+
+absl::StatusOr<ir::Plan> LoadPlan(const std::string& path);
+absl::Status SavePlan(const ir::Plan& plan, const std::string& path);
+
+struct SearchConfig {
+  int64_t node_limit = 2'000'000;  // deterministic search budget
+  double time_limit_seconds = 0;   // 0: none
+  std::optional<int64_t> memory_cap;  // per device, in the block model's units
+};
+
+struct SearchSummary {
+  int64_t period = 0;
+  int64_t period_lower_bound = 0;
+  int64_t makespan = 0;
+  double bubble = 0;                  // idle share over all devices
+  std::vector<int64_t> peak_memory;   // per pipeline rank, block-model units
+  double seconds = 0;
+  std::string svg;                    // the schedule's Gantt chart
+};
+
+// Searches the pipeline order of `plan` (a repetend, warm-up and cool-down) and
+// writes it into `plan` (which becomes explicit).
+absl::StatusOr<SearchSummary> SearchSchedule(const ir::Graph& step, ir::Plan& plan,
+                                             const SearchConfig& config = {});
+
+struct VerifyConfig {
+  std::string cache_dir;             // empty: no proof cache
+  unsigned solver_timeout_ms = 10000;
+  std::optional<int64_t> memory_capacity_bytes;
+  int threads = 0;                   // 0: every core
+};
+
+// Proves `plan` equivalent to `step` (exit code of the verdict: verify::ExitCode).
+absl::StatusOr<verify::VerifyReport> VerifyPlan(const ir::Graph& step, const ir::Plan& plan,
+                                                const VerifyConfig& config = {});
+// The report as `loom verify --report` writes it (docs/formats.md).
+std::string VerifyReportJson(const verify::VerifyReport& report, const std::string& model,
+                             const std::string& plan_path);
+
+struct RunConfig {
+  std::string backend = "cpu";  // or "cuda"
+  int steps = 1;
+  bool fp64 = false;
+  bool check = false;
+  uint64_t seed = 1;
+  std::string data_path;
+  double collective_timeout_s = 60;
+};
+
+// Runs `plan`'s training steps (exec/training.h).
+absl::StatusOr<exec::TrainReport> RunPlan(const ir::Graph& step, const ir::Plan& plan,
+                                          const RunConfig& config = {});
+
+}  // namespace loom
+
+#endif  // LOOM_API_LOOM_H_

@@ -1,0 +1,204 @@
+// Megatron-style YAML training configurations (api/loom.h, docs/python.md).
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "api/loom.h"
+
+namespace loom {
+namespace {
+
+// The keys of one configuration: the top level merged with a `model:` map.
+class Keys {
+ public:
+  Keys(const YAML::Node& root, std::string origin) : origin_(std::move(origin)) {
+    maps_.push_back(root);
+    const YAML::Node model = root["model"];
+    if (model && model.IsMap()) maps_.push_back(model);
+  }
+
+  YAML::Node Find(const char* key) const {
+    for (const YAML::Node& m : maps_) {
+      const YAML::Node n = m[key];
+      if (n) return n;
+    }
+    return YAML::Node();
+  }
+
+  absl::Status Error(const YAML::Node& n, const char* key, absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(origin_, ":", n.Mark().line + 1, ":",
+                                                   n.Mark().column + 1, ": key '", key, "': ",
+                                                   what));
+  }
+
+  // Sets `out` when the key is present; an error when it is not an integer >= min.
+  absl::Status Int(const char* key, int64_t min, std::optional<int64_t>& out) const {
+    const YAML::Node n = Find(key);
+    if (!n || n.IsNull()) return absl::OkStatus();
+    int64_t v = 0;
+    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) {
+      return Error(n, key, "expected an integer");
+    }
+    if (v < min) return Error(n, key, absl::StrCat("must be at least ", min, ", got ", v));
+    out = v;
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(const char* key, std::optional<bool>& out) const {
+    const YAML::Node n = Find(key);
+    if (!n || n.IsNull()) return absl::OkStatus();
+    bool v = false;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) {
+      return Error(n, key, "expected true or false");
+    }
+    out = v;
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const char* key, std::optional<std::string>& out) const {
+    const YAML::Node n = Find(key);
+    if (!n || n.IsNull() || n.IsMap()) return absl::OkStatus();
+    if (!n.IsScalar()) return Error(n, key, "expected a string");
+    out = n.Scalar();
+    return absl::OkStatus();
+  }
+
+  const std::string& origin() const { return origin_; }
+
+ private:
+  std::string origin_;
+  std::vector<YAML::Node> maps_;
+};
+
+#define LOOM_CONFIG_OK(expr)                  \
+  do {                                        \
+    if (absl::Status s_ = (expr); !s_.ok()) { \
+      return s_;                              \
+    }                                         \
+  } while (false)
+
+absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
+  TrainConfig c;
+  std::optional<std::string> name, model, granularity;
+  LOOM_CONFIG_OK(keys.String("loom_model", name));
+  LOOM_CONFIG_OK(keys.String("model", model));
+  if (!name.has_value()) name = model;
+  if (!name.has_value()) LOOM_CONFIG_OK(keys.String("name", name));
+  if (name.has_value()) c.model.name = *name;
+  std::optional<bool> tiny, sp, distributed, recompute_activations;
+  LOOM_CONFIG_OK(keys.Bool("tiny", tiny));
+  c.model.tiny = tiny.value_or(false);
+  std::optional<int64_t> tp, pp, dp, world, ep, vpp, layers_per_virtual, layers, seq, micro,
+      global, zero;
+  LOOM_CONFIG_OK(keys.Int("tensor_model_parallel_size", 1, tp));
+  LOOM_CONFIG_OK(keys.Int("pipeline_model_parallel_size", 1, pp));
+  LOOM_CONFIG_OK(keys.Int("data_parallel_size", 1, dp));
+  LOOM_CONFIG_OK(keys.Int("world_size", 1, world));
+  LOOM_CONFIG_OK(keys.Int("expert_model_parallel_size", 1, ep));
+  LOOM_CONFIG_OK(keys.Int("virtual_pipeline_model_parallel_size", 1, vpp));
+  LOOM_CONFIG_OK(keys.Int("num_layers_per_virtual_pipeline_stage", 1, layers_per_virtual));
+  LOOM_CONFIG_OK(keys.Int("num_layers", 1, layers));
+  LOOM_CONFIG_OK(keys.Int("seq_length", 1, seq));
+  LOOM_CONFIG_OK(keys.Int("micro_batch_size", 1, micro));
+  LOOM_CONFIG_OK(keys.Int("global_batch_size", 1, global));
+  LOOM_CONFIG_OK(keys.Int("zero_stage", 0, zero));
+  LOOM_CONFIG_OK(keys.Bool("sequence_parallel", sp));
+  LOOM_CONFIG_OK(keys.Bool("use_distributed_optimizer", distributed));
+  LOOM_CONFIG_OK(keys.Bool("recompute_activations", recompute_activations));
+  LOOM_CONFIG_OK(keys.String("recompute_granularity", granularity));
+
+  ParallelConfig& p = c.parallel;
+  p.tp = static_cast<int>(tp.value_or(1));
+  p.pp = static_cast<int>(pp.value_or(1));
+  p.ep = static_cast<int>(ep.value_or(1));
+  p.sp = sp.value_or(false);
+  if (dp.has_value()) {
+    p.dp = static_cast<int>(*dp);
+  } else if (world.has_value()) {
+    if (*world % (p.tp * p.pp) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": world_size ", *world, " is not a multiple of tensor x pipeline "
+          "parallel size ", p.tp * p.pp));
+    }
+    p.dp = static_cast<int>(*world / (p.tp * p.pp));
+  }
+  if (layers.has_value()) c.model.layers = static_cast<int>(*layers);
+  if (seq.has_value()) c.model.seq = *seq;
+  if (vpp.has_value()) {
+    p.vpp = static_cast<int>(*vpp);
+  } else if (layers_per_virtual.has_value()) {
+    if (!layers.has_value() || *layers % (p.pp * *layers_per_virtual) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": num_layers_per_virtual_pipeline_stage needs num_layers, a multiple "
+          "of it times pipeline_model_parallel_size"));
+    }
+    p.vpp = static_cast<int>(*layers / (p.pp * *layers_per_virtual));
+  }
+  // Batches: micro_batch_size sequences per data-parallel rank and micro-batch;
+  // global_batch_size over the whole step.
+  const int64_t per_micro = micro.value_or(1);
+  c.model.batch = per_micro * p.dp;
+  if (global.has_value()) {
+    if (*global % (per_micro * p.dp) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": global_batch_size ", *global, " is not a multiple of "
+          "micro_batch_size x data-parallel size (", per_micro, " x ", p.dp, ")"));
+    }
+    p.microbatches = static_cast<int>(*global / (per_micro * p.dp));
+  }
+  // Megatron's distributed optimizer shards the optimizer states over the dp group.
+  p.zero = static_cast<int>(zero.value_or(distributed.value_or(false) ? 1 : 0));
+  if (p.zero > 3) return absl::InvalidArgumentError(absl::StrCat(keys.origin(), ": zero_stage ", p.zero, " is above 3"));
+  if (granularity.has_value()) {
+    if (*granularity == "full") {
+      p.recompute = true;
+    } else if (*granularity == "selective") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": recompute_granularity 'selective' (the attention core only) is not "
+          "modelled; Loom recomputes whole layers ('full')"));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": recompute_granularity '", *granularity, "': expected full"));
+    }
+  } else if (recompute_activations.value_or(false)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.origin(), ": recompute_activations (selective recomputation) is not modelled; set "
+        "recompute_granularity: full"));
+  }
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml, const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": ", e.msg));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": a training configuration is a map of keys"));
+  }
+  try {
+    return FromKeys(Keys(root, origin));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": ", e.msg));
+  }
+}
+
+absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the configuration"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseTrainConfig(text.str(), path);
+}
+
+}  // namespace loom
