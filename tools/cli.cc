@@ -19,6 +19,8 @@
 #include "models/models.h"
 #include "tools/flags.h"
 #include "tools/schedule_commands.h"
+#include "api/loom.h"
+#include "ir/status_macros.h"
 #include "tools/run_command.h"
 #include "tools/verify_command.h"
 
@@ -258,6 +260,32 @@ int CmdGraph(const std::vector<std::string>& args, std::ostream& out, std::ostre
   return kExitOk;
 }
 
+// The training configuration of `path`; the model flags, when given, override
+// its model fields, and no parallel flag may be given beside it.
+absl::StatusOr<TrainConfig> ConfigFromFlags(const FlagSet& flags, const std::string& path) {
+  for (const char* f : {"--dp", "--tp", "--pp", "--vpp", "--sp", "--ep", "--zero",
+                        "--microbatches", "--recompute"}) {
+    if (flags.Has(f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("give the parallel configuration by --config or by flags, not both (",
+                       f, " given beside --config)"));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(TrainConfig config, LoadTrainConfig(path));
+  if (auto name = flags.GetString("--model")) config.model.name = *name;
+  if (flags.GetBool("--tiny")) config.model.tiny = true;
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", config.model.layers, 1, 100000));
+  config.model.layers = static_cast<int>(layers);
+  LOOM_ASSIGN_OR_RETURN(config.model.batch,
+                        flags.GetInt("--batch", config.model.batch, 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(config.model.seq, flags.GetInt("--seq", config.model.seq, 1, int64_t{1} << 30));
+  if (config.model.name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": no model named (set loom_model: NAME in the file, or give --model)"));
+  }
+  return config;
+}
+
 int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("plan",
                 "Splits a model's training step over a dp x pp x tp device mesh and writes the\n"
@@ -277,12 +305,23 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.AddString("--microbatches", "M", "micro-batches per step (default 1)");
   flags.AddBool("--recompute", "recompute each layer's forward before its backward");
   flags.AddBool("--explicit", "write every device and micro-batch (default: factored)");
+  flags.AddString("--config", "FILE",
+                  "a Megatron-style YAML training configuration instead of the parallel flags");
   flags.AddString("--output", "FILE", "where to write the plan (JSON)");
   flags.AddAlias("-o", "--output");
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
   auto fail = [&](const absl::Status& s) { return Fail(err, "plan", s); };
-  auto name = flags.GetString("--model");
-  if (!name.has_value()) return fail(absl::InvalidArgumentError("missing --model NAME"));
+  std::optional<TrainConfig> config;
+  if (auto path = flags.GetString("--config")) {
+    auto loaded = ConfigFromFlags(flags, *path);
+    if (!loaded.ok()) return fail(loaded.status());
+    config = *std::move(loaded);
+  }
+  auto name = config.has_value() ? std::optional<std::string>(config->model.name)
+                                 : flags.GetString("--model");
+  if (!name.has_value() || name->empty()) {
+    return fail(absl::InvalidArgumentError("missing --model NAME"));
+  }
   transform::Strategy strategy;
   struct IntFlag {
     const char* name;
@@ -303,6 +342,18 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   strategy.sp = flags.GetBool("--sp");
   strategy.recompute = flags.GetBool("--recompute");
   strategy.factored = !flags.GetBool("--explicit");
+  if (config.has_value()) {
+    const ParallelConfig& p = config->parallel;
+    strategy.dp = p.dp;
+    strategy.tp = p.tp;
+    strategy.pp = p.pp;
+    strategy.vpp = p.vpp;
+    strategy.ep = p.ep;
+    strategy.sp = p.sp;
+    strategy.zero = p.zero;
+    strategy.microbatches = p.microbatches;
+    strategy.recompute = p.recompute;
+  }
   models::ModelOptions options;
   options.tiny = flags.GetBool("--tiny");
   auto layers = flags.GetInt("--layers", 0, 1, 100000);
@@ -314,6 +365,12 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto seq = flags.GetInt("--seq", 0, 1, int64_t{1} << 30);
   if (!seq.ok()) return fail(seq.status());
   options.seq = *seq;
+  if (config.has_value()) {
+    options.tiny = config->model.tiny;
+    options.layers = config->model.layers;
+    options.batch = config->model.batch > 0 ? config->model.batch : strategy.dp;
+    options.seq = config->model.seq;
+  }
   auto path = flags.GetString("--output");
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing -o FILE"));
   const auto start = std::chrono::steady_clock::now();
