@@ -45,6 +45,10 @@ if(LOOM_WITH_CUDA)
         set(CMAKE_CUDA_ARCHITECTURES 80 90)
       endif()
       set(LOOM_HAVE_CUDA ON)
+      # NCCL as a target, so that the installed package names it (LoomConfig.cmake
+      # finds it again) rather than a path of this machine.
+      add_library(NCCL::nccl UNKNOWN IMPORTED)
+      set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY})
     endif()
   endif()
 endif()

@@ -1,18 +1,22 @@
 # loom_cc_library(NAME <target> [HDRS ...] [SRCS ...] [DEPS ...])
 # One library per folder. A library without sources is an INTERFACE target.
+# Headers are included by their repository-relative path ("ir/graph.h"): from the
+# source tree when building, from <prefix>/include once installed (LoomInstall.cmake).
 function(loom_cc_library)
   cmake_parse_arguments(ARG "" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
   if(ARG_SRCS)
+    set(scope PUBLIC)
     add_library(${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
-    target_include_directories(${ARG_NAME} PUBLIC
-      $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
-    target_link_libraries(${ARG_NAME} PUBLIC ${ARG_DEPS})
   else()
+    set(scope INTERFACE)
     add_library(${ARG_NAME} INTERFACE)
-    target_include_directories(${ARG_NAME} INTERFACE
-      $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
-    target_link_libraries(${ARG_NAME} INTERFACE ${ARG_DEPS})
   endif()
+  target_include_directories(${ARG_NAME} ${scope}
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:include>)
+  # The headers need C++20: users of the installed package get it too.
+  target_compile_features(${ARG_NAME} ${scope} cxx_std_20)
+  target_link_libraries(${ARG_NAME} ${scope} ${ARG_DEPS})
 endfunction()
 
 # loom_cc_test(NAME <binary> SRCS ... DEPS ...)
