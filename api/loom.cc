@@ -37,7 +37,7 @@ absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConf
   return ir::BuildTrainingStep(forward, training);
 }
 
-absl::StatusOr<ir::Plan> MakePlan(const ir::Graph& step, const ParallelConfig& parallel) {
+transform::Strategy StrategyOf(const ParallelConfig& parallel) {
   transform::Strategy s;
   s.dp = parallel.dp;
   s.tp = parallel.tp;
@@ -49,7 +49,11 @@ absl::StatusOr<ir::Plan> MakePlan(const ir::Graph& step, const ParallelConfig& p
   s.microbatches = parallel.microbatches;
   s.recompute = parallel.recompute;
   s.factored = parallel.factored;
-  return transform::Parallelize(step, s);
+  return s;
+}
+
+absl::StatusOr<ir::Plan> MakePlan(const ir::Graph& step, const ParallelConfig& parallel) {
+  return transform::Parallelize(step, StrategyOf(parallel));
 }
 
 absl::StatusOr<ir::Plan> LoadPlan(const std::string& path) { return ir::LoadPlanFile(path); }

@@ -28,6 +28,7 @@
 #include "exec/training.h"
 #include "ir/graph.h"
 #include "ir/plan.h"
+#include "transform/strategy.h"
 #include "verify/verify.h"
 
 namespace loom {
@@ -80,6 +81,9 @@ absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConf
 
 // The distributed plan of `step` under `parallel`.
 absl::StatusOr<ir::Plan> MakePlan(const ir::Graph& step, const ParallelConfig& parallel);
+
+// The transform's strategy for `parallel` (what MakePlan plans with).
+transform::Strategy StrategyOf(const ParallelConfig& parallel);
 
 absl::StatusOr<ir::Plan> LoadPlan(const std::string& path);
 absl::Status SavePlan(const ir::Plan& plan, const std::string& path);

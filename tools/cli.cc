@@ -343,16 +343,9 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   strategy.recompute = flags.GetBool("--recompute");
   strategy.factored = !flags.GetBool("--explicit");
   if (config.has_value()) {
-    const ParallelConfig& p = config->parallel;
-    strategy.dp = p.dp;
-    strategy.tp = p.tp;
-    strategy.pp = p.pp;
-    strategy.vpp = p.vpp;
-    strategy.ep = p.ep;
-    strategy.sp = p.sp;
-    strategy.zero = p.zero;
-    strategy.microbatches = p.microbatches;
-    strategy.recompute = p.recompute;
+    const bool factored = strategy.factored;
+    strategy = StrategyOf(config->parallel);
+    strategy.factored = factored;
   }
   models::ModelOptions options;
   options.tiny = flags.GetBool("--tiny");
