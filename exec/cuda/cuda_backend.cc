@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "exec/cpu_kernels.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/host_ops.h"
+#include "exec/launch.h"
 #include "exec/rendezvous.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
@@ -76,7 +78,8 @@ struct DeviceContext {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(const ExecOptions& options, int gpus) : options_(options), gpus_(gpus) {}
+  CudaBackend(const ExecOptions& options, int gpus, std::unique_ptr<TcpStore> store)
+      : options_(options), gpus_(gpus), store_(std::move(store)) {}
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
   absl::StatusOr<StepResult> RunStep(const Program& program, ValueStore inputs) override;
@@ -108,6 +111,13 @@ class CudaBackend : public Backend {
   bool nccl_ = false;
   // Communicators per matching group (exec/rendezvous.h MatchKey), one per member.
   std::map<std::vector<int64_t>, std::vector<ncclComm_t>> comms_;
+  // One process per GPU (exec/launch.h): this process runs plan device `rank`
+  // only, and the processes meet at the store.
+  std::unique_ptr<TcpStore> store_;
+  int64_t steps_run_ = 0;
+  // Whether this process runs plan device `d`.
+  bool Runs(size_t d) const { return store_ == nullptr || static_cast<int>(d) == store_->env().rank; }
+  absl::Status ExchangeKept(const Program& program, StepResult& result);
 };
 
 CudaBackend::~CudaBackend() {
@@ -131,14 +141,25 @@ std::vector<int64_t> CommKey(const Collective& c) {
   return c.devices;
 }
 
+// The rank of device `d` in a group.
+int RankIn(const std::vector<int64_t>& group, int64_t d) {
+  return static_cast<int>(std::find(group.begin(), group.end(), d) - group.begin());
+}
+
 absl::Status CudaBackend::Prepare(const Program& program) {
   const size_t n = program.devices.size();
   if (devices_.size() != n) {
     if (!comms_.empty()) return absl::FailedPreconditionError("one CUDA backend runs one program");
+    if (store_ != nullptr && static_cast<int>(n) != store_->env().world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the plan has ", n, " devices: launch as many processes (WORLD_SIZE=", n,
+          "), one per GPU; this launch has ", store_->env().world_size));
+    }
     devices_.resize(n);
     for (size_t d = 0; d < n; ++d) {
+      if (!Runs(d)) continue;
       DeviceContext& ctx = devices_[d];
-      ctx.gpu = static_cast<int>(d % gpus_);
+      ctx.gpu = store_ != nullptr ? store_->env().local_rank % gpus_ : static_cast<int>(d % gpus_);
       LOOM_CUDA_OK(cudaSetDevice(ctx.gpu), "cudaSetDevice");
       LOOM_CUDA_OK(cudaStreamCreateWithFlags(&ctx.compute, cudaStreamNonBlocking), "stream");
       LOOM_CUDA_OK(cudaStreamCreateWithFlags(&ctx.comm, cudaStreamNonBlocking), "stream");
@@ -146,7 +167,7 @@ absl::Status CudaBackend::Prepare(const Program& program) {
       LOOM_RETURN_IF_ERROR(
           cuda::CublasError(cublasSetStream(ctx.blas, ctx.compute), "cublasSetStream"));
     }
-    nccl_ = static_cast<int>(n) <= gpus_;
+    nccl_ = store_ != nullptr || static_cast<int>(n) <= gpus_;
   }
   if (nccl_) LOOM_RETURN_IF_ERROR(CreateCommunicators(program));
   return absl::OkStatus();
@@ -155,6 +176,35 @@ absl::Status CudaBackend::Prepare(const Program& program) {
 // Every communicator up front, in one global order (the collectives' id order),
 // each created by all its members inside one NCCL group.
 absl::Status CudaBackend::CreateCommunicators(const Program& program) {
+  if (store_ != nullptr) {
+    // This process's communicators, in the same global order in every process:
+    // the group's first device draws the id and the others read it from the store.
+    const int64_t me = store_->env().rank;
+    for (const Collective& c : program.plan.collectives) {
+      const std::vector<int64_t> key = CommKey(c);
+      const int r = RankIn(key, me);
+      if (comms_.contains(key) || r == static_cast<int>(key.size())) continue;
+      std::string name = "loom/nccl";
+      for (int64_t d : key) absl::StrAppend(&name, "/", d);
+      ncclUniqueId id;
+      if (r == 0) {
+        LOOM_NCCL_OK(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        LOOM_RETURN_IF_ERROR(store_->Set(name, std::string(id.internal, sizeof(id.internal))));
+      } else {
+        LOOM_ASSIGN_OR_RETURN(std::string bytes, store_->Get(name));
+        if (bytes.size() != sizeof(id.internal)) {
+          return absl::DataLossError(absl::StrCat("the store holds a malformed id for ", name));
+        }
+        std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+      }
+      LOOM_CUDA_OK(cudaSetDevice(devices_[me].gpu), "cudaSetDevice");
+      std::vector<ncclComm_t> comms(key.size(), nullptr);
+      LOOM_NCCL_OK(ncclCommInitRank(&comms[r], static_cast<int>(key.size()), id, r),
+                   "ncclCommInitRank");
+      comms_[key] = std::move(comms);
+    }
+    return absl::OkStatus();
+  }
   for (const Collective& c : program.plan.collectives) {
     const std::vector<int64_t> key = CommKey(c);
     if (comms_.contains(key)) continue;
@@ -271,10 +321,6 @@ absl::Status CudaBackend::RunTask(const ir::Task& t, int64_t d, std::vector<Buff
   return absl::OkStatus();
 }
 
-// The rank of device `d` in a group.
-int RankIn(const std::vector<int64_t>& group, int64_t d) {
-  return static_cast<int>(std::find(group.begin(), group.end(), d) - group.begin());
-}
 
 // dims as [outer, size of `dim`, inner].
 struct Split3 {
@@ -544,6 +590,10 @@ absl::StatusOr<StepResult> CudaBackend::RunStep(const Program& program, ValueSto
   const auto start = Clock::now();
   std::vector<std::thread> threads;
   for (size_t d = 0; d < n; ++d) {
+    if (!Runs(d)) {
+      rendezvous.Finish(static_cast<int64_t>(d));
+      continue;
+    }
     threads.emplace_back([&, d] {
       absl::Status s = RunDevice(program, static_cast<int64_t>(d), inputs, buffers, rendezvous,
                                  result.devices[d]);
@@ -571,12 +621,34 @@ absl::StatusOr<StepResult> CudaBackend::RunStep(const Program& program, ValueSto
     cudaFreeAsync(b.data, devices_[d].compute);
   }
   for (size_t d = 0; d < n; ++d) {
+    if (!Runs(d)) continue;
     cudaSetDevice(devices_[d].gpu);
     cudaStreamSynchronize(devices_[d].compute);
     for (cudaEvent_t e : pending_events_[d]) cudaEventDestroy(e);
   }
   LOOM_RETURN_IF_ERROR(status);
+  if (store_ != nullptr) LOOM_RETURN_IF_ERROR(ExchangeKept(program, result));
+  ++steps_run_;
   return result;
+}
+
+// Every process publishes the kept values of its device and reads the others',
+// so that each returns the whole step (the loss, the updated parameters).
+absl::Status CudaBackend::ExchangeKept(const Program& program, StepResult& result) {
+  const ir::Plan& plan = program.plan;
+  const int64_t me = store_->env().rank;
+  auto key = [&](ValueId v) { return absl::StrCat("loom/step/", steps_run_, "/value/", v); };
+  for (ValueId v = 0; v < static_cast<ValueId>(plan.values.size()); ++v) {
+    if (program.kept[v] && plan.values[v].device == me && result.values[v].has_value()) {
+      LOOM_RETURN_IF_ERROR(store_->Set(key(v), EncodeTensor(*result.values[v])));
+    }
+  }
+  for (ValueId v = 0; v < static_cast<ValueId>(plan.values.size()); ++v) {
+    if (!program.kept[v] || plan.values[v].device == me) continue;
+    LOOM_ASSIGN_OR_RETURN(std::string bytes, store_->Get(key(v)));
+    LOOM_ASSIGN_OR_RETURN(result.values[v], DecodeTensor(bytes));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -589,7 +661,12 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ExecOptions& opti
         "the CUDA backend needs a GPU: ",
         err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device is visible"));
   }
-  return std::make_unique<CudaBackend>(options, gpus);
+  LOOM_ASSIGN_OR_RETURN(std::optional<LaunchEnv> env, LaunchEnvFromEnvironment());
+  std::unique_ptr<TcpStore> store;
+  if (env.has_value() && env->world_size > 1) {
+    LOOM_ASSIGN_OR_RETURN(store, TcpStore::Connect(*env, options.collective_timeout_s));
+  }
+  return std::make_unique<CudaBackend>(options, gpus, std::move(store));
 }
 
 absl::StatusOr<std::vector<HostTensor>> RunTaskOnCuda(const ir::Task& task,
@@ -637,7 +714,12 @@ absl::StatusOr<std::vector<HostTensor>> RunTaskOnCuda(const ir::Task& task,
   program.bytes_per_element = ir::DTypeBytes(precision);
   ExecOptions options;
   options.precision = precision;
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeCudaBackend(options));
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    return absl::UnavailableError("the CUDA backend needs a GPU");
+  }
+  CudaBackend single(options, gpus, nullptr);
+  Backend* backend = &single;
   inputs.resize(plan.values.size());
   LOOM_ASSIGN_OR_RETURN(StepResult r, backend->RunStep(program, std::move(inputs)));
   if (on_gpu != nullptr) *on_gpu = r.devices[0].host_ops == 0;
