@@ -40,6 +40,7 @@ struct DeviceStats {
   double wait_seconds = 0;     // waiting for the members of collectives
   MatmulStats matmul;          // the matrix products among the kernels
   int64_t peak_bytes = 0;      // largest sum of live buffer bytes, measured
+  int64_t peak_activation_bytes = 0;  // the same for activations (Program::activation)
   int64_t host_ops = 0;        // CUDA: tasks run by their reference kernel on the host
 };
 

@@ -60,6 +60,13 @@ absl::Status CpuBackend::RunDevice(const Program& program, int64_t d, ValueStore
   const DeviceProgram& dp = program.devices[d];
   int64_t live = dp.input_bytes;
   stats.peak_bytes = live;
+  int64_t live_activations = 0;
+  for (ValueId v : program.inputs) {
+    if (plan.values[v].device == d && program.activation[v]) {
+      live_activations += Elements(plan.values[v]) * program.bytes_per_element;
+    }
+  }
+  stats.peak_activation_bytes = live_activations;
   auto store = [&](ValueId v, HostTensor t, absl::string_view who) -> absl::Status {
     const ir::PlanValue& pv = plan.values[v];
     if (t.shape.dims() != ir::BoxDims(pv.sub.box)) {
@@ -69,6 +76,10 @@ absl::Status CpuBackend::RunDevice(const Program& program, int64_t d, ValueStore
     values[v] = std::move(t);
     live += Elements(pv) * program.bytes_per_element;
     stats.peak_bytes = std::max(stats.peak_bytes, live);
+    if (program.activation[v]) {
+      live_activations += Elements(pv) * program.bytes_per_element;
+      stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, live_activations);
+    }
     return absl::OkStatus();
   };
   std::vector<const HostTensor*> in;
@@ -120,6 +131,9 @@ absl::Status CpuBackend::RunDevice(const Program& program, int64_t d, ValueStore
       case InstrKind::kFree:
         values[instr.id].reset();
         live -= Elements(plan.values[instr.id]) * program.bytes_per_element;
+        if (program.activation[instr.id]) {
+          live_activations -= Elements(plan.values[instr.id]) * program.bytes_per_element;
+        }
         break;
     }
     stats.busy_seconds += Since(start);

@@ -153,7 +153,8 @@ absl::Status CheckOrderCovers(const ir::Plan& plan, int64_t num_devices) {
 // the memory figures.
 absl::Status BuildDevice(const ir::Plan& plan, const std::vector<PlanStep>& order,
                          const std::vector<char>& kept, const std::vector<char>& is_input,
-                         int64_t bytes_per_element, DeviceProgram& out) {
+                         const std::vector<char>& activation, int64_t bytes_per_element,
+                         DeviceProgram& out) {
   const int64_t d = out.device;
   auto inputs_of = [&](const PlanStep& s) {
     return s.is_collective ? HeldInputs(plan.collectives[s.id], d) : plan.tasks[s.id].inputs;
@@ -205,10 +206,14 @@ absl::Status BuildDevice(const ir::Plan& plan, const std::vector<PlanStep>& orde
       free_after[it->second].push_back(v);
     }
   }
-  int64_t current = 0;
-  for (ValueId v : held_inputs) current += bytes(v);
+  int64_t current = 0, current_activations = 0;
+  for (ValueId v : held_inputs) {
+    current += bytes(v);
+    if (activation[v]) current_activations += bytes(v);
+  }
   out.input_bytes = current;
   out.peak_bytes = current;
+  out.peak_activation_bytes = current_activations;
   std::vector<ValueId> unread;
   for (size_t k = 0; k < order.size(); ++k) {
     const PlanStep& s = order[k];
@@ -216,15 +221,18 @@ absl::Status BuildDevice(const ir::Plan& plan, const std::vector<PlanStep>& orde
         Instr{s.is_collective ? InstrKind::kCollective : InstrKind::kTask, s.id});
     for (ValueId v : outputs_of(s)) {
       current += bytes(v);
+      if (activation[v]) current_activations += bytes(v);
       if (!kept[v] && !last_use.contains(v)) unread.push_back(v);
     }
     out.peak_bytes = std::max(out.peak_bytes, current);
+    out.peak_activation_bytes = std::max(out.peak_activation_bytes, current_activations);
     std::sort(free_after[k].begin(), free_after[k].end());
     free_after[k].insert(free_after[k].end(), unread.begin(), unread.end());
     unread.clear();
     for (ValueId v : free_after[k]) {
       out.instrs.push_back(Instr{InstrKind::kFree, v});
       current -= bytes(v);
+      if (activation[v]) current_activations -= bytes(v);
     }
   }
   return absl::OkStatus();
@@ -257,6 +265,10 @@ absl::StatusOr<Program> LowerPlan(const ir::Graph& spec, const ir::Plan& plan,
   for (ValueId v = 0; v < static_cast<ValueId>(p.values.size()); ++v) {
     if (is_input[v]) program.inputs.push_back(v);
   }
+  program.activation.assign(p.values.size(), 0);
+  for (const ir::PlanValue& v : p.values) {
+    program.activation[v.id] = spec.tensor(v.sub.tensor).role == ir::TensorRole::kActivation;
+  }
   program.kept.assign(p.values.size(), 0);
   for (ValueId v : p.outputs) program.kept[v] = 1;
   for (ValueId v : options.keep) {
@@ -277,7 +289,7 @@ absl::StatusOr<Program> LowerPlan(const ir::Graph& spec, const ir::Plan& plan,
   program.devices.resize(num_devices);
   for (int64_t d = 0; d < num_devices; ++d) {
     program.devices[d].device = d;
-    LOOM_RETURN_IF_ERROR(BuildDevice(p, order[d], program.kept, is_input,
+    LOOM_RETURN_IF_ERROR(BuildDevice(p, order[d], program.kept, is_input, program.activation,
                                      options.bytes_per_element, program.devices[d]));
   }
   return program;

@@ -37,6 +37,9 @@ struct DeviceProgram {
   // largest sum of live buffer bytes over the stream, at `bytes_per_element`.
   int64_t input_bytes = 0;
   int64_t peak_bytes = 0;
+  // The same for the values of activations (role activation) alone: what a
+  // pipeline schedule's memory model counts, held from a forward to its backward.
+  int64_t peak_activation_bytes = 0;
 };
 
 struct Program {
@@ -47,6 +50,8 @@ struct Program {
   // Per value: 1 when the step's caller receives it (plan outputs and the values
   // kept with LowerOptions::keep).
   std::vector<char> kept;
+  // Per value: 1 when it holds (part of) an activation of the spec.
+  std::vector<char> activation;
   int64_t bytes_per_element = 4;
 };
 

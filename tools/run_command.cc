@@ -44,10 +44,14 @@ void PrintReport(const exec::TrainReport& r, double tolerance, ir::DType precisi
     if (r.check.has_value()) out << absl::StrFormat("  (reference loss %.6f)", s.reference_loss);
     out << "\n";
   }
-  std::vector<std::string> peaks;
-  for (const exec::DeviceStats& d : r.devices) peaks.push_back(Bytes(d.peak_bytes));
+  std::vector<std::string> peaks, activations;
+  for (const exec::DeviceStats& d : r.devices) {
+    peaks.push_back(Bytes(d.peak_bytes));
+    activations.push_back(Bytes(d.peak_activation_bytes));
+  }
   out << "peak memory:  " << absl::StrJoin(peaks, ", ") << " (devices 0.."
       << r.devices.size() - 1 << ")\n";
+  out << "activations:  " << absl::StrJoin(activations, ", ") << " at their peak\n";
   if (r.matmul.seconds > 0) {
     out << absl::StrFormat("matmuls:      %.3f GFLOP in %.3f s, %.2f GFLOP/s\n",
                            r.matmul.flops / 1e9, r.matmul.seconds,

@@ -708,6 +708,7 @@ absl::StatusOr<std::vector<HostTensor>> RunTaskOnCuda(const ir::Task& task,
     plan.outputs.push_back(v.id);
   }
   program.kept.assign(plan.values.size(), 0);
+  program.activation.assign(plan.values.size(), 0);
   for (ValueId v : plan.outputs) program.kept[v] = 1;
   program.devices.resize(1);
   program.devices[0].instrs.push_back(Instr{InstrKind::kTask, 0});

@@ -11,6 +11,7 @@
 #include "models/models.h"
 #include "schedule/plan_blocks.h"
 #include "schedule/predefined.h"
+#include "schedule/schedule.h"
 #include "schedule/search.h"
 #include "tests/testing/strategy_matrix.h"
 #include "transform/parallelize.h"
@@ -50,6 +51,8 @@ std::vector<RunCase> RunCases() {
 struct Built {
   ir::Graph spec{"empty"};
   ir::Plan plan;
+  // With a schedule: the simulated peak memory per pipeline rank (block units).
+  std::vector<int64_t> predicted_peak;
 };
 
 // The case's tiny model in `dtype`, its plan and (when asked) its schedule.
@@ -90,6 +93,9 @@ Built Build(const RunCase& c, ir::DType dtype) {
   }
   EXPECT_TRUE(s.ok()) << s.status();
   if (!s.ok()) return b;
+  auto sim = schedule::Simulate(blocks->model, *s);
+  EXPECT_TRUE(sim.ok()) << sim.status();
+  if (sim.ok()) b.predicted_peak = sim->peak_memory;
   auto ordered = schedule::ApplySchedule(b.spec, b.plan, *blocks, *s);
   EXPECT_TRUE(ordered.ok()) << ordered.status();
   if (ordered.ok()) b.plan = *std::move(ordered);
@@ -138,6 +144,49 @@ TEST_P(TrainingMatchesReference, ThreeSteps) {
   EXPECT_NE(report->steps[0].reference_loss, report->steps[2].reference_loss);
   for (size_t d = 0; d < report->devices.size(); ++d) {
     EXPECT_EQ(report->devices[d].peak_bytes, report->predicted_peak_bytes[d]) << "device " << d;
+  }
+}
+
+// Activation memory follows the schedule: where the simulation says GPipe holds
+// more micro-batches in flight than 1F1B on a pipeline rank, every device of
+// that rank measures a higher activation peak under GPipe, and an equal
+// prediction gives an equal peak.
+TEST(TrainingMemoryTest, PeaksFollowTheSchedulesPrediction) {
+  for (const std::string model : {"gpt2", "llama3-8b", "deepseek-v3-671b"}) {
+    SCOPED_TRACE(model);
+    RunCase gpipe{"gpipe", model, Make(2, 2, 2, 4), "gpipe"};
+    RunCase one_f_one_b{"1f1b", model, Make(2, 2, 2, 4), "1f1b"};
+    Built a = Build(gpipe, ir::DType::kF64), b = Build(one_f_one_b, ir::DType::kF64);
+    ASSERT_EQ(a.predicted_peak.size(), 2u);
+    ASSERT_EQ(b.predicted_peak.size(), 2u);
+    std::vector<std::vector<int64_t>> measured;
+    for (const Built* built : {&a, &b}) {
+      ExecOptions exec;
+      exec.precision = ir::DType::kF64;
+      std::unique_ptr<Backend> backend = MakeCpuBackend(exec);
+      TrainOptions options;
+      options.precision = ir::DType::kF64;
+      auto report = RunTraining(built->spec, built->plan, *backend, options);
+      ASSERT_TRUE(report.ok()) << report.status();
+      measured.emplace_back();
+      for (const DeviceStats& d : report->devices) {
+        measured.back().push_back(d.peak_activation_bytes);
+      }
+    }
+    const int pp_axis = a.plan.mesh.AxisIndex("pp");
+    ASSERT_GE(pp_axis, 0);
+    bool some_rank_differs = false;
+    for (size_t d = 0; d < measured[0].size(); ++d) {
+      const int64_t rank = a.plan.mesh.Coordinates(static_cast<int64_t>(d))[pp_axis];
+      const int64_t pa = a.predicted_peak[rank], pb = b.predicted_peak[rank];
+      if (pa > pb) {
+        EXPECT_GT(measured[0][d], measured[1][d]) << "device " << d << ", pipeline rank " << rank;
+        some_rank_differs = true;
+      } else if (pa == pb) {
+        EXPECT_EQ(measured[0][d], measured[1][d]) << "device " << d << ", pipeline rank " << rank;
+      }
+    }
+    EXPECT_TRUE(some_rank_differs) << "GPipe and 1F1B predicted alike on every rank";
   }
 }
 
