@@ -45,6 +45,9 @@ std::vector<RunCase> RunCases() {
   Strategy ep4 = Make(4, 1, 1, 2);
   ep4.ep = 4;
   cases.push_back({"moe_ep4", "deepseek-v3-671b", ep4, "", 2, 4});
+  // Activation recomputation: the forward pieces re-run before their backward.
+  cases.push_back({"llama3_recompute_tp2_pp2_1f1b", "llama3-8b",
+                   Make(1, 2, 2, 4, 1, false, 0, /*recompute=*/true), "1f1b"});
   return cases;
 }
 
