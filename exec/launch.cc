@@ -71,16 +71,16 @@ bool ReadAll(int fd, void* data, size_t n) {
 
 // A message: one byte, then length-prefixed key and value.
 bool WriteMessage(int fd, char op, const std::string& key, const std::string& value) {
-  const uint32_t k = static_cast<uint32_t>(key.size()), v = static_cast<uint32_t>(value.size());
-  return WriteAll(fd, &op, 1) && WriteAll(fd, &k, 4) && WriteAll(fd, key.data(), k) &&
-         WriteAll(fd, &v, 4) && WriteAll(fd, value.data(), v);
+  const uint64_t k = key.size(), v = value.size();
+  return WriteAll(fd, &op, 1) && WriteAll(fd, &k, 8) && WriteAll(fd, key.data(), k) &&
+         WriteAll(fd, &v, 8) && WriteAll(fd, value.data(), v);
 }
 
 bool ReadMessage(int fd, char& op, std::string& key, std::string& value) {
-  uint32_t k = 0, v = 0;
-  if (!ReadAll(fd, &op, 1) || !ReadAll(fd, &k, 4)) return false;
+  uint64_t k = 0, v = 0;
+  if (!ReadAll(fd, &op, 1) || !ReadAll(fd, &k, 8)) return false;
   key.resize(k);
-  if (!ReadAll(fd, key.data(), k) || !ReadAll(fd, &v, 4)) return false;
+  if (!ReadAll(fd, key.data(), k) || !ReadAll(fd, &v, 8)) return false;
   value.resize(v);
   return ReadAll(fd, value.data(), v);
 }
@@ -141,8 +141,17 @@ class TcpStore::Server {
     return absl::OkStatus();
   }
 
+  // Waits until every client has closed its connection, at most `timeout_s`.
+  void Drain(double timeout_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return active_ == 0; });
+  }
+
   ~Server() {
-    stopping_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
     cv_.notify_all();
     if (accept_thread_.joinable()) accept_thread_.join();
     {
@@ -163,7 +172,13 @@ class TcpStore::Server {
       if (fd < 0) continue;
       std::lock_guard<std::mutex> lock(mu_);
       clients_.push_back(fd);
-      handlers_.emplace_back([this, fd] { Serve(fd); });
+      ++active_;
+      handlers_.emplace_back([this, fd] {
+        Serve(fd);
+        std::lock_guard<std::mutex> done(mu_);
+        --active_;
+        cv_.notify_all();
+      });
     }
   }
 
@@ -172,8 +187,12 @@ class TcpStore::Server {
     std::string key, value;
     while (!stopping_ && ReadMessage(fd, op, key, value)) {
       std::unique_lock<std::mutex> lock(mu_);
-      if (op == 'S') {
-        data_[key] = value;
+      if (op == 'S' || op == 'D') {
+        if (op == 'S') {
+          data_[key] = value;
+        } else {
+          data_.erase(key);
+        }
         cv_.notify_all();
         lock.unlock();
         if (!WriteMessage(fd, 'K', key, "")) return;
@@ -193,6 +212,7 @@ class TcpStore::Server {
   std::condition_variable cv_;
   std::map<std::string, std::string> data_;
   std::vector<int> clients_;
+  int active_ = 0;  // connections still open
   std::vector<std::thread> handlers_;
   std::thread accept_thread_;
 };
@@ -246,14 +266,23 @@ TcpStore::TcpStore(LaunchEnv env, double timeout_s)
 
 TcpStore::~TcpStore() {
   if (socket_ >= 0) ::close(socket_);
+  // Rank 0 serves until the other ranks are done with the store.
+  if (server_ != nullptr) server_->Drain(timeout_s_);
   server_.reset();
 }
 
 absl::Status TcpStore::Request(char op, const std::string& key, const std::string& value,
                                std::string* reply) {
+  if (socket_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", env_.rank, ": the store connection was lost earlier"));
+  }
   char got = 0;
   std::string k, v;
-  if (!WriteMessage(socket_, op, key, value) || !ReadMessage(socket_, got, k, v)) {
+  if (!WriteMessage(socket_, op, key, value) || !ReadMessage(socket_, got, k, v) || k != key) {
+    // A late answer would be read as the next request's: drop the connection.
+    ::close(socket_);
+    socket_ = -1;
     return absl::DeadlineExceededError(absl::StrCat(
         "rank ", env_.rank, " of ", env_.world_size, ": no answer from the store for '", key,
         "' within ", timeout_s_, " s (a rank that never started, or stopped?)"));
@@ -265,6 +294,8 @@ absl::Status TcpStore::Request(char op, const std::string& key, const std::strin
 absl::Status TcpStore::Set(const std::string& key, const std::string& value) {
   return Request('S', key, value, nullptr);
 }
+
+absl::Status TcpStore::Delete(const std::string& key) { return Request('D', key, "", nullptr); }
 
 absl::StatusOr<std::string> TcpStore::Get(const std::string& key) {
   std::string value;

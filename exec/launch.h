@@ -38,6 +38,9 @@ absl::StatusOr<std::optional<LaunchEnv>> LaunchEnvFromEnvironment();
 // A blocking key-value store over TCP: rank 0 serves it, every rank (rank 0
 // included) is a client. Values are bytes. Get waits until some rank has Set the
 // key, at most `timeout_s`; a rank that never comes is reported, not waited for.
+// After a failed request the connection is dropped (every later request fails).
+// Rank 0's store serves until every other rank has disconnected (at most
+// `timeout_s` after it is destroyed).
 class TcpStore {
  public:
   // Rank 0 listens on `env.master_port`; every rank connects to
@@ -50,6 +53,7 @@ class TcpStore {
 
   absl::Status Set(const std::string& key, const std::string& value);
   absl::StatusOr<std::string> Get(const std::string& key);
+  absl::Status Delete(const std::string& key);
 
   const LaunchEnv& env() const { return env_; }
 

@@ -168,6 +168,27 @@ absl::Status CudaBackend::Prepare(const Program& program) {
           cuda::CublasError(cublasSetStream(ctx.blas, ctx.compute), "cublasSetStream"));
     }
     nccl_ = store_ != nullptr || static_cast<int>(n) <= gpus_;
+    if (nccl_ && store_ == nullptr && n > 1) {
+      // NCCL's P2P path within one process touches the peers' buffers directly;
+      // stream-ordered pool memory is mapped only for its own GPU until the pool
+      // grants the peers access.
+      for (size_t g = 0; g < n; ++g) {
+        cudaMemPool_t pool;
+        LOOM_CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, devices_[g].gpu), "default pool");
+        for (size_t p = 0; p < n; ++p) {
+          if (devices_[p].gpu == devices_[g].gpu) continue;
+          int can = 0;
+          LOOM_CUDA_OK(cudaDeviceCanAccessPeer(&can, devices_[p].gpu, devices_[g].gpu),
+                       "peer query");
+          if (can == 0) continue;  // NCCL does not use P2P between these two
+          cudaMemAccessDesc desc{};
+          desc.location.type = cudaMemLocationTypeDevice;
+          desc.location.id = devices_[p].gpu;
+          desc.flags = cudaMemAccessFlagsProtReadWrite;
+          LOOM_CUDA_OK(cudaMemPoolSetAccess(pool, &desc, 1), "cudaMemPoolSetAccess");
+        }
+      }
+    }
   }
   if (nccl_) LOOM_RETURN_IF_ERROR(CreateCommunicators(program));
   return absl::OkStatus();
@@ -289,6 +310,20 @@ absl::Status CudaBackend::RunTask(const ir::Task& t, int64_t d, std::vector<Buff
   absl::StatusOr<std::vector<ir::TensorType>> inferred =
       ir::InferOutputTypes(t.kind, types, t.attrs);
   if (!inferred.ok()) return PlanError(DescribeTask(t), inferred.status().message());
+  if (inferred->size() != t.outputs.size()) {
+    return PlanError(DescribeTask(t), absl::StrCat("has ", t.outputs.size(),
+                                                   " outputs, the op computes ",
+                                                   inferred->size()));
+  }
+  for (size_t i = 0; i < inferred->size(); ++i) {
+    const ir::PlanValue& pv = program_plan_->values[t.outputs[i]];
+    if ((*inferred)[i].shape.dims() != ir::BoxDims(pv.sub.box)) {
+      return PlanError(DescribeTask(t),
+                       absl::StrCat("computes shape ", (*inferred)[i].shape.ToString(),
+                                    " for value ", t.outputs[i], ", whose box is ",
+                                    ir::BoxToString(pv.sub.box)));
+    }
+  }
   std::vector<DeviceTensor> out;
   for (size_t i = 0; i < inferred->size(); ++i) {
     const ir::TensorType& type = (*inferred)[i];
@@ -317,7 +352,7 @@ absl::Status CudaBackend::RunTask(const ir::Task& t, int64_t d, std::vector<Buff
     ++stats.host_ops;
     return absl::OkStatus();
   }
-  if (!s.ok()) return PlanError(DescribeTask(t), s.message());
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(DescribeTask(t), ": ", s.message()));
   return absl::OkStatus();
 }
 
@@ -384,8 +419,24 @@ absl::Status CudaBackend::NcclCollective(const Collective& c, int64_t d,
     LOOM_CUDA_OK(cudaMallocAsync(&p, std::max<size_t>(bytes, 1), s), "scratch");
     return p;
   };
+  // Rows of `width` bytes between pitched buffers: one copy when contiguous, row by
+  // row when a pitch exceeds what 2-D copies take (2 GiB), else one 2-D copy.
   auto copy2d = [&](void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                    size_t height) {
+                    size_t height) -> absl::Status {
+    if (height == 1 || (dpitch == width && spitch == width)) {
+      return cuda::CudaError(
+          cudaMemcpyAsync(dst, src, width * height, cudaMemcpyDeviceToDevice, s), "block copy");
+    }
+    constexpr size_t kMaxPitch = (size_t{1} << 31) - 1;
+    if (dpitch > kMaxPitch || spitch > kMaxPitch) {
+      for (size_t r = 0; r < height; ++r) {
+        LOOM_CUDA_OK(cudaMemcpyAsync(static_cast<char*>(dst) + r * dpitch,
+                                     static_cast<const char*>(src) + r * spitch, width,
+                                     cudaMemcpyDeviceToDevice, s),
+                     "block copy");
+      }
+      return absl::OkStatus();
+    }
     return cuda::CudaError(
         cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, s),
         "block copy");
@@ -574,6 +625,7 @@ absl::Status CudaBackend::RunDevice(const Program& program, int64_t d, const Val
 absl::StatusOr<StepResult> CudaBackend::RunStep(const Program& program, ValueStore inputs) {
   const ir::Plan& plan = program.plan;
   LOOM_RETURN_IF_ERROR(CheckCollectiveOrder(program));
+  inputs.resize(plan.values.size());
   for (ValueId v : program.inputs) {
     if (!inputs[v].has_value()) {
       return absl::InvalidArgumentError(absl::StrCat("no input given for value ", v));
@@ -604,6 +656,17 @@ absl::StatusOr<StepResult> CudaBackend::RunStep(const Program& program, ValueSto
   for (std::thread& t : threads) t.join();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   absl::Status status = rendezvous.status();
+  if (!status.ok() && nccl_) {
+    // Devices that stopped early never issue their half of the collectives the
+    // others queued: abort the communicators so those kernels return (the next
+    // step creates new ones).
+    for (auto& [key, comms] : comms_) {
+      for (ncclComm_t c : comms) {
+        if (c != nullptr) ncclCommAbort(c);
+      }
+    }
+    comms_.clear();
+  }
   result.values.resize(plan.values.size());
   for (ValueId v = 0; v < static_cast<ValueId>(plan.values.size()); ++v) {
     Buffer& b = buffers[v];
@@ -618,6 +681,7 @@ absl::StatusOr<StepResult> CudaBackend::RunStep(const Program& program, ValueSto
         status = h.status();
       }
     }
+    if (b.ready != nullptr) cudaStreamWaitEvent(devices_[d].compute, b.ready, 0);
     cudaFreeAsync(b.data, devices_[d].compute);
   }
   for (size_t d = 0; d < n; ++d) {
@@ -637,7 +701,19 @@ absl::StatusOr<StepResult> CudaBackend::RunStep(const Program& program, ValueSto
 absl::Status CudaBackend::ExchangeKept(const Program& program, StepResult& result) {
   const ir::Plan& plan = program.plan;
   const int64_t me = store_->env().rank;
-  auto key = [&](ValueId v) { return absl::StrCat("loom/step/", steps_run_, "/value/", v); };
+  auto key_at = [&](int64_t step, ValueId v) {
+    return absl::StrCat("loom/step/", step, "/value/", v);
+  };
+  auto key = [&](ValueId v) { return key_at(steps_run_, v); };
+  // Every rank has read step s - 2 (it published step s - 1 after reading it):
+  // this rank's values of that step can go.
+  if (steps_run_ >= 2) {
+    for (ValueId v = 0; v < static_cast<ValueId>(plan.values.size()); ++v) {
+      if (program.kept[v] && plan.values[v].device == me) {
+        LOOM_RETURN_IF_ERROR(store_->Delete(key_at(steps_run_ - 2, v)));
+      }
+    }
+  }
   for (ValueId v = 0; v < static_cast<ValueId>(plan.values.size()); ++v) {
     if (program.kept[v] && plan.values[v].device == me && result.values[v].has_value()) {
       LOOM_RETURN_IF_ERROR(store_->Set(key(v), EncodeTensor(*result.values[v])));

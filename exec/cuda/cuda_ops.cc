@@ -18,6 +18,19 @@ absl::Status CublasError(cublasStatus_t err, const char* what) {
 
 absl::Status RunOp(ir::OpKind kind, const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in,
                    absl::Span<DeviceTensor> out, const OpContext& ctx) {
+  // Ranks beyond the kernels' fixed-size dims run on the host.
+  for (const DeviceTensor& t : in) {
+    if (t.rank > kMaxRank) {
+      return absl::UnimplementedError(absl::StrCat(ir::OpKindName(kind), ": rank ", t.rank,
+                                                   " exceeds the CUDA kernels' ", kMaxRank));
+    }
+  }
+  for (const DeviceTensor& t : out) {
+    if (t.rank > kMaxRank) {
+      return absl::UnimplementedError(absl::StrCat(ir::OpKindName(kind), ": rank ", t.rank,
+                                                   " exceeds the CUDA kernels' ", kMaxRank));
+    }
+  }
   using Family = absl::Status (*)(ir::OpKind, const ir::AttrMap&, absl::Span<const DeviceTensor>,
                                   absl::Span<DeviceTensor>, const OpContext&);
   for (Family family : {RunMatmulOp, RunElementwiseOp, RunRowwiseOp, RunReduceShapeOp}) {

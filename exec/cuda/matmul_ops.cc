@@ -21,6 +21,8 @@ absl::Status Gemm(const OpContext& ctx, bool f64, bool ta, bool tb, int64_t m, i
                   int64_t k, double alpha, const void* a, int64_t lda, int64_t stride_a,
                   const void* b, int64_t ldb, int64_t stride_b, double beta, void* c, int64_t ldc,
                   int64_t stride_c, int64_t count = 1) {
+  // Empty products: the outputs are already zero (or kept, with beta 1).
+  if (m == 0 || n == 0 || k == 0 || count == 0) return absl::OkStatus();
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t s;

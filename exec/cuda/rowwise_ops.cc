@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/device_tensor.h"
+#include "exec/cuda/check_kernels.h"
 #include "exec/cuda/rowwise_kernels.h"
 #include "ir/attributes.h"
 #include "ir/op_kind.h"
@@ -52,6 +53,26 @@ absl::StatusOr<int64_t> VocabBegin(const ir::AttrMap& attrs) {
         absl::StrCat("attribute 'vocab_begin' is ", begin, ", expected at least 0"));
   }
   return begin;
+}
+
+// The reference kernels refuse targets and ids that are not non-negative integers
+// below `upper` (no upper bound when `upper` <= 0): refuse them here too, with the
+// reference's words, rather than compute around them.
+absl::Status CheckIndices(const DeviceTensor& ids, int64_t upper, const char* what,
+                          cudaStream_t stream) {
+  int64_t position = -1;
+  double value = 0;
+  if (absl::Status s = CudaError(FindBadIndex(ids, upper, stream, &position, &value), what);
+      !s.ok()) {
+    return s;
+  }
+  if (position < 0) return absl::OkStatus();
+  if (upper > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", value, " at position ", position,
+                                                   " is outside [0, ", upper, ")"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", value, " at position ", position, " is not a non-negative integer"));
 }
 
 // The required `vocab` of pick_grad and embedding_grad (at least 1). It sizes the
@@ -179,28 +200,41 @@ absl::Status RunRowwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
       return Launched(kind, LaunchLogSoftmaxGrad(in[0], in[1], out[0], stream));
     case OpKind::kCrossEntropy: {  // (logits, targets) -> loss
       LOOM_ASSIGN_OR_RETURN(int64_t count, TokenCount(in[0], attrs));
+      LOOM_RETURN_IF_ERROR(CheckIndices(in[1], in[0].dim(in[0].rank - 1), "target", stream));
       return Launched(kind, LaunchCrossEntropy(in[0], in[1], count, out[0], stream));
     }
     case OpKind::kCrossEntropyGrad: {  // (logits, targets, dloss) -> dlogits
       LOOM_ASSIGN_OR_RETURN(int64_t count, TokenCount(in[0], attrs));
+      LOOM_RETURN_IF_ERROR(CheckIndices(in[1], in[0].dim(in[0].rank - 1), "target", stream));
       return Launched(kind, LaunchCrossEntropyGrad(in[0], in[1], in[2], count, out[0], stream));
     }
     case OpKind::kPick: {  // (x, targets) -> y
       LOOM_ASSIGN_OR_RETURN(int64_t begin, VocabBegin(attrs));
+      if (begin == kNoVocabBegin) {
+        LOOM_RETURN_IF_ERROR(CheckIndices(in[1], in[0].dim(in[0].rank - 1), "target", stream));
+      }
       return Launched(kind, LaunchPick(in[0], in[1], begin, out[0], stream));
     }
     case OpKind::kPickGrad: {  // (targets, dy) -> dx [..., vocab]
       LOOM_RETURN_IF_ERROR(CheckVocab(attrs, out[0], out[0].rank - 1));
       LOOM_ASSIGN_OR_RETURN(int64_t begin, VocabBegin(attrs));
+      if (begin == kNoVocabBegin) {
+        LOOM_RETURN_IF_ERROR(
+            CheckIndices(in[0], out[0].dim(out[0].rank - 1), "target", stream));
+      }
       return Launched(kind, LaunchPickGrad(in[0], in[1], begin, out[0], stream));
     }
     case OpKind::kEmbedding: {  // (ids, table) -> out
       LOOM_ASSIGN_OR_RETURN(int64_t begin, VocabBegin(attrs));
+      LOOM_RETURN_IF_ERROR(
+          CheckIndices(in[0], begin == kNoVocabBegin ? in[1].dim(0) : 0, "id", stream));
       return Launched(kind, LaunchEmbedding(in[0], in[1], begin, out[0], stream));
     }
     case OpKind::kEmbeddingGrad: {  // (ids, dy) -> dtable [vocab, d]
       LOOM_ASSIGN_OR_RETURN(int64_t begin, VocabBegin(attrs));
       LOOM_RETURN_IF_ERROR(CheckVocab(attrs, out[0], 0));
+      LOOM_RETURN_IF_ERROR(
+          CheckIndices(in[0], begin == kNoVocabBegin ? out[0].dim(0) : 0, "id", stream));
       return Launched(kind, LaunchEmbeddingGrad(in[0], in[1], begin, out[0], stream));
     }
     default:

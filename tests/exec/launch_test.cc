@@ -154,6 +154,24 @@ TEST(TcpStoreTest, MissingKeyTimesOut) {
   EXPECT_THAT(value.status().message(), HasSubstr("'never/set'"));
 }
 
+// A deleted key is gone: a later Get times out, and the failed request drops the
+// connection so that no late answer is taken for another request's.
+TEST(TcpStoreTest, DeletedKeysAreGone) {
+  LaunchEnv env;
+  env.master_port = FreePort();
+  auto store = TcpStore::Connect(env, /*timeout_s=*/0.3);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Set("k", "v").ok());
+  auto got = (*store)->Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "v");
+  ASSERT_TRUE((*store)->Delete("k").ok());
+  EXPECT_FALSE((*store)->Get("k").ok());
+  auto after = (*store)->Set("k", "w");
+  ASSERT_FALSE(after.ok());
+  EXPECT_THAT(after.message(), HasSubstr("lost earlier"));
+}
+
 // No store to reach: an error, not a hang.
 TEST(TcpStoreTest, UnreachableStoreIsAnError) {
   LaunchEnv env;
