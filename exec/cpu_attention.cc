@@ -8,33 +8,19 @@
 #include <type_traits>
 #include <vector>
 
+#include "ir/ops/op_attrs.h"
+
 namespace loom::exec {
 namespace {
 
 using ir::HostTensor;
 
-struct Dims {
-  int64_t batch, s, t, hq, hkv, dk, dv;
-  bool causal;
-  double scale;
-};
+using Dims = ir::ops::AttentionDims;
 
 absl::StatusOr<Dims> GetDims(absl::Span<const HostTensor* const> in, const ir::AttrMap& attrs) {
-  Dims d;
-  d.batch = in[0]->shape.dim(0);
-  d.s = in[0]->shape.dim(1);
-  d.hq = in[0]->shape.dim(2);
-  d.dk = in[0]->shape.dim(3);
-  d.t = in[1]->shape.dim(1);
-  d.hkv = in[1]->shape.dim(2);
-  d.dv = in[2]->shape.dim(3);
-  auto causal = attrs.GetInt("causal", 1);
-  if (!causal.ok()) return causal.status();
-  d.causal = *causal != 0;
-  auto scale = attrs.GetFloat("scale", 1.0 / std::sqrt(static_cast<double>(d.dk)));
-  if (!scale.ok()) return scale.status();
-  d.scale = *scale;
-  return d;
+  std::vector<ir::TensorType> types;
+  for (int i = 0; i < 3; ++i) types.push_back({in[i]->shape, in[i]->dtype});
+  return ir::ops::GetAttentionDims(types, attrs);
 }
 
 // C = alpha op(A) op(B) + beta C, row-major with leading dimensions.
@@ -79,7 +65,7 @@ template <typename T>
 void Forward(const Dims& d, absl::Span<const HostTensor* const> in, HostTensor& out) {
   const std::vector<T> q = Copy<T>(*in[0]), k = Copy<T>(*in[1]), v = Copy<T>(*in[2]);
   std::vector<T> o(out.data.size()), p(d.s * d.t);
-  const int64_t group = d.hq / d.hkv;
+  const int64_t group = d.group();
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.hq; ++h) {
       const int64_t g = h / group;
@@ -102,7 +88,7 @@ void Backward(const Dims& d, absl::Span<const HostTensor* const> in, absl::Span<
                        dout = Copy<T>(*in[3]);
   std::vector<T> dq(out[0].data.size()), dk(out[1].data.size()), dv(out[2].data.size());
   std::vector<T> p(d.s * d.t), dp(d.s * d.t);
-  const int64_t group = d.hq / d.hkv;
+  const int64_t group = d.group();
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.hq; ++h) {
       const int64_t g = h / group;

@@ -4,10 +4,12 @@
 // ir/ops/matmul.cc and ir/ops/attention.cc).
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/matmul_kernels.h"
+#include "ir/ops/op_attrs.h"
 
 namespace loom::exec::cuda {
 namespace {
@@ -86,30 +88,16 @@ absl::Status MatMul(absl::Span<const DeviceTensor> in, DeviceTensor& y, const Op
               b_batched ? k * n : 0, 0.0, y.data, n, m * n, batch);
 }
 
-struct AttentionDims {
-  int64_t batch, s, t, hq, hkv, dk, dv, group;
-  bool causal;
-  double scale;
-};
+using AttentionDims = ir::ops::AttentionDims;
 
 absl::StatusOr<AttentionDims> GetDims(absl::Span<const DeviceTensor> in,
                                       const ir::AttrMap& attrs) {
-  AttentionDims d;
-  d.batch = in[0].dim(0);
-  d.s = in[0].dim(1);
-  d.hq = in[0].dim(2);
-  d.dk = in[0].dim(3);
-  d.t = in[1].dim(1);
-  d.hkv = in[1].dim(2);
-  d.dv = in[2].dim(3);
-  d.group = d.hq / d.hkv;
-  auto causal = attrs.GetInt("causal", 1);
-  if (!causal.ok()) return causal.status();
-  d.causal = *causal != 0;
-  auto scale = attrs.GetFloat("scale", 1.0 / std::sqrt(static_cast<double>(d.dk)));
-  if (!scale.ok()) return scale.status();
-  d.scale = *scale;
-  return d;
+  std::vector<ir::TensorType> types;
+  for (int i = 0; i < 3; ++i) {
+    types.push_back({ir::Shape(std::vector<int64_t>(in[i].dims, in[i].dims + in[i].rank)),
+                     in[i].f64 ? ir::DType::kF64 : ir::DType::kF32});
+  }
+  return ir::ops::GetAttentionDims(types, attrs);
 }
 
 // Scratch device memory for one op, freed in stream order.
@@ -141,12 +129,12 @@ class Scratch {
 // [group, s, t] at `p`.
 absl::Status Weights(const AttentionDims& d, const DeviceTensor& q, const DeviceTensor& k,
                      int64_t b, int64_t g, void* p, const OpContext& ctx) {
-  const int64_t h0 = g * d.group;
+  const int64_t h0 = g * d.group();
   LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, q.f64, false, true, d.s, d.t, d.dk, d.scale,
                                  Offset(q, (b * d.s * d.hq + h0) * d.dk), d.hq * d.dk, d.dk,
                                  Offset(k, (b * d.t * d.hkv + g) * d.dk), d.hkv * d.dk, 0, 0.0, p,
-                                 d.t, d.s * d.t, d.group));
-  return CudaError(LaunchMaskedSoftmax(p, d.group * d.s, d.s, d.t, d.causal, q.f64, ctx.stream),
+                                 d.t, d.s * d.t, d.group()));
+  return CudaError(LaunchMaskedSoftmax(p, d.group() * d.s, d.s, d.t, d.causal, q.f64, ctx.stream),
                    "attention softmax");
 }
 
@@ -156,7 +144,7 @@ absl::Status Attention(absl::Span<const DeviceTensor> in, const ir::AttrMap& att
   if (!dims.ok()) return dims.status();
   const AttentionDims& d = *dims;
   const bool f64 = in[0].f64;
-  Scratch p(d.group * d.s * d.t * ElementBytes(f64), ctx.stream);
+  Scratch p(d.group() * d.s * d.t * ElementBytes(f64), ctx.stream);
   LOOM_CUDA_RETURN_IF_ERROR(p.status());
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t g = 0; g < d.hkv; ++g) {
@@ -165,8 +153,8 @@ absl::Status Attention(absl::Span<const DeviceTensor> in, const ir::AttrMap& att
       LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, f64, false, false, d.s, d.dv, d.t, 1.0, p.data(), d.t,
                                      d.s * d.t, Offset(in[2], (b * d.t * d.hkv + g) * d.dv),
                                      d.hkv * d.dv, 0, 0.0,
-                                     Offset(out, (b * d.s * d.hq + g * d.group) * d.dv),
-                                     d.hq * d.dv, d.dv, d.group));
+                                     Offset(out, (b * d.s * d.hq + g * d.group()) * d.dv),
+                                     d.hq * d.dv, d.dv, d.group()));
     }
   }
   return absl::OkStatus();
@@ -182,29 +170,29 @@ absl::Status AttentionGrad(absl::Span<const DeviceTensor> in, const ir::AttrMap&
   const bool f64 = in[0].f64;
   const DeviceTensor &q = in[0], &k = in[1], &v = in[2], &dout = in[3];
   DeviceTensor &dq = out[0], &dk = out[1], &dv = out[2];
-  const size_t bytes = d.group * d.s * d.t * ElementBytes(f64);
+  const size_t bytes = d.group() * d.s * d.t * ElementBytes(f64);
   Scratch p(bytes, ctx.stream), dp(bytes, ctx.stream);
   LOOM_CUDA_RETURN_IF_ERROR(p.status());
   LOOM_CUDA_RETURN_IF_ERROR(dp.status());
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t g = 0; g < d.hkv; ++g) {
-      const int64_t h0 = g * d.group;
+      const int64_t h0 = g * d.group();
       const int64_t qo = (b * d.s * d.hq + h0) * d.dk, ko = (b * d.t * d.hkv + g) * d.dk;
       const int64_t vo = (b * d.t * d.hkv + g) * d.dv, oo = (b * d.s * d.hq + h0) * d.dv;
       LOOM_CUDA_RETURN_IF_ERROR(Weights(d, q, k, b, g, p.data(), ctx));
       // dP = dO V^T for every head of the group.
       LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, f64, false, true, d.s, d.t, d.dv, 1.0, Offset(dout, oo),
                                      d.hq * d.dv, d.dv, Offset(v, vo), d.hkv * d.dv, 0, 0.0,
-                                     dp.data(), d.t, d.s * d.t, d.group));
+                                     dp.data(), d.t, d.s * d.t, d.group()));
       LOOM_CUDA_RETURN_IF_ERROR(CudaError(
-          LaunchSoftmaxBackward(p.data(), dp.data(), d.group * d.s, d.t, f64, ctx.stream),
+          LaunchSoftmaxBackward(p.data(), dp.data(), d.group() * d.s, d.t, f64, ctx.stream),
           "attention_grad softmax"));
       // dQ_h = scale dS_h K_g.
       LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, f64, false, false, d.s, d.dk, d.t, d.scale, dp.data(),
                                      d.t, d.s * d.t, Offset(k, ko), d.hkv * d.dk, 0, 0.0,
-                                     Offset(dq, qo), d.hq * d.dk, d.dk, d.group));
+                                     Offset(dq, qo), d.hq * d.dk, d.dk, d.group()));
       // dK_g += scale dS_h^T Q_h and dV_g += P_h^T dO_h, head by head (one output).
-      for (int64_t j = 0; j < d.group; ++j) {
+      for (int64_t j = 0; j < d.group(); ++j) {
         const char* ds = static_cast<const char*>(dp.data()) + j * d.s * d.t * ElementBytes(f64);
         const char* pj = static_cast<const char*>(p.data()) + j * d.s * d.t * ElementBytes(f64);
         LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, f64, true, false, d.t, d.dk, d.s, d.scale, ds, d.t, 0,

@@ -18,6 +18,7 @@
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/device_tensor.h"
 #include "exec/cuda/reduce_shape_kernels.h"
+#include "ir/ops/op_attrs.h"
 #include "ir/attributes.h"
 #include "ir/op_kind.h"
 #include "ir/shape.h"
@@ -159,30 +160,16 @@ absl::StatusOr<RankArray> PermAttr(const AttrMap& attrs, int rank) {
   return perm;
 }
 
-// A beta in [0, 1); 1 would make the bias correction divide by zero.
-absl::Status ExpectBeta(absl::string_view name, double beta) {
-  if (!(beta >= 0.0 && beta < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute '", name, "' is ", beta, ", expected a value in [0, 1)"));
-  }
-  return absl::OkStatus();
-}
-
-// Every AdamW attribute is required.
+// adamw's attributes, read and checked as the reference reads them.
 absl::StatusOr<AdamWParams> AdamWAttrs(const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(ir::ops::AdamWAttrs a, ir::ops::ParseAdamWAttrs(attrs));
   AdamWParams p;
-  LOOM_ASSIGN_OR_RETURN(p.lr, attrs.GetFloat("lr"));
-  LOOM_ASSIGN_OR_RETURN(p.beta1, attrs.GetFloat("beta1"));
-  LOOM_ASSIGN_OR_RETURN(p.beta2, attrs.GetFloat("beta2"));
-  LOOM_ASSIGN_OR_RETURN(p.eps, attrs.GetFloat("eps"));
-  LOOM_ASSIGN_OR_RETURN(p.weight_decay, attrs.GetFloat("weight_decay"));
-  LOOM_ASSIGN_OR_RETURN(p.step, attrs.GetInt("step"));
-  LOOM_RETURN_IF_ERROR(ExpectBeta("beta1", p.beta1));
-  LOOM_RETURN_IF_ERROR(ExpectBeta("beta2", p.beta2));
-  if (p.step < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'step' is ", p.step, ", expected at least 1"));
-  }
+  p.lr = a.lr;
+  p.beta1 = a.beta1;
+  p.beta2 = a.beta2;
+  p.eps = a.eps;
+  p.weight_decay = a.weight_decay;
+  p.step = a.step;
   return p;
 }
 

@@ -4,33 +4,21 @@
 #include <cmath>
 #include <limits>
 
+#include "ir/ops/op_attrs.h"
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
 
 namespace loom::ir {
+
 namespace {
 
+using ops::AttentionDims;
+using ops::GetAttentionDims;
 using ops::ExpectDims;
 using ops::ExpectFloat;
 using ops::ExpectRank;
 using ops::FlopsPerOutputElement;
-
-// The sizes and attributes of one attention call, checked for consistency.
-struct AttentionDims {
-  int64_t batch = 0;
-  int64_t s = 0;    // query positions
-  int64_t t = 0;    // key positions
-  int64_t hq = 0;   // query heads
-  int64_t hkv = 0;  // key/value heads
-  int64_t dk = 0;   // query/key head size
-  int64_t dv = 0;   // value head size
-  bool causal = true;
-  double scale = 1.0;
-
-  // Query heads sharing one kv head (grouped-query attention).
-  int64_t group() const { return hq / hkv; }
-};
 
 // Dim `dj` of input j equals dim `di` of input i.
 absl::Status ExpectDimMatch(absl::Span<const TensorType> in, int j, int dj, int i, int di) {
@@ -41,6 +29,10 @@ absl::Status ExpectDimMatch(absl::Span<const TensorType> in, int j, int dj, int 
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+namespace ops {
 
 // Checks q [b, s, hq, dk], k [b, t, hkv, dk], v [b, t, hkv, dv] and the attributes.
 absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const TensorType> in,
@@ -87,11 +79,16 @@ absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const TensorType> in,
   return d;
 }
 
+
+}  // namespace ops
+
+namespace {
+
 absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const HostTensor* const> in,
                                                const AttrMap& attrs) {
   std::vector<TensorType> types;
   for (int i = 0; i < 3; ++i) types.push_back({in[i]->shape, in[i]->dtype});
-  return GetAttentionDims(types, attrs);
+  return ops::GetAttentionDims(types, attrs);
 }
 
 // RoPE attributes: base `theta` and the direction of rotation.

@@ -5,28 +5,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ir/ops/op_attrs.h"
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
 
 namespace loom::ir {
-namespace {
-
-using ops::ElementwiseSignature;
-using ops::ExpectFloat;
-using ops::ExpectScalar;
-using ops::FlopsPerOutputElement;
 
 // ---- attributes ---------------------------------------------------------------
 
-struct AdamWAttrs {
-  double lr = 0.0;
-  double beta1 = 0.0;
-  double beta2 = 0.0;
-  double eps = 0.0;
-  double weight_decay = 0.0;
-  int64_t step = 1;
-};
+namespace ops {
+namespace {
 
 // A beta in [0, 1); 1 would make the bias correction divide by zero.
 absl::Status ExpectBeta(absl::string_view name, double beta) {
@@ -36,6 +25,8 @@ absl::Status ExpectBeta(absl::string_view name, double beta) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 // Every AdamW attribute is required.
 absl::StatusOr<AdamWAttrs> ParseAdamWAttrs(const AttrMap& attrs) {
@@ -54,6 +45,16 @@ absl::StatusOr<AdamWAttrs> ParseAdamWAttrs(const AttrMap& attrs) {
   }
   return a;
 }
+
+}  // namespace ops
+
+namespace {
+
+using ops::AdamWAttrs;
+using ops::ElementwiseSignature;
+using ops::ExpectFloat;
+using ops::ExpectScalar;
+using ops::FlopsPerOutputElement;
 
 // ---- shape rules -----------------------------------------------------------------
 
@@ -81,7 +82,7 @@ absl::StatusOr<std::vector<TensorType>> InferSgd(absl::Span<const TensorType> in
 absl::StatusOr<std::vector<TensorType>> InferAdamW(absl::Span<const TensorType> in,
                                                    const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(ExpectFloatsLikeFirst(in));
-  LOOM_RETURN_IF_ERROR(ParseAdamWAttrs(attrs).status());
+  LOOM_RETURN_IF_ERROR(ops::ParseAdamWAttrs(attrs).status());
   return std::vector<TensorType>{in[0], in[2], in[3]};
 }
 
@@ -135,7 +136,7 @@ absl::Status KernelSgd(absl::Span<const HostTensor* const> in, const AttrMap& at
 // PyTorch's AdamW: decoupled weight decay on the old parameter, bias-corrected moments.
 absl::Status KernelAdamW(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                          absl::Span<HostTensor> out) {
-  LOOM_ASSIGN_OR_RETURN(AdamWAttrs a, ParseAdamWAttrs(attrs));
+  LOOM_ASSIGN_OR_RETURN(AdamWAttrs a, ops::ParseAdamWAttrs(attrs));
   const HostTensor& param = *in[0];
   const HostTensor& grad = *in[1];
   const HostTensor& m = *in[2];

@@ -1,0 +1,50 @@
+#ifndef LOOM_IR_OPS_OP_ATTRS_H_
+#define LOOM_IR_OPS_OP_ATTRS_H_
+
+// Attributes of ops whose kernels are written more than once (the reference
+// kernels here, the executor's CPU and CUDA kernels), read and checked in one
+// place so that every kernel accepts and refuses the same calls.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ir/attributes.h"
+#include "ir/graph.h"
+
+namespace loom::ir::ops {
+
+// adamw's attributes; every one is required, betas in [0, 1), step >= 1.
+struct AdamWAttrs {
+  double lr = 0.0;
+  double beta1 = 0.0;
+  double beta2 = 0.0;
+  double eps = 0.0;
+  double weight_decay = 0.0;
+  int64_t step = 1;
+};
+absl::StatusOr<AdamWAttrs> ParseAdamWAttrs(const AttrMap& attrs);
+
+// The sizes and attributes of one attention call: q [b, s, hq, dk], k [b, t, hkv,
+// dk], v [b, t, hkv, dv] (the first three of `in`), causal (default 1; then s ==
+// t) and scale (default 1/sqrt(dk)), checked for consistency.
+struct AttentionDims {
+  int64_t batch = 0;
+  int64_t s = 0;    // query positions
+  int64_t t = 0;    // key positions
+  int64_t hq = 0;   // query heads
+  int64_t hkv = 0;  // key/value heads
+  int64_t dk = 0;   // query/key head size
+  int64_t dv = 0;   // value head size
+  bool causal = true;
+  double scale = 1.0;
+
+  // Query heads sharing one kv head (grouped-query attention).
+  int64_t group() const { return hq / hkv; }
+};
+absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const TensorType> in,
+                                               const AttrMap& attrs);
+
+}  // namespace loom::ir::ops
+
+#endif  // LOOM_IR_OPS_OP_ATTRS_H_
