@@ -3,13 +3,15 @@
 // warm proof cache, and prints one line of figures. One case per process, so the
 // peak resident size printed is the case's own.
 //
-//   loom_bench_verify CASE [--threads N] [--derive-only [--plain]]
+//   loom_bench_verify CASE [--threads N] [--derive-only [--plain] [--repeat N]]
 //   loom_bench_verify --list
 // --derive-only times the lineage derivation alone (no law proofs); --plain
-// times the plain derivation (the one that reports failures) instead of the fast.
+// times the plain derivation (the one that reports failures) instead of the fast;
+// --repeat derives N times and reports the last (for profiling the derivation).
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +60,7 @@ double PeakMiB() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-int Run(const Case& c, int threads, bool derive_only, bool plain) {
+int Run(const Case& c, int threads, bool derive_only, bool plain, int repeat) {
   double t0 = Now();
   loom::models::ModelOptions options;
   options.layers = c.layers;
@@ -92,9 +94,10 @@ int Run(const Case& c, int threads, bool derive_only, bool plain) {
   const double plan_s = Now() - t0;
 
   if (derive_only) {
-    t0 = Now();
     loom::verify::DeriveOptions options;
     options.fast = !plain;
+    for (int i = 1; i < repeat; ++i) (void)loom::verify::DeriveLineage(*spec, *plan, options);
+    t0 = Now();
     auto d = loom::verify::DeriveLineage(*spec, *plan, options);
     if (!d.ok()) {
       std::fprintf(stderr, "%s\n", std::string(d.status().message()).c_str());
@@ -161,6 +164,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool derive_only = false;
   bool plain = false;
+  int repeat = 1;
   std::string name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -168,6 +172,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     } else if (a == "--derive-only") {
       derive_only = true;
+    } else if (a == "--repeat" && i + 1 < argc) {
+      repeat = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--plain") {
       plain = true;
     } else if (a == "--list") {
@@ -178,9 +184,9 @@ int main(int argc, char** argv) {
     }
   }
   for (const Case& c : Cases()) {
-    if (c.name == name) return Run(c, threads, derive_only, plain);
+    if (c.name == name) return Run(c, threads, derive_only, plain, repeat);
   }
   std::fprintf(stderr,
-               "usage: loom_bench_verify CASE [--threads N] [--derive-only [--plain]] | --list\n");
+               "usage: loom_bench_verify CASE [--threads N] [--derive-only [--plain] [--repeat N]] | --list\n");
   return 2;
 }

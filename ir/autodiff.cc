@@ -1,5 +1,6 @@
 #include "ir/autodiff.h"
 
+#include <map>
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
@@ -326,16 +327,35 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
     }
   }
 
-  // Global grad-norm clipping.
+  // Global grad-norm clipping. Each layer sums its parameters' squares first
+  // (tagged with the layer, like Megatron's per-rank local sums), so the total
+  // reads one value per layer rather than one per parameter.
   if (options.max_grad_norm > 0 && !params.empty()) {
-    std::vector<TensorId> squares;
+    std::vector<TensorId> squares;  // untagged parameters', then one per layer
+    std::map<int, std::vector<TensorId>> by_layer;
     for (size_t i = 0; i < params.size(); ++i) {
-      OpInfo info{Phase::kOptimizer, ParamLayer(forward, fwd_params[i]), -1};
+      const int layer = ParamLayer(forward, fwd_params[i]);
+      OpInfo info{Phase::kOptimizer, layer, -1};
       LOOM_ASSIGN_OR_RETURN(TensorId sq,
                             EmitOp1(g, OpKind::kSumSquares, {grads[i]}, {}, info,
                                     absl::StrCat("grad_sq.", g.tensor(params[i]).name),
                                     TensorRole::kGradient));
-      squares.push_back(sq);
+      if (layer < 0) {
+        squares.push_back(sq);
+      } else {
+        by_layer[layer].push_back(sq);
+      }
+    }
+    for (const auto& [layer, layer_squares] : by_layer) {
+      if (layer_squares.size() == 1) {
+        squares.push_back(layer_squares[0]);
+        continue;
+      }
+      OpInfo info{Phase::kOptimizer, layer, -1};
+      LOOM_ASSIGN_OR_RETURN(TensorId sum,
+                            EmitOp1(g, OpKind::kAccumulate, layer_squares, {}, info,
+                                    absl::StrCat("grad_sq.layer.", layer), TensorRole::kGradient));
+      squares.push_back(sum);
     }
     OpInfo info{Phase::kOptimizer, -1, -1};
     TensorId total = squares[0];

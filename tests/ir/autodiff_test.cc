@@ -134,6 +134,58 @@ TEST(AutodiffTest, MicrobatchesMatchFullBatch) {
   }
 }
 
+// The grad norm sums each layer's squares first (one accumulate per layer, tagged
+// with it), then those and the untagged parameters' squares.
+TEST(AutodiffTest, GradNormSumsEachLayerFirst) {
+  Graph g("layered");
+  TensorId tokens = *g.AddInput("tokens", Shape({2, 3}), DType::kI64, TensorRole::kInput);
+  TensorId targets = *g.AddInput("targets", Shape({2, 3}), DType::kI64, TensorRole::kInput);
+  TensorId table = *g.AddInput("embed", Shape({kVocab, kHidden}), DType::kF64,
+                               TensorRole::kParameter);
+  TensorId h = (*g.AddOp(OpKind::kEmbedding, {tokens, table}, {}, OpInfo{}, {{"h"}}))[0];
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* w : {"wa", "wb"}) {
+      TensorId weight = *g.AddInput(absl::StrCat("layers.", layer, ".", w),
+                                    Shape({kHidden, kHidden}), DType::kF64,
+                                    TensorRole::kParameter);
+      h = (*g.AddOp(OpKind::kLinear, {h, weight}, {}, OpInfo{Phase::kForward, layer, -1},
+                    {{absl::StrCat("h.", layer, ".", w)}}))[0];
+    }
+  }
+  TensorId head = *g.AddInput("head", Shape({kVocab, kHidden}), DType::kF64,
+                              TensorRole::kParameter);
+  TensorId logits = (*g.AddOp(OpKind::kLinear, {h, head}, {}, OpInfo{}, {{"logits"}}))[0];
+  TensorId loss = (*g.AddOp(OpKind::kCrossEntropy, {logits, targets}, {}, OpInfo{},
+                            {{"loss", TensorRole::kLoss}}))[0];
+  g.AddOutput(loss);
+  TrainingOptions options;
+  options.max_grad_norm = 1.0;
+  auto step = BuildTrainingStep(g, options);
+  ASSERT_TRUE(step.ok()) << step.status();
+  auto producer = [&](const std::string& name) -> const Op& {
+    return step->op(step->tensor(*step->FindTensor(name)).producer);
+  };
+  auto input_names = [&](const Op& op) {
+    std::vector<std::string> names;
+    for (TensorId t : op.inputs) names.push_back(step->tensor(t).name);
+    return names;
+  };
+  const Op& total = producer("grad_sq.total");
+  EXPECT_EQ(total.kind, OpKind::kAccumulate);
+  EXPECT_EQ(total.info.layer, -1);
+  EXPECT_EQ(input_names(total), (std::vector<std::string>{"grad_sq.embed", "grad_sq.head",
+                                                          "grad_sq.layer.0", "grad_sq.layer.1"}));
+  for (int layer = 0; layer < 2; ++layer) {
+    const Op& sum = producer(absl::StrCat("grad_sq.layer.", layer));
+    EXPECT_EQ(sum.kind, OpKind::kAccumulate);
+    EXPECT_EQ(sum.info.layer, layer);
+    EXPECT_EQ(sum.info.phase, Phase::kOptimizer);
+    EXPECT_EQ(input_names(sum),
+              (std::vector<std::string>{absl::StrCat("grad_sq.layers.", layer, ".wa"),
+                                        absl::StrCat("grad_sq.layers.", layer, ".wb")}));
+  }
+}
+
 // A parameter used twice (tied weights) receives the sum of both contributions.
 TEST(AutodiffTest, SumsContributionsOfTiedParameter) {
   Graph g("tied");
