@@ -1,5 +1,8 @@
 #include "verify/verify.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,6 +17,9 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 #include "verify/law_reduce.h"
@@ -23,44 +29,88 @@
 namespace loom::verify {
 namespace {
 
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
+// Proved laws on disk: one append-only file, a line per proof ("proved <key>",
+// the key's backslashes and line breaks escaped). It is read once, and the proofs
+// a run adds are appended in one write at its end, so a cold run does not pay a
+// file per law and a warm one reads one file. Lines that do not parse (a write
+// cut short) are skipped: an entry only ever stands for the exact key it holds.
+class ProofCache {
+ public:
+  explicit ProofCache(std::string dir) : dir_(std::move(dir)) {
+    if (dir_.empty()) return;
+    std::ifstream in(Path(), std::ios::binary);
+    std::string line;
+    while (std::getline(in, line)) {
+      constexpr absl::string_view kTag = "proved ";
+      if (!absl::StartsWith(line, kTag)) continue;
+      std::optional<std::string> key = Unescape(absl::string_view(line).substr(kTag.size()));
+      if (key.has_value()) known_.insert(*std::move(key));
+    }
   }
-  return h;
-}
-
-std::string CachePath(const std::string& dir, const std::string& key) {
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a(key)));
-  return absl::StrCat(dir, "/laws/", hex);
-}
-
-// A cached proof holds the key it proved, so a hash collision is a miss.
-bool CachedProof(const std::string& dir, const std::string& key) {
-  if (dir.empty()) return false;
-  std::ifstream in(CachePath(dir, key));
-  if (!in) return false;
-  std::string verdict, stored;
-  std::getline(in, verdict);
-  std::getline(in, stored);
-  return verdict == "proved" && stored == key;
-}
-
-void StoreProof(const std::string& dir, const std::string& key) {
-  if (dir.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(absl::StrCat(dir, "/laws"), ec);
-  const std::string path = CachePath(dir, key);
-  const std::string tmp = absl::StrCat(path, ".tmp", std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream out(tmp);
-    out << "proved\n" << key << "\n";
+  // Safe from any thread: the known proofs do not change during a run.
+  bool Has(const std::string& key) const { return known_.contains(key); }
+  // Callers serialise Add and Flush.
+  void Add(const std::string& key) {
+    if (dir_.empty()) return;
+    absl::StrAppend(&fresh_, "proved ", Escape(key), "\n");
   }
-  std::filesystem::rename(tmp, path, ec);
-}
+  void Flush() {
+    if (dir_.empty() || fresh_.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    const int fd = ::open(Path().c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;  // an unwritable cache only costs the next run its proofs
+    size_t written = 0;
+    while (written < fresh_.size()) {
+      const ssize_t n = ::write(fd, fresh_.data() + written, fresh_.size() - written);
+      if (n <= 0) break;
+      written += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    fresh_.clear();
+  }
+
+ private:
+  std::string Path() const { return absl::StrCat(dir_, "/proved-laws"); }
+  static std::string Escape(absl::string_view key) {
+    std::string out;
+    out.reserve(key.size());
+    for (char c : key) {
+      if (c == '\\') {
+        out += "\\\\";
+      } else if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
+  static std::optional<std::string> Unescape(absl::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] != '\\') {
+        out += text[i];
+        continue;
+      }
+      if (++i >= text.size()) return std::nullopt;
+      switch (text[i]) {
+        case '\\': out += '\\'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        default: return std::nullopt;
+      }
+    }
+    return out;
+  }
+
+  const std::string dir_;
+  absl::flat_hash_set<std::string> known_;
+  std::string fresh_;
+};
 
 }  // namespace
 
@@ -88,36 +138,29 @@ int ExitCode(Verdict v) {
 
 namespace {
 
-// Proves laws at their reduced sizes, each distinct one once, on worker threads
-// (one term store and solver context per proof). Laws are submitted as the
-// derivation finds them, so proofs run while it goes on.
+// Reduces and proves laws, each distinct reduced one once, on worker threads (one
+// term store and solver context per proof). The derivation submits each use of a
+// law as it finds it and goes on: reducing it to its small sizes and proving it
+// happen on the workers meanwhile.
 class LawProver {
  public:
-  LawProver(const VerifyOptions& options, int workers) : options_(options) {
+  LawProver(const VerifyOptions& options, int workers)
+      : options_(options), cache_(options.cache_dir) {
     for (int t = 0; t < workers; ++t) pool_.emplace_back([this] { Work(/*until_done=*/false); });
   }
   ~LawProver() { Stop(); }
 
-  // The index of the law a use reduces to (submitted when new).
-  size_t Submit(const LawUse& use) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = by_use_.find(use.key);
-      if (it != by_use_.end()) return it->second;
-    }
-    LawUse reduced = ReduceLaw(use);
+  // Queues a use of a law (once per distinct use).
+  void Submit(const LawUse& use) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, fresh] = index_.emplace(reduced.key, laws_.size());
-    by_use_.emplace(use.key, it->second);
-    if (fresh) {
-      laws_.push_back(std::move(reduced));
-      results_.emplace_back();
-      changed_.notify_all();
-    }
-    return it->second;
+    auto [it, fresh] = by_use_.try_emplace(use.key, kPending);
+    if (!fresh) return;
+    uses_.push_back(use);
+    changed_.notify_all();
   }
-  // Helps until every submitted law is proved; `progress` is called about ten
-  // times a second from this thread while they are, and once at the end.
+  // Helps until every submitted use is reduced and every law proved; `progress`
+  // is called about ten times a second from this thread while they are, and once
+  // at the end. Then writes the new proofs to the cache.
   void Finish(const std::function<void(const Progress&)>& progress, double started) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -129,8 +172,7 @@ class LawProver {
     } else {
       std::thread helper([this] { Work(/*until_done=*/true); });
       std::unique_lock<std::mutex> lock(mutex_);
-      while (!changed_.wait_for(lock, std::chrono::milliseconds(100),
-                                [&] { return done_ == laws_.size(); })) {
+      while (!changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return Idle(); })) {
         const Progress p = Snapshot(started);
         lock.unlock();
         progress(p);
@@ -142,13 +184,18 @@ class LawProver {
       progress(p);
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return done_ == laws_.size(); });
+    changed_.wait(lock, [&] { return Idle(); });
+    cache_.Flush();
   }
+  // After Finish: the law a use reduced to.
+  size_t LawOf(const LawUse& use) const { return by_use_.at(use.key); }
   const LawUse& law(size_t i) const { return laws_[i]; }
   const LawResult& result(size_t i) const { return results_[i]; }
-  int64_t hits() const { return hits_; }
 
  private:
+  static constexpr size_t kPending = static_cast<size_t>(-1);
+
+  bool Idle() const { return uses_.empty() && reducing_ == 0 && done_ == laws_.size(); }
   void Stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -164,16 +211,34 @@ class LawProver {
     return Progress{static_cast<int64_t>(done_), proved_, static_cast<int64_t>(laws_.size()),
                     hits_, now - started};
   }
-  // Proves laws as they come; with until_done, returns once none is left to take.
+  // Reduces uses and proves laws as they come (uses first: they may bring laws);
+  // with until_done, returns once nothing is left to take.
   void Work(bool until_done) {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
       changed_.wait(lock, [&] {
-        return stopping_ || next_ < laws_.size() || (until_done && finishing_);
+        return stopping_ || !uses_.empty() || next_ < laws_.size() || (until_done && finishing_);
       });
       if (stopping_) return;
+      if (!uses_.empty()) {
+        LawUse use = std::move(uses_.front());
+        uses_.pop_front();
+        ++reducing_;
+        lock.unlock();
+        LawUse reduced = ReduceLaw(use);
+        lock.lock();
+        --reducing_;
+        auto [it, fresh] = index_.try_emplace(reduced.key, laws_.size());
+        by_use_[use.key] = it->second;
+        if (fresh) {
+          laws_.push_back(std::move(reduced));
+          results_.emplace_back();
+        }
+        changed_.notify_all();
+        continue;
+      }
       if (next_ >= laws_.size()) {
-        if (stopping_ || until_done) return;
+        if (until_done) return;
         continue;
       }
       const size_t i = next_++;
@@ -182,7 +247,10 @@ class LawProver {
       LawResult r = Prove(law);
       lock.lock();
       if (r.cached) ++hits_;
-      if (r.verdict == "proved") ++proved_;
+      if (r.verdict == "proved") {
+        ++proved_;
+        if (!r.cached) cache_.Add(r.key);
+      }
       results_[i] = std::move(r);
       ++done_;
       changed_.notify_all();
@@ -192,7 +260,7 @@ class LawProver {
     LawResult r;
     r.op_kind = std::string(ir::OpKindName(law.kind));
     r.key = LawCacheKey(law);
-    if (CachedProof(options_.cache_dir, r.key)) {
+    if (cache_.Has(r.key)) {
       r.verdict = "proved";
       r.cached = true;
       return r;
@@ -204,18 +272,19 @@ class LawProver {
                 : p.verdict == smt::Verdict::kInvalid ? "refuted"
                                                       : "unknown";
     r.detail = p.detail;
-    if (p.verdict == smt::Verdict::kValid) StoreProof(options_.cache_dir, r.key);
     return r;
   }
 
   const VerifyOptions& options_;
+  ProofCache cache_;
   std::mutex mutex_;
   std::condition_variable changed_;
+  std::deque<LawUse> uses_;         // submitted, not yet reduced
   std::deque<LawUse> laws_;         // stable references while growing
   std::deque<LawResult> results_;
-  std::map<std::string, size_t> index_;   // by reduced law key
-  std::map<std::string, size_t> by_use_;  // by the use's own key
-  size_t next_ = 0, done_ = 0;
+  absl::flat_hash_map<std::string, size_t> index_;   // by reduced law key
+  absl::flat_hash_map<std::string, size_t> by_use_;  // by the use's own key
+  size_t next_ = 0, done_ = 0, reducing_ = 0;
   int64_t proved_ = 0, hits_ = 0;
   bool finishing_ = false, stopping_ = false;
   std::vector<std::thread> pool_;
@@ -253,15 +322,16 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   report.stages_reused = d.stages_reused;
 
   // The laws this derivation relies on, each distinct reduced one once.
+  for (const LawUse& use : d.laws) prover.Submit(use);
+  prover.Finish(options.progress, started);
   std::vector<size_t> relied;
   {
     std::set<size_t> seen;
     for (const LawUse& use : d.laws) {
-      const size_t i = prover.Submit(use);
+      const size_t i = prover.LawOf(use);
       if (seen.insert(i).second) relied.push_back(i);
     }
   }
-  prover.Finish(options.progress, started);
   std::vector<LawUse> laws;
   for (size_t i : relied) {
     laws.push_back(prover.law(i));
