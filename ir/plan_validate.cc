@@ -69,20 +69,22 @@ class Validator {
   int64_t num_devices_ = 1;
   int64_t dp_ = 1;  // factored plans: replicas of the unit
   std::vector<PlanStep> producer_;  // by value; id kNoId = not produced
-  // Kinds, attributes and value shapes whose type inference passed.
+  // Kinds, attributes and value shapes whose type inference passed. The
+  // attributes are the plan's own (they outlive the validator).
   struct TypeKey {
     OpKind kind = OpKind::kAdd;
-    AttrMap attrs;
+    const AttrMap* attrs = nullptr;
     std::vector<int64_t> dims;
     bool operator==(const TypeKey& o) const {
-      return kind == o.kind && dims == o.dims && attrs == o.attrs;
+      return kind == o.kind && dims == o.dims && *attrs == *o.attrs;
     }
     template <typename H>
     friend H AbslHashValue(H h, const TypeKey& k) {
-      return H::combine(std::move(h), static_cast<int>(k.kind), k.dims, k.attrs.values().size());
+      return H::combine(std::move(h), static_cast<int>(k.kind), k.dims, k.attrs->values().size());
     }
   };
   absl::flat_hash_set<TypeKey> checked_types_;
+  TypeKey type_key_;  // scratch, reused from task to task
 };
 
 std::string Validator::ValueWhere(int i) const {
@@ -274,10 +276,11 @@ absl::Status Validator::CheckTask(int i) {
 absl::Status Validator::CheckTaskTypes(const Task& task, const Where& where) {
   // Tasks of alike layers repeat one another's kinds, attributes and shapes: each
   // distinct combination is inferred once (compared in full, not by hash).
-  TypeKey key;
+  TypeKey& key = type_key_;
   if (task.dp_attr_steps.empty()) {
     key.kind = task.kind;
-    key.attrs = task.attrs;
+    key.attrs = &task.attrs;
+    key.dims.clear();
     auto put = [&](ValueId v, int64_t copies) {
       const PlanValue& value = plan_.values[v];
       key.dims.push_back(static_cast<int64_t>(value.dtype));
@@ -296,7 +299,7 @@ absl::Status Validator::CheckTaskTypes(const Task& task, const Where& where) {
     if (checked_types_.contains(key)) return absl::OkStatus();
   }
   LOOM_RETURN_IF_ERROR(InferTaskTypes(task, where));
-  if (task.dp_attr_steps.empty()) checked_types_.insert(std::move(key));
+  if (task.dp_attr_steps.empty()) checked_types_.insert(key);
   return absl::OkStatus();
 }
 

@@ -222,16 +222,26 @@ ContribId ContribStore::MapOps(ContribId id, const std::function<ir::OpId(ir::Op
       if (!map_tensor) return id;
       const ir::TensorId t = map_tensor(c.tensor);
       if (t == c.tensor) return id;
-      return Share(t, c.chunks[0], c.part, tensor_name ? tensor_name(t) : std::string("?"));
+      auto [it, fresh] = moved_shares_.try_emplace({id, t}, kBadContrib);
+      if (fresh) {
+        it->second = Share(t, c.chunks[0], c.part, tensor_name ? tensor_name(t) : std::string("?"));
+      }
+      return it->second;
     }
     case Contrib::kRed: {
-      Family f = families_[c.family];
-      const ir::OpId op = map(f.op);
-      if (op == f.op) return id;
-      f.key = Rekey(f.key, op);
-      f.op = op;
-      f.what = name(op, f.output);
-      const int family = InternFamily(std::move(f));
+      const ir::OpId op = map(families_[c.family].op);
+      if (op == families_[c.family].op) return id;
+      int family;
+      if (auto it = moved_families_.find({c.family, op}); it != moved_families_.end()) {
+        family = it->second;
+      } else {
+        Family f = families_[c.family];
+        f.key = Rekey(f.key, op);
+        f.op = op;
+        f.what = name(op, f.output);
+        family = InternFamily(std::move(f));
+        moved_families_.emplace(std::make_pair(c.family, op), family);
+      }
       return Red(family, c.chunks, c.additive);
     }
     case Contrib::kLin: {
@@ -241,12 +251,18 @@ ContribId ContribStore::MapOps(ContribId id, const std::function<ir::OpId(ir::Op
         parts.push_back(MapOps(p, map, name, map_tensor, tensor_name));
         changed = changed || parts.back() != p;
       }
-      Desc d = descs_[c.desc];
-      const ir::OpId op = map(d.op);
-      if (op == d.op && !changed) return id;
-      const int desc = op == d.op ? c.desc
-                                  : InternDesc(op, d.output, d.shape, d.bounds,
-                                               name(op, d.output), d.operands);
+      const ir::OpId op = map(descs_[c.desc].op);
+      if (op == descs_[c.desc].op && !changed) return id;
+      int desc = c.desc;
+      if (op != descs_[c.desc].op) {
+        if (auto it = moved_descs_.find({c.desc, op}); it != moved_descs_.end()) {
+          desc = it->second;
+        } else {
+          const Desc d = descs_[c.desc];
+          desc = InternDesc(op, d.output, d.shape, d.bounds, name(op, d.output), d.operands);
+          moved_descs_.emplace(std::make_pair(c.desc, op), desc);
+        }
+      }
       return Lin(desc, std::move(parts));
     }
   }

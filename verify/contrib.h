@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -75,7 +76,9 @@ class ContribStore {
   // replaced by map(op) (the same contribution of another micro-batch's copy of
   // the ops); `name(op, output)` names a mapped op's output for messages. The
   // tensor of every opaque share is replaced by map_tensor(t) (identity when
-  // empty); `tensor_name` names a mapped tensor.
+  // empty); `tensor_name` names a mapped tensor. Every call on one store must name
+  // an op or a tensor alike: a reduction, a linear piece or a share moved to an op
+  // or a tensor once is remembered.
   ContribId MapOps(ContribId id, const std::function<ir::OpId(ir::OpId)>& map,
                    const std::function<std::string(ir::OpId, int)>& name,
                    const std::function<ir::TensorId(ir::TensorId)>& map_tensor = {},
@@ -130,6 +133,9 @@ class ContribStore {
   std::vector<Desc> descs_;
   absl::flat_hash_map<std::string, int> desc_ids_;
   absl::flat_hash_map<ir::TensorId, std::string> share_names_;
+  // MapOps: families and descriptions moved to another op, shares to another tensor.
+  absl::flat_hash_map<std::pair<int, ir::OpId>, int> moved_families_, moved_descs_;
+  absl::flat_hash_map<std::pair<ContribId, ir::TensorId>, ContribId> moved_shares_;
 };
 
 }  // namespace loom::verify

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -350,6 +351,8 @@ class Deriver {
   absl::flat_hash_map<ir::OpId, std::unique_ptr<OpTypes>> op_types_;
   std::vector<Fact> facts_;
   absl::flat_hash_map<ValueId, Fact> preset_;
+  // Values of folded layers that hold what they claim (1), where preset_ has none.
+  std::vector<char> preset_claim_;
   std::map<std::string, LawUse> laws_;
   Derivation out_;
   int64_t position_ = 0;
@@ -686,12 +689,43 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
   Derivation::Times times;
   // The spec's micro-batch map, built once for the checks and the slice.
   absl::StatusOr<ir::MicrobatchMap> mbmap = ir::MicrobatchMap::Build(spec);
-  if (mbmap.ok()) {
-    LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan, *mbmap));
+  // A factored plan's alike layers are folded while the plan is checked (on
+  // another thread where there is one); the fold is used only once the checks
+  // pass.
+  // The micro-batch symmetry the slice needs is checked on this thread after the
+  // plan checks, which keeps the two threads' shares alike.
+  std::optional<LayerFold> fold;
+  const bool fold_first = options.fast && plan.is_factored() && mbmap.ok();
+  auto try_fold = [&] {
+    if (ir::ValidateFactoring(plan, *mbmap).ok() && IdsInRange(spec, plan)) {
+      fold = FoldLayers(spec, plan, *mbmap);
+    }
+  };
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  bool symmetric = false;
+  if (fold_first && threads >= 2) {
+    std::thread folder(try_fold);
+    absl::Status valid = ir::ValidatePlan(spec, plan, *mbmap);
+    times.validate = clock.Lap();
+    if (valid.ok()) symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
+    folder.join();
+    times.fold = clock.Lap();
+    LOOM_RETURN_IF_ERROR(valid);
   } else {
-    LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+    if (mbmap.ok()) {
+      LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan, *mbmap));
+    } else {
+      LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+    }
+    times.validate = clock.Lap();
+    if (fold_first) {
+      symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
+      if (symmetric) try_fold();
+      times.fold = clock.Lap();
+    }
   }
-  times.validate = clock.Lap();
+  if (!symmetric) fold.reset();
   auto finish = [&](absl::StatusOr<Derivation> d, bool plain) -> absl::StatusOr<Derivation> {
     if (d.ok()) {
       d->times.validate = times.validate;
@@ -715,20 +749,17 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
     return finish(Deriver(spec, plan, nullptr, {}, options.on_law).Run(), true);
   }
   if (options.fast) {
-    if (mbmap.ok() && ir::ValidateFactoring(plan, *mbmap).ok() &&
-        CheckMicrobatchSymmetry(spec, *mbmap).ok()) {
-      const LayerFold fold = FoldLayers(spec, plan, *mbmap);
-      times.fold = clock.Lap();
+    if (fold.has_value()) {
       SliceOptions slice_options;
-      slice_options.skip_tasks = &fold.skip_tasks;
-      slice_options.skip_collectives = &fold.skip_collectives;
-      slice_options.skip_outputs = &fold.skip_outputs;
+      slice_options.skip_tasks = &fold->skip_tasks;
+      slice_options.skip_collectives = &fold->skip_collectives;
+      slice_options.skip_outputs = &fold->skip_outputs;
       slice_options.compress_replicas = true;
       const SlicedPlan sliced = SliceFactoredPlan(spec, plan, *std::move(mbmap), slice_options);
       times.slice = clock.Lap();
       {
         FastPath fast_path = shares;
-        fast_path.fold = &fold;
+        fast_path.fold = &*fold;
         Deriver fast(spec, sliced.plan, &sliced, fast_path, options.on_law);
         LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
         if (!options.plain || (!fast.fast_failed() && Clean(d))) {

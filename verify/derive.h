@@ -138,6 +138,9 @@ struct DeriveOptions {
   // derivation ends, so that proofs can start early); the laws of the result
   // are Derivation::laws all the same.
   std::function<void(const LawUse&)> on_law;
+  // Threads the derivation may use (0: every core): the plan checks run alongside
+  // the folding of a factored plan's alike layers.
+  int threads = 0;
 };
 
 // Derives every value of a plan and checks coverage of the spec's outputs: the

@@ -16,6 +16,24 @@ const std::vector<ir::ValueId>& Outputs(const ir::Plan& plan, int64_t item) {
 
 }  // namespace
 
+bool IdsInRange(const ir::Graph& spec, const ir::Plan& plan) {
+  const ir::ValueId nv = static_cast<ir::ValueId>(plan.values.size());
+  auto values_ok = [nv](const std::vector<ir::ValueId>& vs) {
+    for (ir::ValueId v : vs) {
+      if (v < 0 || v >= nv) return false;
+    }
+    return true;
+  };
+  for (const ir::Task& t : plan.tasks) {
+    if (t.op < ir::kNoId || t.op >= spec.num_ops()) return false;
+    if (!values_ok(t.inputs) || !values_ok(t.outputs)) return false;
+  }
+  for (const ir::Collective& c : plan.collectives) {
+    if (!values_ok(c.inputs) || !values_ok(c.outputs)) return false;
+  }
+  return values_ok(plan.outputs);
+}
+
 LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::MicrobatchMap& mbmap) {
   LayerFold fold;
   StageOptions options;

@@ -58,8 +58,14 @@ struct LayerFold {
   int64_t folded_items = 0;
 };
 
-// Folds a factored plan's unit (ValidatePlan accepted it).
+// Folds a factored plan's unit. It needs of the plan only that IdsInRange holds,
+// so it may run while ValidatePlan checks the rest; the fold is used only once
+// that accepts the plan.
 LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::MicrobatchMap& mbmap);
+
+// Whether every value id the plan's tasks, collectives and outputs name and every
+// op id its tasks name are in range.
+bool IdsInRange(const ir::Graph& spec, const ir::Plan& plan);
 
 }  // namespace loom::verify
 

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/types/span.h"
 
 namespace loom::verify {
 namespace {
@@ -32,10 +33,15 @@ struct Signature {
   std::vector<const ir::Shape*> shapes;
   std::vector<const std::string*> names;  // attribute names (replica steps)
 
+  // Buckets only (alike-ness is decided by operator==): the sizes and the codes'
+  // two ends.
   size_t Hash() const {
-    size_t h = absl::HashOf(codes);
-    for (const ir::AttrMap* a : attrs) h = absl::HashOf(h, a->values().size());
-    return h;
+    constexpr size_t kEnds = 64;
+    const size_t n = codes.size();
+    const absl::Span<const int64_t> all(codes);
+    return absl::HashOf(n, attrs.size(), shapes.size(), names.size(),
+                        all.subspan(0, std::min(n, kEnds)),
+                        all.subspan(n - std::min(n, kEnds)));
   }
   bool operator==(const Signature& o) const {
     if (codes != o.codes || attrs.size() != o.attrs.size() || shapes.size() != o.shapes.size() ||
@@ -55,13 +61,36 @@ struct Signature {
   }
 };
 
+// Codes of ids in order of first appearance, one numbering per stage: an entry
+// counts only when its stamp is the stage's (no clearing between stages).
+class RenameTable {
+ public:
+  explicit RenameTable(size_t n) : stamp_(n, -1), code_(n, 0) {}
+  // The id's code in `stage`, or -1 when it has none yet.
+  int64_t Find(int64_t id, int stage) const { return stamp_[id] == stage ? code_[id] : -1; }
+  void Set(int64_t id, int stage, int64_t code) {
+    stamp_[id] = stage;
+    code_[id] = code;
+  }
+
+ private:
+  std::vector<int> stamp_;
+  std::vector<int64_t> code_;
+};
+
+struct RenameTables {
+  RenameTables(const ir::Graph& spec, const ir::Plan& plan)
+      : values(plan.values.size()), ops(spec.num_ops()), tensors(spec.num_tensors()) {}
+  RenameTable values, ops, tensors;
+};
+
 class Encoder {
  public:
   Encoder(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced,
           const ir::MicrobatchMap* mbmap, const std::vector<int>* share_group,
           const std::vector<int>& item_stage, const std::vector<int64_t>& producer,
           const std::vector<std::vector<ir::ValueId>>& partners, const std::vector<int>& listed,
-          int stage)
+          int stage, RenameTables& tables)
       : spec_(spec),
         plan_(plan),
         sliced_(sliced),
@@ -71,9 +100,11 @@ class Encoder {
         producer_(producer),
         partners_(partners),
         listed_(listed),
-        stage_(stage) {}
+        stage_(stage),
+        tables_(tables) {}
 
-  Signature Encode(Stage& stage) {
+  Signature Encode(Stage& stage, size_t expected_codes) {
+    sig_.codes.reserve(expected_codes);
     for (int64_t i : stage.items) Item(i);
     stage.values = std::move(value_order_);
     stage.ops = std::move(op_order_);
@@ -134,10 +165,10 @@ class Encoder {
   }
 
   int64_t Value(ir::ValueId v) {
-    auto [it, fresh] = values_.try_emplace(v, static_cast<int64_t>(values_.size()));
-    if (!fresh) return it->second;
+    if (const int64_t known = tables_.values.Find(v, stage_); known >= 0) return known;
+    const int64_t code = static_cast<int64_t>(value_order_.size());
+    tables_.values.Set(v, stage_, code);
     value_order_.push_back(v);
-    const int64_t code = it->second;
     const ir::PlanValue& pv = plan_.values[v];
     Put(kNewValue);
     // Whether the stage computes it or reads it from outside.
@@ -170,10 +201,10 @@ class Encoder {
   }
 
   int64_t Op(ir::OpId op) {
-    auto [it, fresh] = ops_.try_emplace(op, static_cast<int64_t>(ops_.size()));
-    if (!fresh) return it->second;
+    if (const int64_t known = tables_.ops.Find(op, stage_); known >= 0) return known;
+    const int64_t code = static_cast<int64_t>(op_order_.size());
+    tables_.ops.Set(op, stage_, code);
     op_order_.push_back(op);
-    const int64_t code = it->second;
     const ir::Op& o = spec_.op(op);
     Put(kNewOp);
     const int m = o.info.microbatch;
@@ -199,9 +230,9 @@ class Encoder {
 
   int64_t Tensor(ir::TensorId t) {
     if (t < 0 || t >= spec_.num_tensors()) return kNone;
-    auto [it, fresh] = tensors_.try_emplace(t, static_cast<int64_t>(tensors_.size()));
-    if (!fresh) return it->second;
-    const int64_t code = it->second;
+    if (const int64_t known = tables_.tensors.Find(t, stage_); known >= 0) return known;
+    const int64_t code = static_cast<int64_t>(tensor_order_.size());
+    tables_.tensors.Set(t, stage_, code);
     tensor_order_.push_back(t);
     const ir::Tensor& x = spec_.tensor(t);
     Put(kNewTensor);
@@ -231,9 +262,7 @@ class Encoder {
   const std::vector<std::vector<ir::ValueId>>& partners_;
   const std::vector<int>& listed_;
   const int stage_;
-  absl::flat_hash_map<ir::ValueId, int64_t> values_;
-  absl::flat_hash_map<ir::OpId, int64_t> ops_;
-  absl::flat_hash_map<ir::TensorId, int64_t> tensors_;
+  RenameTables& tables_;
   std::vector<ir::ValueId> value_order_;
   std::vector<ir::OpId> op_order_;
   std::vector<ir::TensorId> tensor_order_;
@@ -435,10 +464,15 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     if (part.IsFull()) return !(factored && pv.dp_share);
     return share_group != nullptr && (*share_group)[v] >= 0;
   };
+  std::vector<char> whole(nv, 2);  // claims_whole, once per value (2: not yet asked)
+  auto claims_whole_once = [&](ir::ValueId v) {
+    if (whole[v] == 2) whole[v] = claims_whole(v) ? 1 : 0;
+    return whole[v] == 1;
+  };
   auto outside_read = [&](ir::ValueId v, int reader_stage) {
     const int from = from_stage(v);
     if (from == reader_stage) return;
-    if (reader_stage >= 0 && !claims_whole(v)) cut[reader_stage] = false;
+    if (reader_stage >= 0 && !claims_whole_once(v)) cut[reader_stage] = false;
     if (from >= 0) is_boundary_output[v] = true;
   };
   for (int64_t i = 0; i < nitems; ++i) {
@@ -474,11 +508,14 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   std::vector<Stage> kept;
   std::vector<Signature> reps;
   absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
+  RenameTables tables(spec, plan);
+  size_t last_codes = 0;  // stages are alike more often than not: reserve as much
   for (size_t s = 0; s < out.stages.size(); ++s) {
     if (!cut[s]) continue;
     Signature sig = Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, partners,
-                            listing, static_cast<int>(s))
-                        .Encode(out.stages[s]);
+                            listing, static_cast<int>(s), tables)
+                        .Encode(out.stages[s], last_codes);
+    last_codes = sig.codes.size();
     const size_t h = sig.Hash();
 
     const int index = static_cast<int>(kept.size());

@@ -308,6 +308,7 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   LawProver prover(options, threads - 1);
   DeriveOptions derive_options;
   derive_options.on_law = [&](const LawUse& use) { prover.Submit(use); };
+  derive_options.threads = threads;
   // A factored plan is derived on a slice of its expansion (verify/factored.h).
   LOOM_ASSIGN_OR_RETURN(Derivation d, DeriveLineage(spec, plan, derive_options));
   const double derived_at = elapsed();
