@@ -342,7 +342,10 @@ absl::StatusOr<const Version*> Materializer::Get(TensorId t, int ppc, const Layo
     Version from = *made;
     return Convert(t, ppc, from, want, info);
   }
-  // Produced on another pipeline stage: bring it into `want` there, then send.
+  // Produced on another pipeline stage. Sent as produced and brought into `want`
+  // here when no step on the way shrinks what each device holds (a partial sum is
+  // reduced by the stage that reads it, as within a stage); otherwise brought into
+  // `want` there first, so that less is sent (a slice, a reduce-scatter).
   int source = -1;
   for (const auto& [key, list] : versions_) {
     if (key.first == t && !list.empty()) {
@@ -353,9 +356,16 @@ absl::StatusOr<const Version*> Materializer::Get(TensorId t, int ppc, const Layo
   if (source < 0) {
     return absl::InternalError(absl::StrCat("tensor '", tensor.name, "' used before produced"));
   }
-  LOOM_ASSIGN_OR_RETURN(const Version* at_source, Get(t, source, want, info));
+  const Version* at_source = &versions_.at({t, source}).front();
+  bool shrinks = false;
+  for (size_t g = 0; g < want.size() && g < at_source->layout.size(); ++g) {
+    shrinks |= want[g].kind == AxisKind::kSharded && at_source->layout[g].kind != AxisKind::kSharded;
+  }
+  if (shrinks) {
+    LOOM_ASSIGN_OR_RETURN(at_source, Get(t, source, want, info));
+  }
   Version moved;
-  moved.layout = want;
+  moved.layout = at_source->layout;
   std::vector<ValueId> src_values = at_source->values;
   for (int pos = 0; pos < static_cast<int>(coords_.size()); ++pos) {
     const ir::PlanValue src = plan_.values[src_values[pos]];
@@ -367,7 +377,10 @@ absl::StatusOr<const Version*> Materializer::Get(TensorId t, int ppc, const Layo
     c.outputs = {out};
     moved.values.push_back(out);
   }
-  return Register(t, ppc, std::move(moved));
+  const Version* arrived = Register(t, ppc, std::move(moved));
+  if (arrived->layout == want) return arrived;
+  const Version from = *arrived;
+  return Convert(t, ppc, from, want, info);
 }
 
 absl::StatusOr<const Version*> Materializer::Convert(TensorId t, int ppc, const Version& from,

@@ -97,7 +97,9 @@ struct SliceOptions {
   bool compress_replicas = false;
 };
 
-// OK when the spec's micro-batches are copies of micro-batch 0 (see above).
+// OK when the spec's micro-batches are copies of micro-batch 0 (see above); `map`
+// is MicrobatchMap::Build(spec), which has compared the copies' kinds, attributes
+// and operand counts already.
 absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map);
 
 // The slice of a factored plan that ValidatePlan accepted; nullopt when the

@@ -23,7 +23,8 @@ using ::loom::testing::TinyStep;
 class StagesTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    // One layer per pipeline stage: every layer's inputs arrive complete.
+    // One layer per pipeline stage: every layer's inputs arrive complete, or as
+    // the per-rank shares of a sum (opaque shares).
     spec_ = TinyStep("llama3-8b", 2, 4, 4);
     transform::Strategy s = Make(2, 2, 4, 2);
     s.factored = GetParam();
@@ -80,7 +81,9 @@ TEST_P(StagesTest, AlikeLayersAreDerivedOnce) {
 TEST_P(StagesTest, PartitionPairsAlikeStagesPositionByPosition) {
   auto expanded = ir::ExpandPlan(spec_, plan_);
   ASSERT_TRUE(expanded.ok());
-  const StagePartition parts = PartitionStages(spec_, *expanded, StageOptions{});
+  StageOptions options;
+  options.find_shares = true;
+  const StagePartition parts = PartitionStages(spec_, *expanded, options);
   bool some_class = false;
   for (const auto& cls : parts.classes) {
     if (cls.size() < 2) continue;
