@@ -1,7 +1,11 @@
 #include "verify/stages.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <memory>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,17 +69,30 @@ struct Signature {
 // counts only when its stamp is the stage's (no clearing between stages).
 class RenameTable {
  public:
-  explicit RenameTable(size_t n) : stamp_(n, -1), code_(n, 0) {}
+  // Entries are (stage + 1, code) pairs, zero for none: memory the allocator hands
+  // out zeroed is never touched where no id asks.
+  explicit RenameTable(size_t n)
+      : entries_(static_cast<Entry*>(std::calloc(n == 0 ? 1 : n, sizeof(Entry)))) {
+    if (entries_ == nullptr) throw std::bad_alloc();
+  }
   // The id's code in `stage`, or -1 when it has none yet.
-  int64_t Find(int64_t id, int stage) const { return stamp_[id] == stage ? code_[id] : -1; }
+  int64_t Find(int64_t id, int stage) const {
+    const Entry& e = entries_.get()[id];
+    return e.stage == stage + 1 ? e.code : -1;
+  }
   void Set(int64_t id, int stage, int64_t code) {
-    stamp_[id] = stage;
-    code_[id] = code;
+    entries_.get()[id] = Entry{stage + 1, static_cast<int32_t>(code)};
   }
 
  private:
-  std::vector<int> stamp_;
-  std::vector<int64_t> code_;
+  struct Entry {
+    int32_t stage;
+    int32_t code;
+  };
+  struct Free {
+    void operator()(Entry* p) const { std::free(p); }
+  };
+  std::unique_ptr<Entry, Free> entries_;
 };
 
 struct RenameTables {
