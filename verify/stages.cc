@@ -298,7 +298,7 @@ int FindShareGroups(const ir::Plan& plan, const std::vector<int64_t>& producer,
                     std::vector<int>& group_of) {
   const int64_t nv = static_cast<int64_t>(plan.values.size());
   group_of.assign(nv, -1);
-  // tensor, micro-batch, replication rule, then the box's bounds.
+  // tensor, micro-batch, replication rule, producing stage, then the box's bounds.
   using Key = std::vector<int64_t>;
   absl::flat_hash_map<Key, std::vector<ir::ValueId>> groups;
   std::vector<Key> order;
@@ -310,7 +310,7 @@ int FindShareGroups(const ir::Plan& plan, const std::vector<int64_t>& producer,
         pv.sub.combine != ir::ReduceOp::kSum) {
       continue;
     }
-    Key k{pv.sub.tensor, pv.microbatch, pv.dp_dim};
+    Key k{pv.sub.tensor, pv.microbatch, pv.dp_dim, item_stage[producer[v]]};
     for (const ir::Interval& iv : pv.sub.box) {
       k.push_back(iv.begin);
       k.push_back(iv.end);
@@ -383,9 +383,12 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   }
   for (int64_t i = 0; i < np; ++i) producer[sliced->phantoms[i].value] = nt + nc + i;
 
-  // The layer of every item. A task has its own; a collective or a phantom
-  // belongs to the layer whose items compute all it reads (so the collective that
-  // completes a layer's partial sums is cut with that layer), to none otherwise.
+  // The layer of every item. A task has its own. A collective whose outputs only
+  // tasks of one layer read belongs to that layer (it brings that layer's inputs
+  // into the layout they need, wherever they came from); any other collective, and
+  // a phantom, belongs to the layer whose items compute all it reads (so the
+  // collective that completes a layer's partial sums is cut with that layer), to
+  // none otherwise.
   constexpr int kUnset = -2;
   std::vector<int> layer(nitems, kUnset);
   for (int64_t i = 0; i < nt; ++i) layer[i] = std::max(plan.tasks[i].info.layer, -1);
@@ -395,6 +398,30 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     if (plan.collectives[i].kind == ir::CollectiveKind::kSendRecv) layer[nt + i] = -1;
   }
   std::vector<ir::ValueId> scratch;
+  {
+    constexpr int kMixed = -3;
+    std::vector<int> served(nc, kUnset);
+    auto read_by = [&](ir::ValueId v, int reader_layer) {
+      const int64_t p = producer[v];
+      if (p < nt || p >= nt + nc) return;
+      int& s = served[p - nt];
+      s = reader_layer < 0 ? kMixed : s == kUnset || s == reader_layer ? reader_layer : kMixed;
+    };
+    for (int64_t i = 0; i < nitems; ++i) {
+      const int reader_layer = i < nt ? layer[i] : kMixed;
+      for (ir::ValueId v : inputs_of(i, scratch)) read_by(v, reader_layer);
+    }
+    for (ir::ValueId v : plan.outputs) read_by(v, kMixed);
+    if (sliced != nullptr) {
+      for (const auto& [a, b] : sliced->same_in_every_replica) {
+        read_by(a, kMixed);
+        read_by(b, kMixed);
+      }
+    }
+    for (int64_t i = 0; i < nc; ++i) {
+      if (layer[nt + i] == kUnset && served[i] >= 0) layer[nt + i] = served[i];
+    }
+  }
   std::vector<int64_t> stack;
   for (int64_t start = nt; start < nitems; ++start) {
     if (layer[start] != kUnset) continue;
@@ -460,7 +487,6 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   if (options.find_shares) {
     std::vector<char> crossing(nv, 0);
     for (int64_t i = 0; i < nitems; ++i) {
-      if (item_stage[i] < 0) continue;
       for (ir::ValueId v : inputs_of(i, scratch)) {
         if (from_stage(v) != item_stage[i]) crossing[v] = 1;
       }

@@ -59,14 +59,15 @@ struct Stage {
 };
 
 // Opaque shares. A value that one stage (or the work outside every stage)
-// produces and another stage reads, claiming a share of a sum (the residual
-// stream that tensor-parallel layers carry as per-rank partial sums), cuts the
-// reading stage only if it is read as what its claim says: an opaque share
+// produces and another stage (or the work outside every stage) reads, claiming a
+// share of a sum (the residual stream that tensor-parallel layers carry as
+// per-rank partial sums, also where it crosses a pipeline cut), cuts the reading
+// stage only if it is read as what its claim says: an opaque share
 // (verify/contrib.h, Contrib::kShare), of which all that is known is that the
 // shares of its group add up to the complete value. A group is every such value
-// with one tensor, box, micro-batch and data-parallel rule; it qualifies when its
-// members are produced by one stage (or all outside every stage), their parts are
-// equal or disjoint, and the distinct parts make up the whole. Where the group is
+// with one tensor, box, micro-batch, data-parallel rule and producing stage (or
+// the work outside every stage); it qualifies when its parts are equal or
+// disjoint and the distinct parts make up the whole. Where the group is
 // produced, the derivation checks that what its members hold adds up to the
 // complete value (verify/derive.h); readers see only the shares.
 struct StageOptions {
