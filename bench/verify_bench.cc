@@ -140,7 +140,7 @@ int Run(const Case& c, int threads, bool derive_only, bool plain, int repeat) {
   if (!warm.ok()) return 2;
   std::printf(
       "%-12s %-17s layers=%-3d dp=%-2d tp=%d pp=%-2d ep=%d mb=%-2d | spec %.1f s, plan %.1f s "
-      "(%zu tasks) | verify cold %.2f s (derive %.2f s, %zu laws %.2f s) warm %.2f s "
+      "(%zu tasks) | verify cold %.3f s (derive %.3f s, %zu laws %.3f s) warm %.3f s "
       "(%lld cache hits) | %s | peak %.0f MiB\n",
       c.name.c_str(), c.model.c_str(), c.layers, c.dp, c.tp, c.pp, c.ep, c.mb, spec_s, plan_s,
       plan->tasks.size(), cold->seconds, cold->derive_seconds, cold->laws.size(),

@@ -281,9 +281,11 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
   // position of the piece along it (kinds without any see every position alike).
   if (IsRouting(law.kind)) return law;  // groups: CropRoutingGroups
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
-  absl::StatusOr<ir::AttrMap> own = PieceAttrsAt(law, 0, law.intervals.empty()
-                                                            ? Interval{}
-                                                            : law.intervals[0]);
+  absl::StatusOr<std::vector<ir::TensorType>> out_types =
+      ir::InferOutputTypes(law.kind, law.inputs, law.attrs);
+  if (!out_types.ok()) return law;
+  absl::StatusOr<ir::AttrMap> own = PieceAttrsAt(
+      law, sig, *out_types, 0, law.intervals.empty() ? Interval{} : law.intervals[0]);
   if (!own.ok()) return law;
   auto blind = [&](size_t k) {
     if (schema.shard_attrs == nullptr) return true;
@@ -291,7 +293,7 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
     const int64_t w = iv.size();
     if (w <= 0 || iv.begin % w != 0 || law.extents[k] % w != 0) return false;
     for (int64_t b = 0; b < law.extents[k]; b += w) {
-      auto a = PieceAttrsAt(law, k, Interval{b, b + w});
+      auto a = PieceAttrsAt(law, sig, *out_types, k, Interval{b, b + w});
       if (!a.ok() || !(*a == *own)) return false;
     }
     return true;

@@ -324,6 +324,14 @@ absl::StatusOr<ir::AttrMap> PieceAttrsAt(const LawUse& law, size_t k, ir::Interv
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig, schema.signature(law.inputs, law.attrs));
   LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> out_types,
                         ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
+  return PieceAttrsAt(law, sig, out_types, k, moved);
+}
+
+absl::StatusOr<ir::AttrMap> PieceAttrsAt(const LawUse& law, const ir::DimSignature& sig,
+                                         const std::vector<ir::TensorType>& out_types, size_t k,
+                                         ir::Interval moved) {
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  if (schema.shard_attrs == nullptr) return law.attrs;
   std::map<std::string, std::pair<Interval, int64_t>> at;
   for (size_t j = 0; j < law.labels.size(); ++j) {
     at[law.labels[j]] = {j == k ? moved : law.intervals[j], law.extents[j]};

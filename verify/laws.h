@@ -16,9 +16,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
+#include "ir/op_schema.h"
 #include "smt/solver.h"
 #include "verify/derive.h"
 
@@ -51,6 +53,11 @@ absl::StatusOr<double> LawNumericGap(const LawUse& law, uint64_t seed);
 // kind has no piece attributes), with label k's interval replaced by `moved`.
 // Errors when the piece does not build there.
 absl::StatusOr<ir::AttrMap> PieceAttrsAt(const LawUse& law, size_t k, ir::Interval moved);
+// The same given the law's signature and output types (for callers that ask at
+// many positions).
+absl::StatusOr<ir::AttrMap> PieceAttrsAt(const LawUse& law, const ir::DimSignature& sig,
+                                         const std::vector<ir::TensorType>& out_types, size_t k,
+                                         ir::Interval moved);
 
 // The law's cache key: its LawUse key and the symbolic semantics version of its kind.
 std::string LawCacheKey(const LawUse& law);
