@@ -366,14 +366,26 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
 
   // The producing item of every value.
   std::vector<int64_t> producer(nv, -1);
-  auto inputs_of = [&](int64_t i, std::vector<ir::ValueId>& scratch)
-      -> const std::vector<ir::ValueId>& {
-    if (i < nt) return plan.tasks[i].inputs;
-    if (i < nt + nc) return plan.collectives[i - nt].inputs;
-    const Phantom& p = sliced->phantoms[i - nt - nc];
-    scratch = {p.src0};
-    if (p.src1 != ir::kNoId) scratch.push_back(p.src1);
-    return scratch;
+  // Every item's inputs, read once into one array: the passes below read them
+  // several times.
+  std::vector<int64_t> input_begin(nitems + 1, 0);
+  std::vector<ir::ValueId> input_flat;
+  for (int64_t i = 0; i < nitems; ++i) {
+    if (i < nt) {
+      input_flat.insert(input_flat.end(), plan.tasks[i].inputs.begin(), plan.tasks[i].inputs.end());
+    } else if (i < nt + nc) {
+      const std::vector<ir::ValueId>& in = plan.collectives[i - nt].inputs;
+      input_flat.insert(input_flat.end(), in.begin(), in.end());
+    } else {
+      const Phantom& p = sliced->phantoms[i - nt - nc];
+      input_flat.push_back(p.src0);
+      if (p.src1 != ir::kNoId) input_flat.push_back(p.src1);
+    }
+    input_begin[i + 1] = static_cast<int64_t>(input_flat.size());
+  }
+  auto inputs_of = [&](int64_t i, const std::vector<ir::ValueId>&) {
+    return absl::Span<const ir::ValueId>(input_flat.data() + input_begin[i],
+                                         input_begin[i + 1] - input_begin[i]);
   };
   for (int64_t i = 0; i < nt; ++i) {
     for (ir::ValueId v : plan.tasks[i].outputs) producer[v] = i;
