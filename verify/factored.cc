@@ -138,8 +138,9 @@ ir::ValueId Slicer::Resolve(ir::ValueId v, int64_t r, int m) {
 
 void Slicer::AddTasks() {
   for (int64_t r : replicas_) {
-    for (const ir::Task& task : unit_.tasks) {
-      if (Skip(options_.skip_tasks, task.id)) continue;
+    for (size_t t = 0; t < unit_.tasks.size(); ++t) {
+      if (Skip(options_.skip_tasks, static_cast<int64_t>(t))) continue;  // ids are dense
+      const ir::Task& task = unit_.tasks[t];
       ir::Task e = task;
       e.id = static_cast<ir::TaskId>(out_.plan.tasks.size());
       e.device = task.device + r * f_.dp_device_stride;
@@ -163,9 +164,10 @@ void Slicer::AddTasks() {
 
 void Slicer::AddCollectives() {
   for (int64_t r : replicas_) {
-    for (const ir::Collective& c : unit_.collectives) {
+    for (size_t k = 0; k < unit_.collectives.size(); ++k) {
+      if (Skip(options_.skip_collectives, static_cast<int64_t>(k))) continue;  // ids are dense
+      const ir::Collective& c = unit_.collectives[k];
       if (c.spans_dp && r > 0) continue;
-      if (Skip(options_.skip_collectives, c.id)) continue;
       ir::Collective e = c;
       e.id = static_cast<ir::CollectiveId>(out_.plan.collectives.size());
       e.spans_dp = false;
