@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/ops/op_attrs.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
 #include "verify/sym_util_b.h"
@@ -19,39 +20,8 @@ using Outputs = absl::StatusOr<std::vector<SymTensor>>;
 using Inputs = absl::Span<const SymTensor* const>;
 using Types = absl::Span<const ir::TensorType>;
 
-struct AdamWAttrs {
-  double lr = 0.0;
-  double beta1 = 0.0;
-  double beta2 = 0.0;
-  double eps = 0.0;
-  double weight_decay = 0.0;
-  int64_t step = 1;
-};
-
-absl::Status ExpectBeta(absl::string_view name, double beta) {
-  if (!(beta >= 0.0 && beta < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute '", name, "' is ", beta, ", expected a value in [0, 1)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<AdamWAttrs> ParseAdamWAttrs(const ir::AttrMap& attrs) {
-  AdamWAttrs a;
-  LOOM_ASSIGN_OR_RETURN(a.lr, attrs.GetFloat("lr"));
-  LOOM_ASSIGN_OR_RETURN(a.beta1, attrs.GetFloat("beta1"));
-  LOOM_ASSIGN_OR_RETURN(a.beta2, attrs.GetFloat("beta2"));
-  LOOM_ASSIGN_OR_RETURN(a.eps, attrs.GetFloat("eps"));
-  LOOM_ASSIGN_OR_RETURN(a.weight_decay, attrs.GetFloat("weight_decay"));
-  LOOM_ASSIGN_OR_RETURN(a.step, attrs.GetInt("step"));
-  LOOM_RETURN_IF_ERROR(ExpectBeta("beta1", a.beta1));
-  LOOM_RETURN_IF_ERROR(ExpectBeta("beta2", a.beta2));
-  if (a.step < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'step' is ", a.step, ", expected at least 1"));
-  }
-  return a;
-}
+using ir::ops::AdamWAttrs;
+using ir::ops::ParseAdamWAttrs;
 
 // param - lr * (grad + weight_decay * param).
 Outputs SymSgd(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {

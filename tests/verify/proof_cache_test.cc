@@ -37,6 +37,12 @@ class ProofCacheTest : public ::testing::TestWithParam<int> {
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  VerifyOptions Options() const {
+    VerifyOptions options;
+    options.threads = GetParam();
+    options.cache_dir = dir_;
+    return options;
+  }
   std::string dir_;
 };
 
@@ -44,9 +50,7 @@ TEST_P(ProofCacheTest, WarmRunTakesEveryLawFromTheCache) {
   ir::Graph spec = TinyStep("gpt2", 1, /*layers=*/1);
   auto plan = transform::Parallelize(spec, Make(2, 2, 1, 1));
   ASSERT_TRUE(plan.ok()) << plan.status();
-  VerifyOptions options;
-  options.threads = GetParam();
-  options.cache_dir = dir_;
+  const VerifyOptions options = Options();
   auto cold = Verify(spec, *plan, options);
   ASSERT_TRUE(cold.ok()) << cold.status();
   EXPECT_EQ(cold->verdict, Verdict::kEquivalent);
@@ -86,9 +90,7 @@ TEST_P(ProofCacheTest, UnwritableCacheIsNotAnError) {
   {
     std::ofstream blocker(dir_);  // a file where the directory should be
   }
-  VerifyOptions options;
-  options.threads = GetParam();
-  options.cache_dir = dir_;
+  const VerifyOptions options = Options();
   auto r = Verify(spec, *plan, options);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->verdict, Verdict::kEquivalent);
