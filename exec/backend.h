@@ -42,6 +42,27 @@ struct DeviceStats {
   int64_t peak_bytes = 0;      // largest sum of live buffer bytes, measured
   int64_t peak_activation_bytes = 0;  // the same for activations (Program::activation)
   int64_t host_ops = 0;        // CUDA: tasks run by their reference kernel on the host
+  double upload_seconds = 0;   // CUDA: copying the step's plan inputs to the GPU
+};
+
+// What a device holds while it runs its program: the bytes of its live values
+// and of the activations among them (Program::activation), with their peaks
+// kept in DeviceStats. Both backends measure through it, so their figures are
+// comparable with each other and with the lowering's prediction.
+class MemoryMeter {
+ public:
+  MemoryMeter(const Program& program, int64_t bytes_per_element, DeviceStats& stats)
+      : program_(program), bytes_per_element_(bytes_per_element), stats_(stats) {}
+  // Value v (of `elements` elements) is now held, or no longer.
+  void Hold(ir::ValueId v, int64_t elements);
+  void Release(ir::ValueId v, int64_t elements);
+
+ private:
+  const Program& program_;
+  const int64_t bytes_per_element_;
+  DeviceStats& stats_;
+  int64_t live_ = 0;
+  int64_t live_activations_ = 0;
 };
 
 struct StepResult {

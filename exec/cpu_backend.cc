@@ -58,15 +58,10 @@ absl::Status CpuBackend::RunDevice(const Program& program, int64_t d, ValueStore
                                    Rendezvous& rendezvous, DeviceStats& stats) {
   const ir::Plan& plan = program.plan;
   const DeviceProgram& dp = program.devices[d];
-  int64_t live = dp.input_bytes;
-  stats.peak_bytes = live;
-  int64_t live_activations = 0;
+  MemoryMeter meter(program, program.bytes_per_element, stats);
   for (ValueId v : program.inputs) {
-    if (plan.values[v].device == d && program.activation[v]) {
-      live_activations += Elements(plan.values[v]) * program.bytes_per_element;
-    }
+    if (plan.values[v].device == d) meter.Hold(v, Elements(plan.values[v]));
   }
-  stats.peak_activation_bytes = live_activations;
   auto store = [&](ValueId v, HostTensor t, absl::string_view who) -> absl::Status {
     const ir::PlanValue& pv = plan.values[v];
     if (t.shape.dims() != ir::BoxDims(pv.sub.box)) {
@@ -74,12 +69,7 @@ absl::Status CpuBackend::RunDevice(const Program& program, int64_t d, ValueStore
                                          ", whose box is ", ir::BoxToString(pv.sub.box)));
     }
     values[v] = std::move(t);
-    live += Elements(pv) * program.bytes_per_element;
-    stats.peak_bytes = std::max(stats.peak_bytes, live);
-    if (program.activation[v]) {
-      live_activations += Elements(pv) * program.bytes_per_element;
-      stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, live_activations);
-    }
+    meter.Hold(v, Elements(pv));
     return absl::OkStatus();
   };
   std::vector<const HostTensor*> in;
@@ -130,10 +120,7 @@ absl::Status CpuBackend::RunDevice(const Program& program, int64_t d, ValueStore
       }
       case InstrKind::kFree:
         values[instr.id].reset();
-        live -= Elements(plan.values[instr.id]) * program.bytes_per_element;
-        if (program.activation[instr.id]) {
-          live_activations -= Elements(plan.values[instr.id]) * program.bytes_per_element;
-        }
+        meter.Release(instr.id, Elements(plan.values[instr.id]));
         break;
     }
     stats.busy_seconds += Since(start);

@@ -248,20 +248,24 @@ absl::StatusOr<TrainReport> RunTraining(const ir::Graph& spec, const ir::Plan& p
     if (!ir::IsFloat(spec.tensor(id).dtype)) int_bounds[spec.tensor(id).name] = bound;
   }
   Feeds state = ir::RandomFeeds(spec, options.seed, /*scale=*/0.5, int_bounds);
-  Feeds reference_state = state;
+  Feeds reference_state;  // the reference's own copy, when the run is checked
+  if (options.check) reference_state = state;
   LOOM_ASSIGN_OR_RETURN(TokenStream stream, TokenStream::Open(options.data_path, options.seed));
 
   const TensorId loss = spec.outputs()[0];
   TrainReport report;
-  for (const DeviceProgram& d : program.devices) report.predicted_peak_bytes.push_back(d.peak_bytes);
+  for (const DeviceProgram& d : program.devices) {
+    report.predicted_peak_bytes.push_back(d.peak_bytes);
+    report.predicted_peak_activation_bytes.push_back(d.peak_activation_bytes);
+  }
   if (options.check) report.check.emplace();
   double worst = -1;
   for (int step = 1; step <= options.steps; ++step) {
     Feeds data;
     FillData(spec, bound, stream, data);
     for (auto& [t, h] : data) {
-      state[t] = h;
-      reference_state[t] = std::move(h);
+      if (options.check) reference_state[t] = h;
+      state[t] = std::move(h);
     }
     LOOM_ASSIGN_OR_RETURN(ValueStore inputs, PlanInputs(spec, program, state));
     LOOM_ASSIGN_OR_RETURN(StepResult result, backend.RunStep(program, std::move(inputs)));

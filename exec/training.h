@@ -62,6 +62,7 @@ struct TrainReport {
   std::vector<StepReport> steps;
   std::vector<DeviceStats> devices;         // of the last step
   std::vector<int64_t> predicted_peak_bytes;  // per device, from the lowering
+  std::vector<int64_t> predicted_peak_activation_bytes;  // the same for activations
   std::optional<CheckReport> check;
   MatmulStats matmul;  // all devices and steps
 };

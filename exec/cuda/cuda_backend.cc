@@ -93,11 +93,11 @@ class CudaBackend : public Backend {
                          std::vector<Buffer>& buffers, Rendezvous& rendezvous,
                          DeviceStats& stats);
   absl::Status RunTask(const ir::Task& t, int64_t d, std::vector<Buffer>& buffers,
-                       DeviceStats& stats, int64_t& live);
+                       DeviceStats& stats, MemoryMeter& meter);
   absl::Status NcclCollective(const Collective& c, int64_t d, std::vector<Buffer>& buffers,
-                              int64_t& live, DeviceStats& stats);
+                              MemoryMeter& meter, DeviceStats& stats);
   absl::Status StagedCollective(const Collective& c, int64_t d, std::vector<Buffer>& buffers,
-                                Rendezvous& rendezvous, int64_t& live, DeviceStats& stats);
+                                Rendezvous& rendezvous, MemoryMeter& meter, DeviceStats& stats);
   absl::StatusOr<Buffer> Allocate(int64_t d, std::vector<int64_t> dims, ir::DType dtype);
   absl::Status Upload(int64_t d, const HostTensor& h, Buffer& b);
   absl::StatusOr<HostTensor> Download(int64_t d, const Buffer& b);
@@ -293,7 +293,7 @@ absl::StatusOr<HostTensor> CudaBackend::Download(int64_t d, const Buffer& b) {
 }
 
 absl::Status CudaBackend::RunTask(const ir::Task& t, int64_t d, std::vector<Buffer>& buffers,
-                                  DeviceStats& stats, int64_t& live) {
+                                  DeviceStats& stats, MemoryMeter& meter) {
   const DeviceContext& ctx = devices_[d];
   std::vector<ir::TensorType> types;
   std::vector<DeviceTensor> in;
@@ -330,9 +330,8 @@ absl::Status CudaBackend::RunTask(const ir::Task& t, int64_t d, std::vector<Buff
     LOOM_ASSIGN_OR_RETURN(Buffer b, Allocate(d, type.shape.dims(), type.dtype));
     buffers[t.outputs[i]] = b;
     out.push_back(View(b, f64()));
-    live += Count(b.dims) * static_cast<int64_t>(ElementBytes());
+    meter.Hold(t.outputs[i], Count(b.dims));
   }
-  stats.peak_bytes = std::max(stats.peak_bytes, live);
   cuda::OpContext op_ctx{ctx.compute, ctx.blas};
   absl::Status s = cuda::RunOp(t.kind, t.attrs, in, absl::MakeSpan(out), op_ctx);
   if (absl::IsUnimplemented(s)) {
@@ -370,7 +369,7 @@ Split3 SplitAt(const std::vector<int64_t>& dims, int dim) {
 }
 
 absl::Status CudaBackend::NcclCollective(const Collective& c, int64_t d,
-                                         std::vector<Buffer>& buffers, int64_t& live,
+                                         std::vector<Buffer>& buffers, MemoryMeter& meter,
                                          DeviceStats& stats) {
   const DeviceContext& ctx = devices_[d];
   const size_t es = ElementBytes();
@@ -405,8 +404,7 @@ absl::Status CudaBackend::NcclCollective(const Collective& c, int64_t d,
     LOOM_ASSIGN_OR_RETURN(Buffer b, Allocate(d, ir::BoxDims(pv.sub.box), pv.dtype));
     buffers[out_id] = b;
     out = &buffers[out_id];
-    live += Count(b.dims) * static_cast<int64_t>(es);
-    stats.peak_bytes = std::max(stats.peak_bytes, live);
+    meter.Hold(out_id, Count(b.dims));
     cudaEvent_t allocated;
     LOOM_CUDA_OK(cudaEventCreateWithFlags(&allocated, cudaEventDisableTiming), "event");
     LOOM_CUDA_OK(cudaEventRecord(allocated, ctx.compute), "event");
@@ -544,7 +542,7 @@ absl::Status CudaBackend::NcclCollective(const Collective& c, int64_t d,
 
 absl::Status CudaBackend::StagedCollective(const Collective& c, int64_t d,
                                            std::vector<Buffer>& buffers, Rendezvous& rendezvous,
-                                           int64_t& live, DeviceStats& stats) {
+                                           MemoryMeter& meter, DeviceStats& stats) {
   std::vector<HostTensor> held;
   std::vector<size_t> index;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
@@ -565,8 +563,7 @@ absl::Status CudaBackend::StagedCollective(const Collective& c, int64_t d,
     const ir::PlanValue& pv = program_plan_->values[c.outputs[i]];
     LOOM_ASSIGN_OR_RETURN(Buffer b, Allocate(d, ir::BoxDims(pv.sub.box), pv.dtype));
     buffers[c.outputs[i]] = b;
-    live += Count(b.dims) * static_cast<int64_t>(ElementBytes());
-    stats.peak_bytes = std::max(stats.peak_bytes, live);
+    meter.Hold(c.outputs[i], Count(b.dims));
     LOOM_RETURN_IF_ERROR(Upload(d, h, buffers[c.outputs[i]]));
   }
   return absl::OkStatus();
@@ -578,30 +575,32 @@ absl::Status CudaBackend::RunDevice(const Program& program, int64_t d, const Val
   const DeviceContext& ctx = devices_[d];
   LOOM_CUDA_OK(cudaSetDevice(ctx.gpu), "cudaSetDevice");
   const ir::Plan& plan = program.plan;
-  int64_t live = 0;
+  MemoryMeter meter(program, static_cast<int64_t>(ElementBytes()), stats);
   // This device's plan inputs.
+  const auto upload_start = Clock::now();
   for (ValueId v : program.inputs) {
     const ir::PlanValue& pv = plan.values[v];
     if (pv.device != d) continue;
     LOOM_ASSIGN_OR_RETURN(Buffer b, Allocate(d, ir::BoxDims(pv.sub.box), pv.dtype));
     buffers[v] = b;
     LOOM_RETURN_IF_ERROR(Upload(d, *inputs[v], buffers[v]));
-    live += Count(b.dims) * static_cast<int64_t>(ElementBytes());
+    meter.Hold(v, Count(b.dims));
   }
-  stats.peak_bytes = live;
+  LOOM_CUDA_OK(cudaStreamSynchronize(ctx.compute), "upload");
+  stats.upload_seconds = std::chrono::duration<double>(Clock::now() - upload_start).count();
   for (const Instr& instr : program.devices[d].instrs) {
     if (rendezvous.aborted()) return absl::OkStatus();
     const auto start = Clock::now();
     switch (instr.kind) {
       case InstrKind::kTask:
-        LOOM_RETURN_IF_ERROR(RunTask(plan.tasks[instr.id], d, buffers, stats, live));
+        LOOM_RETURN_IF_ERROR(RunTask(plan.tasks[instr.id], d, buffers, stats, meter));
         break;
       case InstrKind::kCollective: {
         const Collective& c = plan.collectives[instr.id];
         if (nccl_) {
-          LOOM_RETURN_IF_ERROR(NcclCollective(c, d, buffers, live, stats));
+          LOOM_RETURN_IF_ERROR(NcclCollective(c, d, buffers, meter, stats));
         } else {
-          LOOM_RETURN_IF_ERROR(StagedCollective(c, d, buffers, rendezvous, live, stats));
+          LOOM_RETURN_IF_ERROR(StagedCollective(c, d, buffers, rendezvous, meter, stats));
         }
         break;
       }
@@ -610,7 +609,7 @@ absl::Status CudaBackend::RunDevice(const Program& program, int64_t d, const Val
         if (b.data == nullptr) break;
         if (b.ready != nullptr) LOOM_CUDA_OK(cudaStreamWaitEvent(ctx.compute, b.ready, 0), "wait");
         LOOM_CUDA_OK(cudaFreeAsync(b.data, ctx.compute), "cudaFreeAsync");
-        live -= Count(b.dims) * static_cast<int64_t>(ElementBytes());
+        meter.Release(instr.id, Count(b.dims));
         b = Buffer{};
         break;
       }

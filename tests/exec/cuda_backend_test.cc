@@ -97,6 +97,16 @@ TEST_P(CudaTraining, MatchesTheReference) {
     const CheckReport& check = *report->check;
     EXPECT_LE(std::max({check.loss, check.gradients, check.parameters}), tolerance)
         << check.worst;
+    // Memory is measured as the lowering predicts, activations included.
+    bool some_activations = false;
+    for (size_t d = 0; d < report->devices.size(); ++d) {
+      EXPECT_EQ(report->devices[d].peak_bytes, report->predicted_peak_bytes[d]) << "device " << d;
+      EXPECT_EQ(report->devices[d].peak_activation_bytes,
+                report->predicted_peak_activation_bytes[d])
+          << "device " << d;
+      some_activations |= report->devices[d].peak_activation_bytes > 0;
+    }
+    EXPECT_TRUE(some_activations);
   }
 }
 

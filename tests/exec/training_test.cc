@@ -147,6 +147,9 @@ TEST_P(TrainingMatchesReference, ThreeSteps) {
   EXPECT_NE(report->steps[0].reference_loss, report->steps[2].reference_loss);
   for (size_t d = 0; d < report->devices.size(); ++d) {
     EXPECT_EQ(report->devices[d].peak_bytes, report->predicted_peak_bytes[d]) << "device " << d;
+    EXPECT_EQ(report->devices[d].peak_activation_bytes,
+              report->predicted_peak_activation_bytes[d])
+        << "device " << d;
   }
 }
 
