@@ -1,5 +1,6 @@
 #include "ir/attributes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -54,32 +55,57 @@ std::string AttrValueToString(const AttrValue& value) {
   return EscapeString(std::get<std::string>(value));
 }
 
+AttrMap::AttrMap(std::initializer_list<Entry> init) {
+  for (const Entry& e : init) {
+    if (!Has(e.first)) Set(e.first, e.second);
+  }
+}
+
+std::vector<AttrMap::Entry>::const_iterator AttrMap::LowerBound(absl::string_view name) const {
+  return std::lower_bound(values_.begin(), values_.end(), name,
+                          [](const Entry& e, absl::string_view n) { return e.first < n; });
+}
+
+const AttrValue* AttrMap::Find(absl::string_view name) const {
+  auto it = LowerBound(name);
+  return it != values_.end() && it->first == name ? &it->second : nullptr;
+}
+
+void AttrMap::Set(const std::string& name, AttrValue value) {
+  auto it = LowerBound(name);
+  if (it != values_.end() && it->first == name) {
+    values_[it - values_.begin()].second = std::move(value);
+    return;
+  }
+  values_.insert(values_.begin() + (it - values_.begin()), Entry{name, std::move(value)});
+}
+
 absl::StatusOr<int64_t> AttrMap::GetInt(absl::string_view name) const {
-  auto it = values_.find(std::string(name));
-  if (it == values_.end()) return Missing(name);
-  if (const auto* i = std::get_if<int64_t>(&it->second)) return *i;
+  const AttrValue* value = Find(name);
+  if (value == nullptr) return Missing(name);
+  if (const auto* i = std::get_if<int64_t>(value)) return *i;
   return WrongType(name, "an integer");
 }
 
 absl::StatusOr<double> AttrMap::GetFloat(absl::string_view name) const {
-  auto it = values_.find(std::string(name));
-  if (it == values_.end()) return Missing(name);
-  if (const auto* f = std::get_if<double>(&it->second)) return *f;
-  if (const auto* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  const AttrValue* value = Find(name);
+  if (value == nullptr) return Missing(name);
+  if (const auto* f = std::get_if<double>(value)) return *f;
+  if (const auto* i = std::get_if<int64_t>(value)) return static_cast<double>(*i);
   return WrongType(name, "a number");
 }
 
 absl::StatusOr<std::vector<int64_t>> AttrMap::GetInts(absl::string_view name) const {
-  auto it = values_.find(std::string(name));
-  if (it == values_.end()) return Missing(name);
-  if (const auto* l = std::get_if<std::vector<int64_t>>(&it->second)) return *l;
+  const AttrValue* value = Find(name);
+  if (value == nullptr) return Missing(name);
+  if (const auto* l = std::get_if<std::vector<int64_t>>(value)) return *l;
   return WrongType(name, "an integer list");
 }
 
 absl::StatusOr<std::string> AttrMap::GetString(absl::string_view name) const {
-  auto it = values_.find(std::string(name));
-  if (it == values_.end()) return Missing(name);
-  if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
+  const AttrValue* value = Find(name);
+  if (value == nullptr) return Missing(name);
+  if (const auto* s = std::get_if<std::string>(value)) return *s;
   return WrongType(name, "a string");
 }
 

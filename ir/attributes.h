@@ -2,8 +2,9 @@
 #define LOOM_IR_ATTRIBUTES_H_
 
 #include <cstdint>
-#include <map>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -20,15 +21,22 @@ using AttrValue = std::variant<int64_t, double, std::vector<int64_t>, std::strin
 std::string AttrValueToString(const AttrValue& value);
 
 // Named attributes of an op, kept sorted by name so printing is deterministic.
+// One contiguous array: an op has a handful of attributes, and plans compare and
+// copy them per task, where a tree's nodes would each be a separate allocation.
 class AttrMap {
  public:
-  AttrMap() = default;
-  AttrMap(std::initializer_list<std::pair<const std::string, AttrValue>> init)
-      : values_(init) {}
+  using Entry = std::pair<std::string, AttrValue>;
 
-  void Set(const std::string& name, AttrValue value) { values_[name] = std::move(value); }
-  bool Has(absl::string_view name) const { return values_.count(std::string(name)) > 0; }
-  const std::map<std::string, AttrValue>& values() const { return values_; }
+  AttrMap() = default;
+  // A name given twice keeps its first value (as a map built from the list would).
+  AttrMap(std::initializer_list<Entry> init);
+
+  void Set(const std::string& name, AttrValue value);
+  bool Has(absl::string_view name) const { return Find(name) != nullptr; }
+  // The value of `name`, or null.
+  const AttrValue* Find(absl::string_view name) const;
+  // Every attribute, sorted by name.
+  const std::vector<Entry>& values() const { return values_; }
   bool empty() const { return values_.empty(); }
 
   // Typed getters. A missing attribute or one of the wrong type is InvalidArgument
@@ -50,7 +58,10 @@ class AttrMap {
   bool operator!=(const AttrMap& other) const { return !(*this == other); }
 
  private:
-  std::map<std::string, AttrValue> values_;
+  // The first entry whose name is not less than `name`.
+  std::vector<Entry>::const_iterator LowerBound(absl::string_view name) const;
+
+  std::vector<Entry> values_;  // sorted by name, names distinct
 };
 
 }  // namespace loom::ir

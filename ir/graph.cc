@@ -97,6 +97,13 @@ absl::StatusOr<TensorId> Graph::AddInput(std::string name, Shape shape, DType dt
   return NewTensor(std::move(name), TensorType{std::move(shape), dtype}, role, kNoId, -1);
 }
 
+bool Graph::SetDimNames(TensorId id, const Shape& named) {
+  Tensor& t = tensors_[id];
+  if (!t.shape.SameDims(named)) return false;
+  t.shape = named;
+  return true;
+}
+
 absl::StatusOr<std::vector<TensorId>> Graph::AddOp(OpKind kind, std::vector<TensorId> inputs,
                                                    AttrMap attrs, OpInfo info,
                                                    std::vector<OutputSpec> outputs) {

@@ -126,7 +126,10 @@ class Graph {
   int num_tensors() const { return static_cast<int>(tensors_.size()); }
   int num_ops() const { return static_cast<int>(ops_.size()); }
   const Tensor& tensor(TensorId id) const { return tensors_[id]; }
-  Tensor& mutable_tensor(TensorId id) { return tensors_[id]; }
+  // Gives a tensor's dims the names of `named` (names are printed, never computed
+  // with). The dims themselves never change after AddInput or AddOp, whose
+  // inference fixed them: false, and nothing changed, when `named`'s dims differ.
+  bool SetDimNames(TensorId id, const Shape& named);
   const Op& op(OpId id) const { return ops_[id]; }
   absl::Span<const Tensor> tensors() const { return tensors_; }
   absl::Span<const Op> ops() const { return ops_; }

@@ -241,7 +241,7 @@ absl::Status Reader::AddOp(Graph& graph, const std::vector<TensorRecord>& tensor
   auto ids = graph.AddOp(op.kind, std::move(inputs), op.attrs, op.info, std::move(specs));
   if (!ids.ok()) return Wrap(path, ids.status());
   for (size_t i = 0; i < ids->size(); ++i) {
-    Tensor& made = graph.mutable_tensor((*ids)[i]);
+    const Tensor& made = graph.tensor((*ids)[i]);
     const TensorRecord& t = tensors[made.id];
     TensorType recorded{t.shape, t.dtype};
     if (!made.shape.SameDims(t.shape) || made.dtype != t.dtype) {
@@ -249,7 +249,7 @@ absl::Status Reader::AddOp(Graph& graph, const std::vector<TensorRecord>& tensor
                    absl::StrCat("type ", recorded.ToString(), " does not match ",
                                 made.type().ToString(), " inferred for ", path));
     }
-    made.shape = t.shape;
+    graph.SetDimNames(made.id, t.shape);
   }
   return absl::OkStatus();
 }

@@ -132,10 +132,10 @@ bool LessEq(const Rational& a, const Rational& b) { return !(b < a); }
 
 // Sorts pieces, drops empty ones and merges adjacent ones. Overlaps must have been
 // excluded by the caller.
-std::vector<ValuePart::Piece> Canonical(std::vector<ValuePart::Piece> pieces) {
+ValuePart::Pieces Canonical(ValuePart::Pieces pieces) {
   std::sort(pieces.begin(), pieces.end(),
             [](const ValuePart::Piece& a, const ValuePart::Piece& b) { return a.lo < b.lo; });
-  std::vector<ValuePart::Piece> out;
+  ValuePart::Pieces out;
   for (const ValuePart::Piece& p : pieces) {
     if (!(p.lo < p.hi)) continue;
     if (!out.empty() && out.back().hi == p.lo) {
@@ -148,7 +148,7 @@ std::vector<ValuePart::Piece> Canonical(std::vector<ValuePart::Piece> pieces) {
 }
 
 // True when some piece of `a` overlaps some piece of `b` (both sorted, disjoint).
-bool Overlap(const std::vector<ValuePart::Piece>& a, const std::vector<ValuePart::Piece>& b) {
+bool Overlap(const ValuePart::Pieces& a, const ValuePart::Pieces& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
     if (a[i].lo < b[j].hi && b[j].lo < a[i].hi) return true;
@@ -245,7 +245,7 @@ absl::StatusOr<ValuePart> ValuePart::Parse(absl::string_view text) {
                                                    "intervals like \"[0,1/4)+[1/2,3/4)\")"));
   };
   if (all.empty()) return bad("empty");
-  std::vector<Piece> pieces;
+  Pieces pieces;
   for (absl::string_view piece : absl::StrSplit(all, '+')) {
     piece = absl::StripAsciiWhitespace(piece);
     absl::string_view item = piece;
@@ -454,28 +454,6 @@ absl::StatusOr<MicrobatchMap> MicrobatchMap::Build(const Graph& spec) {
     }
   }
   return map;
-}
-
-OpId MicrobatchMap::Op(OpId op0, int m) const {
-  if (op0 < 0 || op0 >= static_cast<OpId>(op_ordinal_.size()) || m < 0 || m >= microbatches_) {
-    return kNoId;
-  }
-  const int k = op_ordinal_[op0];
-  return k < 0 ? op0 : ops_[m][k];
-}
-
-TensorId MicrobatchMap::Tensor(TensorId t0, int m) const {
-  if (t0 < 0 || t0 >= static_cast<TensorId>(tensor_ordinal_.size()) || m < 0 ||
-      m >= microbatches_) {
-    return kNoId;
-  }
-  const int k = tensor_ordinal_[t0];
-  return k < 0 ? t0 : tensors_[m][k];
-}
-
-int MicrobatchMap::TensorMicrobatch(TensorId t) const {
-  if (t < 0 || t >= static_cast<TensorId>(tensor_microbatch_.size())) return -1;
-  return tensor_microbatch_[t];
 }
 
 }  // namespace loom::ir

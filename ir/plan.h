@@ -82,7 +82,8 @@ class ValuePart {
   bool Disjoint(const ValuePart& o) const;
   // Union of disjoint parts; error when they overlap.
   absl::StatusOr<ValuePart> Union(const ValuePart& o) const;
-  const std::vector<Piece>& pieces() const { return pieces_; }
+  using Pieces = std::vector<Piece>;
+  const Pieces& pieces() const { return pieces_; }
   // "full", "0", "[0,1/2)", "[0,1/4)+[1/2,3/4)".
   std::string ToString() const;
   static absl::StatusOr<ValuePart> Parse(absl::string_view text);
@@ -90,7 +91,7 @@ class ValuePart {
   bool operator!=(const ValuePart& o) const { return !(*this == o); }
 
  private:
-  std::vector<Piece> pieces_;  // sorted, disjoint, adjacent pieces merged
+  Pieces pieces_;  // sorted, disjoint, adjacent pieces merged
 };
 
 // ---------------------------------------------------------------------------
@@ -260,11 +261,27 @@ class MicrobatchMap {
   // The op / tensor of micro-batch m at the same position as `op0` / `t0` (which may
   // belong to any micro-batch). Identity for ops / tensors not tagged with a
   // micro-batch; kNoId for an id or m out of range.
-  OpId Op(OpId op0, int m) const;
-  TensorId Tensor(TensorId t0, int m) const;
+  OpId Op(OpId op0, int m) const {
+    if (op0 < 0 || op0 >= static_cast<OpId>(op_ordinal_.size()) || m < 0 || m >= microbatches_) {
+      return kNoId;
+    }
+    const int k = op_ordinal_[op0];
+    return k < 0 ? op0 : ops_[m][k];
+  }
+  TensorId Tensor(TensorId t0, int m) const {
+    if (t0 < 0 || t0 >= static_cast<TensorId>(tensor_ordinal_.size()) || m < 0 ||
+        m >= microbatches_) {
+      return kNoId;
+    }
+    const int k = tensor_ordinal_[t0];
+    return k < 0 ? t0 : tensors_[m][k];
+  }
   // Micro-batch of a tensor (of its producer, or of a data input's first consumer);
   // -1 when untagged or out of range.
-  int TensorMicrobatch(TensorId t) const;
+  int TensorMicrobatch(TensorId t) const {
+    if (t < 0 || t >= static_cast<TensorId>(tensor_microbatch_.size())) return -1;
+    return tensor_microbatch_[t];
+  }
 
  private:
   int microbatches_ = 1;

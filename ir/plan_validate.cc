@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,7 +31,9 @@ class Validator {
 
  private:
   // The place of an item, written out only when an error names it.
-  using Where = std::function<std::string()>;
+  // Written out only when an error names it: a reference to a callable that lives
+  // in the checking function's frame.
+  using Where = absl::FunctionRef<std::string()>;
   template <typename... Args>
   absl::Status Error(absl::string_view where, const Args&... message) const {
     return absl::InvalidArgumentError(absl::StrCat("plan: ", where, ": ", message...));
@@ -48,7 +51,10 @@ class Validator {
   bool ValidValue(ValueId v) const {
     return v >= 0 && v < static_cast<ValueId>(plan_.values.size());
   }
-  // Empty when `device` may hold items of this plan, else why not.
+  // Whether `device` may hold items of this plan (else DeviceProblem says why not),
+  // and likewise for micro-batch tags.
+  bool DeviceOk(int64_t device) const;
+  bool MicrobatchOk(int microbatch) const;
   std::string DeviceProblem(int64_t device) const;
   std::string MicrobatchProblem(int microbatch) const;
   absl::Status SetProducer(ValueId v, PlanStep step, const Where& where);
@@ -85,6 +91,7 @@ class Validator {
   };
   absl::flat_hash_set<TypeKey> checked_types_;
   TypeKey type_key_;  // scratch, reused from task to task
+  TypeKey last_key_;  // the last task's, when its types passed
 };
 
 std::string Validator::ValueWhere(int i) const {
@@ -104,6 +111,17 @@ std::string Validator::CollectiveWhere(int i) const {
   std::string mb = c.microbatch >= 0 ? absl::StrCat(", micro-batch ", c.microbatch) : "";
   return absl::StrCat("collective ", i, " '", CollectiveKindName(c.kind), "' (devices [",
                       absl::StrJoin(c.devices, ","), "]", mb, ")");
+}
+
+bool Validator::DeviceOk(int64_t device) const {
+  const int64_t limit =
+      plan_.is_factored() && dp_ > 1 ? plan_.factoring->dp_device_stride : num_devices_;
+  return device >= 0 && device < limit;
+}
+
+bool Validator::MicrobatchOk(int microbatch) const {
+  if (plan_.is_factored()) return microbatch == -1 || microbatch == 0;
+  return microbatch >= -1 && microbatch < mbmap_->microbatches();
 }
 
 std::string Validator::DeviceProblem(int64_t device) const {
@@ -162,12 +180,13 @@ absl::Status Validator::CheckMesh() {
 
 absl::Status Validator::CheckValue(int i) const {
   const PlanValue& v = plan_.values[i];
-  const Where where = [this, i] { return ValueWhere(i); };
+  const auto where_text = [this, i] { return ValueWhere(i); };
+  const Where where = where_text;
   if (v.id != i) {
     return Error(where, "id is ", v.id, ", expected ", i, " (value ids are dense and in order)");
   }
-  if (std::string p = DeviceProblem(v.device); !p.empty()) return Error(where, p);
-  if (std::string p = MicrobatchProblem(v.microbatch); !p.empty()) return Error(where, p);
+  if (!DeviceOk(v.device)) return Error(where, DeviceProblem(v.device));
+  if (!MicrobatchOk(v.microbatch)) return Error(where, MicrobatchProblem(v.microbatch));
   if (v.sub.tensor < 0 || v.sub.tensor >= spec_.num_tensors()) {
     return Error(where, "unknown tensor id ", v.sub.tensor);
   }
@@ -212,12 +231,15 @@ absl::Status Validator::CheckValue(int i) const {
 
 absl::Status Validator::CheckTask(int i) {
   const Task& task = plan_.tasks[i];
-  const Where where = [this, i] { return TaskWhere(i); };
+  const auto where_text = [this, i] { return TaskWhere(i); };
+  const Where where = where_text;
   if (task.id != i) {
     return Error(where, "id is ", task.id, ", expected ", i, " (task ids are dense and in order)");
   }
-  if (std::string p = DeviceProblem(task.device); !p.empty()) return Error(where, p);
-  if (std::string p = MicrobatchProblem(task.info.microbatch); !p.empty()) return Error(where, p);
+  if (!DeviceOk(task.device)) return Error(where, DeviceProblem(task.device));
+  if (!MicrobatchOk(task.info.microbatch)) {
+    return Error(where, MicrobatchProblem(task.info.microbatch));
+  }
   if (task.stage < -1) return Error(where, "stage ", task.stage, " (expected >= -1)");
   if (task.op < kNoId || task.op >= spec_.num_ops()) {
     return Error(where, "unknown op id ", task.op);
@@ -296,10 +318,19 @@ absl::Status Validator::CheckTaskTypes(const Task& task, const Where& where) {
     }
     key.dims.push_back(-1);
     for (ValueId v : task.outputs) put(v, 1);
-    if (checked_types_.contains(key)) return absl::OkStatus();
+    // The tensor-parallel pieces of an op follow one another: most tasks repeat
+    // the previous one's types.
+    if (last_key_.attrs != nullptr && key == last_key_) return absl::OkStatus();
+    if (checked_types_.contains(key)) {
+      last_key_ = key;
+      return absl::OkStatus();
+    }
   }
   LOOM_RETURN_IF_ERROR(InferTaskTypes(task, where));
-  if (task.dp_attr_steps.empty()) checked_types_.insert(key);
+  if (task.dp_attr_steps.empty()) {
+    checked_types_.insert(key);
+    last_key_ = key;
+  }
   return absl::OkStatus();
 }
 
@@ -368,17 +399,32 @@ absl::Status Validator::InferTaskTypes(const Task& task, const Where& where) con
 
 absl::Status Validator::CheckCollective(int i) {
   const Collective& c = plan_.collectives[i];
-  const Where where = [this, i] { return CollectiveWhere(i); };
+  const auto where_text = [this, i] { return CollectiveWhere(i); };
+  const Where where = where_text;
   if (c.id != i) {
     return Error(where, "id is ", c.id, ", expected ", i,
                  " (collective ids are dense and in order)");
   }
-  if (std::string p = MicrobatchProblem(c.microbatch); !p.empty()) return Error(where, p);
+  if (!MicrobatchOk(c.microbatch)) return Error(where, MicrobatchProblem(c.microbatch));
   if (c.devices.empty()) return Error(where, "has no devices");
-  absl::flat_hash_set<int64_t> seen;
-  for (int64_t d : c.devices) {
-    if (std::string p = DeviceProblem(d); !p.empty()) return Error(where, p);
-    if (!seen.insert(d).second) return Error(where, "lists device ", d, " twice");
+  for (size_t k = 0; k < c.devices.size(); ++k) {
+    const int64_t d = c.devices[k];
+    if (!DeviceOk(d)) return Error(where, DeviceProblem(d));
+  }
+  // Groups are small: pairs are compared directly, a large group through a set.
+  if (c.devices.size() <= 32) {
+    for (size_t k = 0; k < c.devices.size(); ++k) {
+      for (size_t j = 0; j < k; ++j) {
+        if (c.devices[j] == c.devices[k]) {
+          return Error(where, "lists device ", c.devices[k], " twice");
+        }
+      }
+    }
+  } else {
+    absl::flat_hash_set<int64_t> seen;
+    for (int64_t d : c.devices) {
+      if (!seen.insert(d).second) return Error(where, "lists device ", d, " twice");
+    }
   }
   if (c.spans_dp && !plan_.is_factored()) {
     return Error(where, "spans_dp is set in an explicit plan");

@@ -580,13 +580,13 @@ absl::Status Parser::Operation(const std::vector<Token>& results, const Token& h
   auto ids = graph_.AddOp(*kind, std::move(inputs), std::move(attrs), info, std::move(specs));
   if (!ids.ok()) return ErrorAt(head, ids.status().message(), ids.status().code());
   for (size_t i = 0; i < ids->size(); ++i) {
-    Tensor& t = graph_.mutable_tensor((*ids)[i]);
+    const Tensor& t = graph_.tensor((*ids)[i]);
     if (!t.shape.SameDims(types[i].shape) || t.dtype != types[i].dtype) {
       return ErrorAt(type_tokens[i],
                      absl::StrCat("result type ", types[i].ToString(),
                                   " does not match inferred ", t.type().ToString()));
     }
-    t.shape = std::move(types[i].shape);  // the written dim names, exactly
+    graph_.SetDimNames(t.id, types[i].shape);  // the written dim names, exactly
   }
   return absl::OkStatus();
 }

@@ -189,7 +189,7 @@ TEST(JsonFormatTest, FloatAttributesRoundTripExactly) {
     ASSERT_TRUE(g.AddOp(OpKind::kScale, {x}, {{"factor", v}}, {}, {{"y"}}).ok());
     auto back = GraphFromJson(GraphToJson(g));
     ASSERT_TRUE(back.ok()) << back.status();
-    const AttrValue& value = back->op(0).attrs.values().at("factor");
+    const AttrValue& value = *back->op(0).attrs.Find("factor");
     ASSERT_TRUE(std::holds_alternative<double>(value));
     double got = std::get<double>(value);
     if (std::isnan(v)) {

@@ -53,7 +53,9 @@ Graph MultiOpGraph() {
   TensorId m = *g.AddInput("layers.0/w.m", Shape{2, 3}, DType::kF32,
                            TensorRole::kOptimizerState);
   TensorId h = (*g.AddOp(OpKind::kMul, {x, w}, {}, {Phase::kForward, 0, 0}, {{"h"}}))[0];
-  g.mutable_tensor(h).shape.set_dim_name(1, "d model");
+  Shape h_named = g.tensor(h).shape;
+  h_named.set_dim_name(1, "d model");
+  EXPECT_TRUE(g.SetDimNames(h, h_named));
   TensorId s = (*g.AddOp(OpKind::kScale, {h}, {{"factor", 0.1}}, {Phase::kForward, 1, -1},
                          {{"h 1 \"q\" \\"}}))[0];
   TensorId c = (*g.AddOp(OpKind::kFill, {},
@@ -66,7 +68,9 @@ Graph MultiOpGraph() {
                           {{"d.h", TensorRole::kGradient}}))[0];
   auto two = *g.AddOp(OpKind::kSwiGluGrad, {x, w, dh}, {}, {Phase::kBackward, 0, 1},
                       {{"d.x", TensorRole::kGradient}, {"d.w", TensorRole::kGradient}});
-  g.mutable_tensor(two[1]).shape.set_dim_name(0, "rows");
+  Shape rows_named = g.tensor(two[1]).shape;
+  rows_named.set_dim_name(0, "rows");
+  EXPECT_TRUE(g.SetDimNames(two[1], rows_named));
   TensorId upd = (*g.AddOp(OpKind::kAccumulate, {two[1], m, w},
                            {{"big", std::numeric_limits<int64_t>::min()},
                             {"list", std::vector<int64_t>{-1, 0, 5}},
@@ -272,7 +276,7 @@ TEST(TextFormatTest, FloatAttributesRoundTripExactly) {
       EXPECT_TRUE(*parsed == g);
     }
     // A float stays a float even when its value is integral.
-    EXPECT_TRUE(std::holds_alternative<double>(parsed->op(0).attrs.values().at("factor")));
+    EXPECT_TRUE(std::holds_alternative<double>(*parsed->op(0).attrs.Find("factor")));
   }
 }
 
