@@ -105,15 +105,16 @@ int Run(const Case& c, int threads, bool derive_only, bool plain, int repeat) {
     }
     std::printf(
         "%-12s %-17s layers=%-3d dp=%-2d tp=%d pp=%-2d ep=%d mb=%-2d | spec %.1f s, plan %.1f s "
-        "(%zu tasks) | derive %.2f s: %lld items, %lld stages (%lld distinct, %lld reused), "
-        "%zu failures, %zu undecided, %zu laws | validate %.2f fold %.2f slice %.2f classes %.2f "
-        "walk %.2f s%s | peak %.0f MiB\n",
+        "(%zu tasks) | derive %.3f s: %lld items, %lld stages (%lld distinct, %lld reused), "
+        "%zu failures, %zu undecided, %zu laws | validate %.1f fold %.1f slice %.1f classes %.1f "
+        "walk %.1f ms%s | peak %.0f MiB\n",
         c.name.c_str(), c.model.c_str(), c.layers, c.dp, c.tp, c.pp, c.ep, c.mb, spec_s, plan_s,
         plan->tasks.size(), Now() - t0, static_cast<long long>(d->items),
         static_cast<long long>(d->stages), static_cast<long long>(d->distinct_stages),
         static_cast<long long>(d->stages_reused), d->failures.size(),
-        d->undecided.size(), d->laws.size(), d->times.validate, d->times.fold, d->times.slice,
-        d->times.classes, d->times.walk, d->plain ? " (plain)" : "", PeakMiB());
+        d->undecided.size(), d->laws.size(), 1e3 * d->times.validate, 1e3 * d->times.fold,
+        1e3 * d->times.slice, 1e3 * d->times.classes, 1e3 * d->times.walk,
+        d->plain ? " (plain)" : "", PeakMiB());
     for (size_t i = 0; i < d->undecided.size() && i < 5; ++i) {
       std::printf("  undecided %s: %s\n", d->undecided[i].item.c_str(),
                   d->undecided[i].reason.c_str());

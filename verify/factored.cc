@@ -6,44 +6,46 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 
 namespace loom::verify {
 
 absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map) {
+  // Kinds, attributes and operand counts of the copies are alike already
+  // (MicrobatchMap::Build refuses a spec where they are not). What is left is
+  // that copy m reads the micro-batch-m images of copy 0's inputs, and that the
+  // data inputs among them have copy 0's types. The types of everything an op
+  // computes then agree by induction in op order: an op's output types are
+  // inferred from its kind, attributes and input types when it is added to the
+  // graph (ir::Graph::AddOp), and never change after.
+  absl::InlinedVector<char, 8> data_input;  // per input of op0: a data input of micro-batch 0
   for (ir::OpId op0 = 0; op0 < spec.num_ops(); ++op0) {
     const ir::Op& a = spec.op(op0);
     if (a.info.microbatch != 0) continue;
-    for (ir::TensorId x : a.inputs) {
+    data_input.assign(a.inputs.size(), 0);
+    for (size_t i = 0; i < a.inputs.size(); ++i) {
+      const ir::TensorId x = a.inputs[i];
       const int mb = map.TensorMicrobatch(x);
       if (mb != -1 && mb != 0) {
         return absl::FailedPreconditionError(absl::StrCat(
             "op '", spec.tensor(a.outputs.empty() ? x : a.outputs[0]).name,
             "' of micro-batch 0 reads '", spec.tensor(x).name, "' of micro-batch ", mb));
       }
+      data_input[i] = mb == 0 && spec.tensor(x).producer == ir::kNoId;
     }
     for (int m = 1; m < map.microbatches(); ++m) {
       const ir::OpId opm = map.Op(op0, m);
       if (opm == ir::kNoId) return absl::FailedPreconditionError("micro-batch map incomplete");
       const ir::Op& b = spec.op(opm);
-      // Kinds, attributes and operand counts are alike already (MicrobatchMap::Build
-      // refuses a spec where they are not).
       bool same = a.inputs.size() == b.inputs.size() && a.outputs.size() == b.outputs.size();
-      // An input some op produces has its type compared where that op's copies
-      // are (or is the same tensor, untagged); only data inputs are compared here.
       for (size_t i = 0; same && i < a.inputs.size(); ++i) {
         same = b.inputs[i] == map.Tensor(a.inputs[i], m);
-        if (!same || b.inputs[i] == a.inputs[i]) continue;
+        if (!same || !data_input[i]) continue;
         const ir::Tensor& x = spec.tensor(a.inputs[i]);
-        if (x.producer != ir::kNoId) continue;
         const ir::Tensor& y = spec.tensor(b.inputs[i]);
-        same = x.dtype == y.dtype && x.shape == y.shape;
-      }
-      for (size_t k = 0; same && k < a.outputs.size(); ++k) {
-        const ir::Tensor& x = spec.tensor(a.outputs[k]);
-        const ir::Tensor& y = spec.tensor(b.outputs[k]);
-        same = x.dtype == y.dtype && x.shape == y.shape;
+        same = x.dtype == y.dtype && x.shape.SameDims(y.shape);
       }
       if (!same) {
         return absl::FailedPreconditionError(

@@ -59,20 +59,25 @@ LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::Micr
     if (s < 0) continue;
     for (ir::ValueId v : Outputs(unit, i)) value_stage[v] = kept[s] >= 0 ? kept[s] : -2;
   }
-  // Per tensor, the stages of the plan outputs that hold it.
-  absl::flat_hash_map<ir::TensorId, std::vector<int>> output_stages;
+  // Per tensor, the stage of the plan outputs that hold it, when they all come
+  // from one (kNone: no output holds it, kSeveral: outputs from several places).
+  constexpr int kNone = -10, kSeveral = -11;
+  std::vector<int> output_stage(spec.num_tensors(), kNone);
   for (ir::ValueId v : unit.outputs) {
-    std::vector<int>& stages = output_stages[unit.values[v].sub.tensor];
-    if (std::find(stages.begin(), stages.end(), value_stage[v]) == stages.end()) {
-      stages.push_back(value_stage[v]);
+    const ir::TensorId t = unit.values[v].sub.tensor;
+    if (t < 0 || t >= spec.num_tensors()) continue;
+    int& stage = output_stage[t];
+    if (stage == kNone) {
+      stage = value_stage[v];
+    } else if (stage != value_stage[v]) {
+      stage = kSeveral;
     }
   }
   absl::flat_hash_set<ir::TensorId> spec_outputs(spec.outputs().begin(), spec.outputs().end());
   std::vector<char> listed(nv, 0);
   for (ir::ValueId v : unit.outputs) listed[v] = 1;
   auto only_in = [&](ir::TensorId t, int stage) {
-    auto it = output_stages.find(t);
-    return it != output_stages.end() && it->second.size() == 1 && it->second[0] == stage;
+    return t >= 0 && t < spec.num_tensors() && output_stage[t] == stage;
   };
 
   fold.skip_tasks.assign(nt, 0);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/types/span.h"
 
@@ -36,6 +37,13 @@ struct Signature {
   std::vector<const ir::AttrMap*> attrs;
   std::vector<const ir::Shape*> shapes;
   std::vector<const std::string*> names;  // attribute names (replica steps)
+
+  void Clear() {
+    codes.clear();
+    attrs.clear();
+    shapes.clear();
+    names.clear();
+  }
 
   // Buckets only (alike-ness is decided by operator==): the sizes and the codes'
   // two ends.
@@ -101,13 +109,17 @@ struct RenameTables {
   RenameTable values, ops, tensors;
 };
 
+// The values a value is compared with after the walk (its copies in the other
+// derived replicas), for the values of a slice that have any.
+using Partners = absl::flat_hash_map<ir::ValueId, absl::InlinedVector<ir::ValueId, 3>>;
+
 class Encoder {
  public:
   Encoder(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced,
           const ir::MicrobatchMap* mbmap, const std::vector<int>* share_group,
           const std::vector<int>& item_stage, const std::vector<int64_t>& producer,
-          const std::vector<std::vector<ir::ValueId>>& partners, const std::vector<int>& listed,
-          int stage, RenameTables& tables)
+          const Partners& partners, const std::vector<int>& listed,
+          int stage, int stamp, RenameTables& tables)
       : spec_(spec),
         plan_(plan),
         sliced_(sliced),
@@ -118,20 +130,22 @@ class Encoder {
         partners_(partners),
         listed_(listed),
         stage_(stage),
+        stamp_(stamp),
         tables_(tables) {}
 
-  Signature Encode(Stage& stage, size_t expected_codes) {
-    sig_.codes.reserve(expected_codes);
+  // Writes the stage's signature into `sig` (cleared first; its buffers are
+  // reused from stage to stage) and gives the stage its renaming.
+  void Encode(Stage& stage, Signature& sig) {
+    sig.Clear();
+    sig_ = &sig;
     for (int64_t i : stage.items) Item(i);
     stage.values = std::move(value_order_);
     stage.ops = std::move(op_order_);
     stage.tensors = std::move(tensor_order_);
-    return std::move(sig_);
   }
 
  private:
-
-  void Put(int64_t x) { sig_.codes.push_back(x); }
+  void Put(int64_t x) { sig_->codes.push_back(x); }
 
   void Item(int64_t item) {
     const int64_t nt = static_cast<int64_t>(plan_.tasks.size());
@@ -141,14 +155,14 @@ class Encoder {
       Put(kTaskTag);
       Put(static_cast<int64_t>(t.kind));
       Put(t.op == ir::kNoId ? kNone : Op(t.op));
-      sig_.attrs.push_back(&t.attrs);
+      sig_->attrs.push_back(&t.attrs);
       Put(static_cast<int64_t>(t.info.phase));
       Put(t.info.microbatch);
       // Replication rules of a factored plan's unit.
       Put(static_cast<int64_t>(t.dp_attr_steps.size()));
       for (const auto& [name, step] : t.dp_attr_steps) {
         Put(static_cast<int64_t>(std::hash<std::string>()(name)));
-        sig_.names.push_back(&name);
+        sig_->names.push_back(&name);
         Put(step);
       }
       Values(t.inputs);
@@ -182,9 +196,9 @@ class Encoder {
   }
 
   int64_t Value(ir::ValueId v) {
-    if (const int64_t known = tables_.values.Find(v, stage_); known >= 0) return known;
+    if (const int64_t known = tables_.values.Find(v, stamp_); known >= 0) return known;
     const int64_t code = static_cast<int64_t>(value_order_.size());
-    tables_.values.Set(v, stage_, code);
+    tables_.values.Set(v, stamp_, code);
     value_order_.push_back(v);
     const ir::PlanValue& pv = plan_.values[v];
     Put(kNewValue);
@@ -213,14 +227,17 @@ class Encoder {
     // What the checks after the walk compare it with: its copies in the other
     // derived replicas, and whether it is a plan output.
     Put(listed_[v]);
-    for (ir::ValueId w : partners_[v]) Put(w == ir::kNoId ? kNone : Value(w));
+    if (auto it = partners_.empty() ? partners_.end() : partners_.find(v);
+        it != partners_.end()) {
+      for (ir::ValueId w : it->second) Put(w == ir::kNoId ? kNone : Value(w));
+    }
     return code;
   }
 
   int64_t Op(ir::OpId op) {
-    if (const int64_t known = tables_.ops.Find(op, stage_); known >= 0) return known;
+    if (const int64_t known = tables_.ops.Find(op, stamp_); known >= 0) return known;
     const int64_t code = static_cast<int64_t>(op_order_.size());
-    tables_.ops.Set(op, stage_, code);
+    tables_.ops.Set(op, stamp_, code);
     op_order_.push_back(op);
     const ir::Op& o = spec_.op(op);
     Put(kNewOp);
@@ -235,7 +252,7 @@ class Encoder {
       return code;
     }
     Put(static_cast<int64_t>(o.kind));
-    sig_.attrs.push_back(&o.attrs);
+    sig_->attrs.push_back(&o.attrs);
     Put(static_cast<int64_t>(o.info.phase));
     Put(m);
     Put(static_cast<int64_t>(o.inputs.size()));
@@ -247,9 +264,9 @@ class Encoder {
 
   int64_t Tensor(ir::TensorId t) {
     if (t < 0 || t >= spec_.num_tensors()) return kNone;
-    if (const int64_t known = tables_.tensors.Find(t, stage_); known >= 0) return known;
+    if (const int64_t known = tables_.tensors.Find(t, stamp_); known >= 0) return known;
     const int64_t code = static_cast<int64_t>(tensor_order_.size());
-    tables_.tensors.Set(t, stage_, code);
+    tables_.tensors.Set(t, stamp_, code);
     tensor_order_.push_back(t);
     const ir::Tensor& x = spec_.tensor(t);
     Put(kNewTensor);
@@ -265,7 +282,7 @@ class Encoder {
     }
     Put(static_cast<int64_t>(x.dtype));
     Put(static_cast<int64_t>(x.role));
-    sig_.shapes.push_back(&x.shape);
+    sig_->shapes.push_back(&x.shape);
     return code;
   }
 
@@ -276,14 +293,15 @@ class Encoder {
   const std::vector<int>* share_group_;
   const std::vector<int>& item_stage_;
   const std::vector<int64_t>& producer_;
-  const std::vector<std::vector<ir::ValueId>>& partners_;
+  const Partners& partners_;
   const std::vector<int>& listed_;
   const int stage_;
+  const int stamp_;  // marks this encoding's entries in the rename tables
   RenameTables& tables_;
   std::vector<ir::ValueId> value_order_;
   std::vector<ir::OpId> op_order_;
   std::vector<ir::TensorId> tensor_order_;
-  Signature sig_;
+  Signature* sig_ = nullptr;
 };
 
 }  // namespace
@@ -370,6 +388,12 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   // several times.
   std::vector<int64_t> input_begin(nitems + 1, 0);
   std::vector<ir::ValueId> input_flat;
+  {
+    size_t total = 2 * static_cast<size_t>(np);
+    for (const ir::Task& t : plan.tasks) total += t.inputs.size();
+    for (const ir::Collective& c : plan.collectives) total += c.inputs.size();
+    input_flat.reserve(total);
+  }
   for (int64_t i = 0; i < nitems; ++i) {
     if (i < nt) {
       input_flat.insert(input_flat.end(), plan.tasks[i].inputs.begin(), plan.tasks[i].inputs.end());
@@ -470,16 +494,22 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   absl::flat_hash_map<int, int> stage_of_layer;
   std::vector<int>& item_stage = out.item_stage;
   item_stage.assign(nitems, -1);
+  int last_layer = -1, last_stage = -1;  // items of one layer mostly follow one another
   for (int64_t i = 0; i < nitems; ++i) {
     if (layer[i] < 0) continue;
-    auto [it, fresh] = stage_of_layer.try_emplace(layer[i], static_cast<int>(out.stages.size()));
-    if (fresh) {
-      out.stages.emplace_back();
-      out.stages.back().layer = layer[i];
-      out.stages.back().index = it->second;
+    if (layer[i] != last_layer) {
+      auto [it, fresh] =
+          stage_of_layer.try_emplace(layer[i], static_cast<int>(out.stages.size()));
+      if (fresh) {
+        out.stages.emplace_back();
+        out.stages.back().layer = layer[i];
+        out.stages.back().index = it->second;
+      }
+      last_layer = layer[i];
+      last_stage = it->second;
     }
-    item_stage[i] = it->second;
-    out.stages[it->second].items.push_back(i);
+    item_stage[i] = last_stage;
+    out.stages[last_stage].items.push_back(i);
   }
   out.layers = static_cast<int64_t>(out.stages.size());
 
@@ -539,7 +569,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   }
 
   // Per value: its replica-check partners and how the final checks list it.
-  std::vector<std::vector<ir::ValueId>> partners(nv);
+  Partners partners;
   std::vector<int> listing(nv, 0);
   for (ir::ValueId v : plan.outputs) listing[v] |= 1;
   if (sliced != nullptr) {
@@ -559,22 +589,28 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     }
   }
 
-  // Classes of alike cut stages.
+  // Classes of alike cut stages. A stage's signature is first compared with the
+  // representative of the class the previous cut stage joined (alike layers
+  // follow one another), then looked up among every class by hash.
   std::vector<Stage> kept;
   std::vector<Signature> reps;
   absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
   RenameTables tables(spec, plan);
-  size_t last_codes = 0;  // stages are alike more often than not: reserve as much
+  int stamp = 0;  // one per stage: the rename tables need no clearing
+  Signature sig;  // written stage by stage into the same buffers
+  int last_class = -1;
   for (size_t s = 0; s < out.stages.size(); ++s) {
     if (!cut[s]) continue;
-    Signature sig = Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, partners,
-                            listing, static_cast<int>(s), tables)
-                        .Encode(out.stages[s], last_codes);
-    last_codes = sig.codes.size();
-    const size_t h = sig.Hash();
-
+    Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, partners, listing,
+            static_cast<int>(s), stamp++, tables)
+        .Encode(out.stages[s], sig);
     const int index = static_cast<int>(kept.size());
     kept.push_back(std::move(out.stages[s]));
+    if (last_class >= 0 && reps[last_class] == sig) {
+      out.classes[last_class].push_back(index);
+      continue;
+    }
+    const size_t h = sig.Hash();
     int cls = -1;
     for (int c : by_hash[h]) {
       if (reps[c] == sig) {
@@ -585,10 +621,11 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     if (cls < 0) {
       cls = static_cast<int>(out.classes.size());
       out.classes.emplace_back();
-      reps.push_back(std::move(sig));
+      reps.push_back(sig);
       by_hash[h].push_back(cls);
     }
     out.classes[cls].push_back(index);
+    last_class = cls;
   }
   out.stages = std::move(kept);
   return out;

@@ -147,6 +147,25 @@ TEST_P(FactoredTest, ReductionNotAcrossReplicasIsCaught) {
 INSTANTIATE_TEST_SUITE_P(Plans, FactoredTest, ::testing::ValuesIn(PlanSetups()),
                          [](const auto& info) { return info.param.name; });
 
+// A micro-batch copy reading data of another shape computes outputs of other
+// shapes (their types are inferred from the inputs): the spec is not symmetric.
+TEST(FactoredSpecTest, CopiesReadingDataOfAnotherShapeAreNotSymmetric) {
+  for (int64_t rows : {2, 4}) {
+    ir::Graph g("g");
+    ir::TensorId w = *g.AddInput("w", ir::Shape{3, 3}, ir::DType::kF32, ir::TensorRole::kParameter);
+    for (int m = 0; m < 2; ++m) {
+      ir::TensorId x = *g.AddInput(absl::StrCat("x.", m), ir::Shape{m == 1 ? rows : 2, 3},
+                                   ir::DType::kF32, ir::TensorRole::kInput);
+      ASSERT_TRUE(g.AddOp(ir::OpKind::kLinear, {x, w}, {}, {ir::Phase::kForward, 0, m},
+                          {{absl::StrCat("y.", m)}})
+                      .ok());
+    }
+    auto map = ir::MicrobatchMap::Build(g);
+    ASSERT_TRUE(map.ok()) << map.status();
+    EXPECT_EQ(CheckMicrobatchSymmetry(g, *map).ok(), rows == 2) << rows;
+  }
+}
+
 // A spec whose micro-batches differ (one scales its loss differently) is not
 // sliced: every copy is derived, and the difference is found.
 TEST(FactoredSpecTest, MicrobatchesThatDifferAreDerivedOneByOne) {
