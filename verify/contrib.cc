@@ -549,7 +549,7 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
                   absl::StrCat("the complete value is added to a partial sum (", Example(partial),
                                "), so the result exceeds the complete value by that part"));
   }
-  const Contrib& first = contribs_[live[0]];
+  const Contrib first = contribs_[live[0]];  // a copy: summing the parts below may grow the store
   for (ContribId id : live) {
     if (contribs_[id].kind != first.kind ||
         (first.kind == Contrib::kRed && contribs_[id].family != first.family) ||
