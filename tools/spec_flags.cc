@@ -17,7 +17,9 @@ void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix) {
   flags.AddBool("--tiny", absl::StrCat(help_prefix, "the model at tiny size"));
   flags.AddString("--layers", "N", absl::StrCat(help_prefix, "the model's layer count"));
   flags.AddString("--batch", "B",
-                  absl::StrCat(help_prefix, "sequences per micro-batch (default: dp)"));
+                  absl::StrCat(help_prefix,
+                               "sequences per micro-batch (default: the plan's data-parallel "
+                               "ranks, expert-parallel ones included)"));
   flags.AddString("--seq", "S", absl::StrCat(help_prefix, "tokens per sequence"));
 }
 
@@ -30,8 +32,10 @@ absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan
   options.tiny = flags.GetBool("--tiny");
   LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, 100000));
   options.layers = static_cast<int>(layers);
-  LOOM_ASSIGN_OR_RETURN(options.batch,
-                        flags.GetInt("--batch", plan.mesh.AxisSize("dp"), 1, int64_t{1} << 30));
+  // One sequence per data-parallel rank by default, as `loom plan` builds it: the
+  // expert-parallel axis is carved out of the data-parallel ranks.
+  const int64_t data_ranks = plan.mesh.AxisSize("dp") * plan.mesh.AxisSize("ep");
+  LOOM_ASSIGN_OR_RETURN(options.batch, flags.GetInt("--batch", data_ranks, 1, int64_t{1} << 30));
   LOOM_ASSIGN_OR_RETURN(options.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
   LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(*name, options));
   ir::TrainingOptions training;

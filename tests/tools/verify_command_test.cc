@@ -76,6 +76,25 @@ Result Verify(const std::string& plan, std::vector<std::string> extra) {
   return RunCli(args);
 }
 
+// An expert-parallel plan (its mesh carves ep out of the data-parallel ranks)
+// verifies without --batch: the default batch is one sequence per data-parallel
+// rank, as `loom plan` built it.
+TEST(VerifyCommandTest, ExpertParallelPlanNeedsNoBatchFlag) {
+  const std::string dir = TempDir("ep_plan");
+  const std::vector<std::string> model = {"--model", "deepseek-v3-671b", "--tiny", "--layers",
+                                          "2"};
+  std::vector<std::string> plan = {"plan", "--dp", "2", "--ep", "2", "--microbatches", "2",
+                                   "-o", dir + "/plan.json"};
+  plan.insert(plan.end(), model.begin(), model.end());
+  Result made = RunCli(plan);
+  ASSERT_EQ(made.code, kExitOk) << made.err;
+  std::vector<std::string> verify = {"verify", "--plan", dir + "/plan.json", "--no-cache"};
+  verify.insert(verify.end(), model.begin(), model.end());
+  Result r = RunCli(verify);
+  EXPECT_EQ(r.code, kExitOk) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "proved equivalent")) << r.out;
+}
+
 // A correct plan is proved equivalent (exit 0) and writes its report and JUnit file;
 // a second run over the same cache takes every law from it.
 TEST(VerifyCommandTest, ProvesACorrectPlanAndCachesItsLaws) {
