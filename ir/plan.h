@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -82,7 +83,7 @@ class ValuePart {
   bool Disjoint(const ValuePart& o) const;
   // Union of disjoint parts; error when they overlap.
   absl::StatusOr<ValuePart> Union(const ValuePart& o) const;
-  using Pieces = std::vector<Piece>;
+  using Pieces = absl::InlinedVector<Piece, 1>;  // one piece, held in place, for most values
   const Pieces& pieces() const { return pieces_; }
   // "full", "0", "[0,1/2)", "[0,1/4)+[1/2,3/4)".
   std::string ToString() const;
@@ -101,8 +102,10 @@ struct Interval {
   int64_t size() const { return end - begin; }
   bool operator==(const Interval& o) const { return begin == o.begin && end == o.end; }
 };
-// An index region of a tensor: one interval per dim.
-using Box = std::vector<Interval>;
+// An index region of a tensor: one interval per dim, held in place up to rank 4
+// (a plan holds one per value, and its checks read every one). References into a
+// box do not outlive the value holding it.
+using Box = absl::InlinedVector<Interval, 4>;
 Box FullBox(const Shape& shape);
 std::vector<int64_t> BoxDims(const Box& box);
 std::string BoxToString(const Box& box);  // "[0:2,4:8]"
@@ -338,6 +341,21 @@ absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap);
 absl::Status ValidatePlan(const Graph& spec, const Plan& plan);
 // The same with the spec's micro-batch map already built (MicrobatchMap::Build).
 absl::Status ValidatePlan(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap);
+
+// ValidatePlan in two parts, for a caller that knows items alike to others it has
+// checked in full. The structure: ids, devices, micro-batch tags, operand counts,
+// one writer per value, the order. The types (after the structure passed): values'
+// boxes against their tensors, tasks against their ops and their inferred types,
+// collectives' shapes; items marked in `implied` (by id, where the vectors are
+// given) are left out, their types being those of alike items checked here.
+struct ImpliedTypes {
+  const std::vector<char>* values = nullptr;
+  const std::vector<char>* tasks = nullptr;
+  const std::vector<char>* collectives = nullptr;
+};
+absl::Status ValidatePlanStructure(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap);
+absl::Status ValidatePlanTypes(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap,
+                               const ImpliedTypes& implied);
 
 // Shape of a value: the extents of its box.
 Shape ValueShape(const PlanValue& value);

@@ -27,7 +27,8 @@ class Validator {
   Validator(const Graph& spec, const Plan& plan, const MicrobatchMap* mbmap = nullptr)
       : spec_(spec), plan_(plan), mbmap_(mbmap) {}
 
-  absl::Status Run();
+  // The structure, the types (leaving out what `implied` marks), or both.
+  absl::Status Run(bool structure, bool types, const ImpliedTypes& implied = {});
 
  private:
   // The place of an item, written out only when an error names it.
@@ -61,7 +62,9 @@ class Validator {
 
   absl::Status CheckMesh();
   absl::Status CheckValue(int i) const;
+  absl::Status CheckValueTypes(int i) const;
   absl::Status CheckTask(int i);
+  absl::Status CheckTaskAgainstOp(int i);
   absl::Status CheckTaskTypes(const Task& task, const Where& where);
   absl::Status InferTaskTypes(const Task& task, const Where& where) const;
   absl::Status CheckCollective(int i);
@@ -190,6 +193,16 @@ absl::Status Validator::CheckValue(int i) const {
   if (v.sub.tensor < 0 || v.sub.tensor >= spec_.num_tensors()) {
     return Error(where, "unknown tensor id ", v.sub.tensor);
   }
+  if (!plan_.is_factored() && (v.dp_dim != -1 || v.dp_share)) {
+    return Error(where, "dp_dim / dp_share are set in an explicit plan");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckValueTypes(int i) const {
+  const PlanValue& v = plan_.values[i];
+  const auto where_text = [this, i] { return ValueWhere(i); };
+  const Where where = where_text;
   const Tensor& t = spec_.tensor(v.sub.tensor);
   auto tensor = [&t] { return absl::StrCat("tensor '", t.name, "' ", t.type().ToString()); };
   if (static_cast<int>(v.sub.box.size()) != t.shape.rank()) {
@@ -208,12 +221,7 @@ absl::Status Validator::CheckValue(int i) const {
     return Error(where, tensor(), " belongs to micro-batch ", tensor_mb, ", the value to ",
                  v.microbatch);
   }
-  if (!plan_.is_factored()) {
-    if (v.dp_dim != -1 || v.dp_share) {
-      return Error(where, "dp_dim / dp_share are set in an explicit plan");
-    }
-    return absl::OkStatus();
-  }
+  if (!plan_.is_factored()) return absl::OkStatus();
   if (v.dp_dim < -1 || v.dp_dim >= t.shape.rank()) {
     return Error(where, "dp_dim ", v.dp_dim, " is not a dim of ", tensor());
   }
@@ -272,6 +280,13 @@ absl::Status Validator::CheckTask(int i) {
     }
     LOOM_RETURN_IF_ERROR(SetProducer(v, PlanStep{false, i}, where));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckTaskAgainstOp(int i) {
+  const Task& task = plan_.tasks[i];
+  const auto where_text = [this, i] { return TaskWhere(i); };
+  const Where where = where_text;
   if (task.op != kNoId) {
     const Op& op = spec_.op(task.op);
     auto desc = [&] { return DescribeOp(spec_, op); };
@@ -474,7 +489,7 @@ absl::Status Validator::CheckCollective(int i) {
     }
     LOOM_RETURN_IF_ERROR(SetProducer(v, PlanStep{true, i}, where));
   }
-  return CheckCollectiveTypes(c, where);
+  return absl::OkStatus();
 }
 
 absl::Status Validator::CheckCollectiveTypes(const Collective& c, const Where& where) const {
@@ -587,7 +602,7 @@ absl::Status Validator::CheckOrder() const {
   return absl::OkStatus();
 }
 
-absl::Status Validator::Run() {
+absl::Status Validator::Run(bool structure, bool types, const ImpliedTypes& implied) {
   LOOM_RETURN_IF_ERROR(CheckMesh());
   if (mbmap_ == nullptr) {
     auto mbmap = MicrobatchMap::Build(spec_);
@@ -602,34 +617,61 @@ absl::Status Validator::Run() {
     LOOM_RETURN_IF_ERROR(ValidateFactoring(plan_, *mbmap_));
     dp_ = plan_.factoring->dp;
   }
-  for (int i = 0; i < static_cast<int>(plan_.values.size()); ++i) {
-    LOOM_RETURN_IF_ERROR(CheckValue(i));
+  const int nv = static_cast<int>(plan_.values.size());
+  const int nt = static_cast<int>(plan_.tasks.size());
+  const int nc = static_cast<int>(plan_.collectives.size());
+  if (structure) {
+    for (int i = 0; i < nv; ++i) LOOM_RETURN_IF_ERROR(CheckValue(i));
+    producer_.assign(plan_.values.size(), PlanStep{});
+    for (int i = 0; i < nt; ++i) LOOM_RETURN_IF_ERROR(CheckTask(i));
+    for (int i = 0; i < nc; ++i) LOOM_RETURN_IF_ERROR(CheckCollective(i));
+    for (size_t i = 0; i < plan_.outputs.size(); ++i) {
+      if (!ValidValue(plan_.outputs[i])) {
+        return Error(absl::StrCat("outputs[", i, "]"), "unknown value id ", plan_.outputs[i]);
+      }
+    }
+    LOOM_RETURN_IF_ERROR(CheckOrder());
   }
-  producer_.assign(plan_.values.size(), PlanStep{});
-  for (int i = 0; i < static_cast<int>(plan_.tasks.size()); ++i) {
-    LOOM_RETURN_IF_ERROR(CheckTask(i));
-  }
-  for (int i = 0; i < static_cast<int>(plan_.collectives.size()); ++i) {
-    LOOM_RETURN_IF_ERROR(CheckCollective(i));
-  }
-  for (size_t i = 0; i < plan_.outputs.size(); ++i) {
-    if (!ValidValue(plan_.outputs[i])) {
-      return Error(absl::StrCat("outputs[", i, "]"), "unknown value id ", plan_.outputs[i]);
+  if (types) {
+    auto left_out = [](const std::vector<char>* marks, int i) {
+      return marks != nullptr && i < static_cast<int>(marks->size()) && (*marks)[i] != 0;
+    };
+    for (int i = 0; i < nv; ++i) {
+      if (!left_out(implied.values, i)) LOOM_RETURN_IF_ERROR(CheckValueTypes(i));
+    }
+    for (int i = 0; i < nt; ++i) {
+      if (!left_out(implied.tasks, i)) LOOM_RETURN_IF_ERROR(CheckTaskAgainstOp(i));
+    }
+    for (int i = 0; i < nc; ++i) {
+      if (left_out(implied.collectives, i)) continue;
+      const auto where_text = [this, i] { return CollectiveWhere(i); };
+      LOOM_RETURN_IF_ERROR(CheckCollectiveTypes(plan_.collectives[i], Where(where_text)));
     }
   }
-  return CheckOrder();
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status ValidatePlan(const Graph& spec, const Plan& plan) {
   Validator validator(spec, plan);
-  return validator.Run();
+  return validator.Run(/*structure=*/true, /*types=*/true);
 }
 
 absl::Status ValidatePlan(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap) {
   Validator validator(spec, plan, &mbmap);
-  return validator.Run();
+  return validator.Run(/*structure=*/true, /*types=*/true);
+}
+
+absl::Status ValidatePlanStructure(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap) {
+  Validator validator(spec, plan, &mbmap);
+  return validator.Run(/*structure=*/true, /*types=*/false);
+}
+
+absl::Status ValidatePlanTypes(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap,
+                               const ImpliedTypes& implied) {
+  Validator validator(spec, plan, &mbmap);
+  return validator.Run(/*structure=*/false, /*types=*/true, implied);
 }
 
 }  // namespace loom::ir

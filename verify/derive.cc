@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -687,41 +688,67 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
                                          const DeriveOptions& options) {
   Clock clock;
   Derivation::Times times;
-  // The spec's micro-batch map, built once for the checks and the slice.
-  absl::StatusOr<ir::MicrobatchMap> mbmap = ir::MicrobatchMap::Build(spec);
-  // A factored plan's alike layers are folded while the plan is checked (on
-  // another thread where there is one); the fold is used only once the checks
-  // pass.
-  // The micro-batch symmetry the slice needs is checked on this thread after the
-  // plan checks, which keeps the two threads' shares alike.
-  std::optional<LayerFold> fold;
-  const bool fold_first = options.fast && plan.is_factored() && mbmap.ok();
-  auto try_fold = [&] {
-    if (ir::ValidateFactoring(plan, *mbmap).ok() && IdsInRange(spec, plan)) {
-      fold = FoldLayers(spec, plan, *mbmap);
-    }
-  };
   const int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  // A factored plan's alike layers are folded while the spec's micro-batch map is
+  // built and the plan's structure is checked (on another thread where there is
+  // one); the fold cuts the stages before it needs the map. Then the plan's types
+  // are checked, except those of the items the fold leaves out: each has the
+  // kinds, attributes, claims and types of an item of its class's first stage
+  // (the stage encoding compares everything the type checks read), which is
+  // checked. The fold is used only once the checks pass. The micro-batch
+  // symmetry the slice needs is checked on this thread after the structure.
+  std::optional<LayerFold> fold;
+  absl::StatusOr<ir::MicrobatchMap> mbmap = absl::UnknownError("not built");
   bool symmetric = false;
-  if (fold_first && threads >= 2) {
-    std::thread folder(try_fold);
-    absl::Status valid = ir::ValidatePlan(spec, plan, *mbmap);
+  if (options.fast && plan.is_factored() && threads >= 2) {
+    std::promise<const ir::MicrobatchMap*> built;
+    std::shared_future<const ir::MicrobatchMap*> map = built.get_future().share();
+    std::thread folder([&] {
+      if (!IdsInRange(spec, plan)) return;
+      fold = FoldLayers(spec, plan, [&]() -> const ir::MicrobatchMap* {
+        const ir::MicrobatchMap* m = map.get();
+        return m != nullptr && ir::ValidateFactoring(plan, *m).ok() ? m : nullptr;
+      });
+    });
+    // The spec's micro-batch map, built once for the checks and the slice.
+    mbmap = ir::MicrobatchMap::Build(spec);
+    built.set_value(mbmap.ok() ? &*mbmap : nullptr);
+    absl::Status valid =
+        mbmap.ok() ? ir::ValidatePlanStructure(spec, plan, *mbmap) : ir::ValidatePlan(spec, plan);
+    if (valid.ok() && mbmap.ok()) symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
     times.validate = clock.Lap();
-    if (valid.ok()) symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
     folder.join();
     times.fold = clock.Lap();
+    if (valid.ok() && mbmap.ok()) {
+      ir::ImpliedTypes implied;
+      std::vector<char> left_out_values;
+      if (fold.has_value() && symmetric) {
+        implied.tasks = &fold->skip_tasks;
+        implied.collectives = &fold->skip_collectives;
+        left_out_values.assign(plan.values.size(), 0);
+        for (size_t v = 0; v < fold->value_member.size(); ++v) {
+          left_out_values[v] = fold->value_member[v] >= 0;
+        }
+        implied.values = &left_out_values;
+      }
+      valid = ir::ValidatePlanTypes(spec, plan, *mbmap, implied);
+      times.validate += clock.Lap();
+    }
     LOOM_RETURN_IF_ERROR(valid);
   } else {
+    mbmap = ir::MicrobatchMap::Build(spec);
     if (mbmap.ok()) {
       LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan, *mbmap));
     } else {
       LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
     }
     times.validate = clock.Lap();
-    if (fold_first) {
+    if (options.fast && plan.is_factored() && mbmap.ok()) {
       symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
-      if (symmetric) try_fold();
+      if (symmetric && ir::ValidateFactoring(plan, *mbmap).ok() && IdsInRange(spec, plan)) {
+        fold = FoldLayers(spec, plan, *mbmap);
+      }
       times.fold = clock.Lap();
     }
   }

@@ -35,11 +35,17 @@ bool IdsInRange(const ir::Graph& spec, const ir::Plan& plan) {
 }
 
 LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::MicrobatchMap& mbmap) {
+  return *FoldLayers(spec, unit, [&mbmap] { return &mbmap; });
+}
+
+std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
+                                    std::function<const ir::MicrobatchMap*()> await_mbmap) {
   LayerFold fold;
   StageOptions options;
-  options.mbmap = &mbmap;
+  options.await_mbmap = std::move(await_mbmap);
   options.find_shares = true;
   fold.unit = PartitionStages(spec, unit, options);
+  if (fold.unit.no_map) return std::nullopt;
   const StagePartition& parts = fold.unit;
   const int64_t nt = static_cast<int64_t>(unit.tasks.size());
   const int64_t nc = static_cast<int64_t>(unit.collectives.size());

@@ -28,6 +28,8 @@
 // representative), and that both tensors are, or are not, spec outputs.
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -62,6 +64,11 @@ struct LayerFold {
 // so it may run while ValidatePlan checks the rest; the fold is used only once
 // that accepts the plan.
 LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::MicrobatchMap& mbmap);
+
+// The same, started before the spec's micro-batch map is built: it cuts the
+// stages, then calls `await_mbmap` for the map (null: no fold).
+std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
+                                    std::function<const ir::MicrobatchMap*()> await_mbmap);
 
 // Whether every value id the plan's tasks, collectives and outputs name and every
 // op id its tasks name are in range.

@@ -589,6 +589,15 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     }
   }
 
+  if (options.await_mbmap) {
+    mbmap = options.await_mbmap();
+    if (mbmap == nullptr) {
+      out.no_map = true;
+      out.stages.clear();
+      return out;
+    }
+  }
+
   // Classes of alike cut stages. A stage's signature is first compared with the
   // representative of the class the previous cut stage joined (alike layers
   // follow one another), then looked up among every class by hash.

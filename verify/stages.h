@@ -36,6 +36,7 @@
 // on a hash alone.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ir/graph.h"
@@ -80,6 +81,10 @@ struct StageOptions {
   bool find_shares = false;
   // Or take them as given: the group of each value, -1 for none.
   const std::vector<int>* share_group = nullptr;
+  // Where the micro-batch map is still being built: called, once the stages are
+  // cut, for the map their encoding needs (instead of `mbmap`). Null from it
+  // leaves the classes empty and sets StagePartition::no_map.
+  std::function<const ir::MicrobatchMap*()> await_mbmap;
 };
 
 struct StagePartition {
@@ -91,6 +96,8 @@ struct StagePartition {
   int num_share_groups = 0;
   // The stage index (Stage::index) of each item, -1 for none.
   std::vector<int> item_stage;
+  // await_mbmap gave no map: the stages are cut, not classed.
+  bool no_map = false;
 };
 
 // The cut stages of `plan` and their classes. A factored plan's unit is encoded

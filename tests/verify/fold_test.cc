@@ -109,5 +109,38 @@ INSTANTIATE_TEST_SUITE_P(
                       Deep{"llama3_zero3_dp3", "llama3-8b", Make(3, 2, 1, 2, 1, false, 3), 6}),
     [](const auto& info) { return info.param.name; });
 
+// The plan's types are checked for every item the fold keeps; an item it leaves
+// out has an alike one that is checked. A type error in one layer of many alike
+// ones makes that layer unlike the others: the plan is refused, as the full
+// checks refuse it.
+TEST(FoldChecksTest, TypeErrorInOneOfManyAlikeLayersIsRefused) {
+  ir::Graph spec = TinyStep("llama3-8b", 2, 8, 4);
+  transform::Strategy s = Make(2, 2, 1, 2);
+  s.factored = true;
+  auto plan = transform::Parallelize(spec, s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(DeriveLineage(spec, *plan).ok());
+  // A task's output of layer 5 one row short.
+  bool mutated = false;
+  for (ir::Task& t : plan->tasks) {
+    if (t.info.layer != 5 || t.kind != ir::OpKind::kRmsNorm) continue;
+    ir::Box& box = plan->values[t.outputs[0]].sub.box;
+    ASSERT_GT(box.back().size(), 1);
+    box.back().end -= 1;
+    mutated = true;
+    break;
+  }
+  ASSERT_TRUE(mutated);
+  const absl::Status full = ir::ValidatePlan(spec, *plan);
+  ASSERT_FALSE(full.ok());
+  for (int threads : {1, 2}) {
+    DeriveOptions options;
+    options.threads = threads;
+    auto d = DeriveLineage(spec, *plan, options);
+    ASSERT_FALSE(d.ok()) << threads;
+    EXPECT_EQ(d.status().message(), full.message()) << threads;
+  }
+}
+
 }  // namespace
 }  // namespace loom::verify
