@@ -1,12 +1,13 @@
 // ValidatePlan: structural checks of a plan against its spec.
 
+#include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -422,24 +423,13 @@ absl::Status Validator::CheckCollective(int i) {
   }
   if (!MicrobatchOk(c.microbatch)) return Error(where, MicrobatchProblem(c.microbatch));
   if (c.devices.empty()) return Error(where, "has no devices");
-  for (size_t k = 0; k < c.devices.size(); ++k) {
-    const int64_t d = c.devices[k];
+  for (int64_t d : c.devices) {
     if (!DeviceOk(d)) return Error(where, DeviceProblem(d));
   }
-  // Groups are small: pairs are compared directly, a large group through a set.
-  if (c.devices.size() <= 32) {
-    for (size_t k = 0; k < c.devices.size(); ++k) {
-      for (size_t j = 0; j < k; ++j) {
-        if (c.devices[j] == c.devices[k]) {
-          return Error(where, "lists device ", c.devices[k], " twice");
-        }
-      }
-    }
-  } else {
-    absl::flat_hash_set<int64_t> seen;
-    for (int64_t d : c.devices) {
-      if (!seen.insert(d).second) return Error(where, "lists device ", d, " twice");
-    }
+  absl::InlinedVector<int64_t, 16> sorted(c.devices.begin(), c.devices.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {
+    return Error(where, "lists device ", *twice, " twice");
   }
   if (c.spans_dp && !plan_.is_factored()) {
     return Error(where, "spans_dp is set in an explicit plan");

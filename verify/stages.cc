@@ -119,7 +119,7 @@ class Encoder {
           const ir::MicrobatchMap* mbmap, const std::vector<int>* share_group,
           const std::vector<int>& item_stage, const std::vector<int64_t>& producer,
           const Partners& partners, const std::vector<int>& listed,
-          int stage, int stamp, RenameTables& tables)
+          int stage, RenameTables& tables)
       : spec_(spec),
         plan_(plan),
         sliced_(sliced),
@@ -130,7 +130,6 @@ class Encoder {
         partners_(partners),
         listed_(listed),
         stage_(stage),
-        stamp_(stamp),
         tables_(tables) {}
 
   // Writes the stage's signature into `sig` (cleared first; its buffers are
@@ -196,9 +195,9 @@ class Encoder {
   }
 
   int64_t Value(ir::ValueId v) {
-    if (const int64_t known = tables_.values.Find(v, stamp_); known >= 0) return known;
+    if (const int64_t known = tables_.values.Find(v, stage_); known >= 0) return known;
     const int64_t code = static_cast<int64_t>(value_order_.size());
-    tables_.values.Set(v, stamp_, code);
+    tables_.values.Set(v, stage_, code);
     value_order_.push_back(v);
     const ir::PlanValue& pv = plan_.values[v];
     Put(kNewValue);
@@ -227,17 +226,16 @@ class Encoder {
     // What the checks after the walk compare it with: its copies in the other
     // derived replicas, and whether it is a plan output.
     Put(listed_[v]);
-    if (auto it = partners_.empty() ? partners_.end() : partners_.find(v);
-        it != partners_.end()) {
+    if (auto it = partners_.find(v); it != partners_.end()) {
       for (ir::ValueId w : it->second) Put(w == ir::kNoId ? kNone : Value(w));
     }
     return code;
   }
 
   int64_t Op(ir::OpId op) {
-    if (const int64_t known = tables_.ops.Find(op, stamp_); known >= 0) return known;
+    if (const int64_t known = tables_.ops.Find(op, stage_); known >= 0) return known;
     const int64_t code = static_cast<int64_t>(op_order_.size());
-    tables_.ops.Set(op, stamp_, code);
+    tables_.ops.Set(op, stage_, code);
     op_order_.push_back(op);
     const ir::Op& o = spec_.op(op);
     Put(kNewOp);
@@ -264,9 +262,9 @@ class Encoder {
 
   int64_t Tensor(ir::TensorId t) {
     if (t < 0 || t >= spec_.num_tensors()) return kNone;
-    if (const int64_t known = tables_.tensors.Find(t, stamp_); known >= 0) return known;
+    if (const int64_t known = tables_.tensors.Find(t, stage_); known >= 0) return known;
     const int64_t code = static_cast<int64_t>(tensor_order_.size());
-    tables_.tensors.Set(t, stamp_, code);
+    tables_.tensors.Set(t, stage_, code);
     tensor_order_.push_back(t);
     const ir::Tensor& x = spec_.tensor(t);
     Put(kNewTensor);
@@ -296,7 +294,6 @@ class Encoder {
   const Partners& partners_;
   const std::vector<int>& listed_;
   const int stage_;
-  const int stamp_;  // marks this encoding's entries in the rename tables
   RenameTables& tables_;
   std::vector<ir::ValueId> value_order_;
   std::vector<ir::OpId> op_order_;
@@ -605,13 +602,12 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   std::vector<Signature> reps;
   absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
   RenameTables tables(spec, plan);
-  int stamp = 0;  // one per stage: the rename tables need no clearing
   Signature sig;  // written stage by stage into the same buffers
   int last_class = -1;
   for (size_t s = 0; s < out.stages.size(); ++s) {
     if (!cut[s]) continue;
     Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, partners, listing,
-            static_cast<int>(s), stamp++, tables)
+            static_cast<int>(s), tables)
         .Encode(out.stages[s], sig);
     const int index = static_cast<int>(kept.size());
     kept.push_back(std::move(out.stages[s]));
