@@ -1,20 +1,14 @@
 #include "verify/fold.h"
 
 #include <algorithm>
+#include <memory_resource>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "verify/scratch.h"
 
 namespace loom::verify {
-namespace {
-
-const std::vector<ir::ValueId>& Outputs(const ir::Plan& plan, int64_t item) {
-  const int64_t nt = static_cast<int64_t>(plan.tasks.size());
-  return item < nt ? plan.tasks[item].outputs : plan.collectives[item - nt].outputs;
-}
-
-}  // namespace
 
 bool IdsInRange(const ir::Graph& spec, const ir::Plan& plan) {
   const ir::ValueId nv = static_cast<ir::ValueId>(plan.values.size());
@@ -44,6 +38,7 @@ std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
   StageOptions options;
   options.await_mbmap = std::move(await_mbmap);
   options.find_shares = true;
+  options.value_stages = true;
   fold.unit = PartitionStages(spec, unit, options);
   if (fold.unit.no_map) return std::nullopt;
   const StagePartition& parts = fold.unit;
@@ -51,24 +46,15 @@ std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
   const int64_t nc = static_cast<int64_t>(unit.collectives.size());
   const int64_t nv = static_cast<int64_t>(unit.values.size());
 
-  // The cut stage (index into parts.stages) of every stage index; -1 when not cut.
-  int max_index = -1;
-  for (const Stage& s : parts.stages) max_index = std::max(max_index, s.index);
-  for (int s : parts.item_stage) max_index = std::max(max_index, s);
-  std::vector<int> kept(max_index + 1, -1);
-  for (size_t k = 0; k < parts.stages.size(); ++k) kept[parts.stages[k].index] = static_cast<int>(k);
-
   // The stage computing each value (kept index; -1 outside stages, -2 uncut).
-  std::vector<int> value_stage(nv, -1);
-  for (int64_t i = 0; i < nt + nc; ++i) {
-    const int s = parts.item_stage[i];
-    if (s < 0) continue;
-    for (ir::ValueId v : Outputs(unit, i)) value_stage[v] = kept[s] >= 0 ? kept[s] : -2;
-  }
+  const std::vector<int>& value_stage = parts.value_stage;
+  // Scratch memory for the passes over every value and tensor (verify/scratch.h).
+  Scratch scratch(static_cast<size_t>(nv) + static_cast<size_t>(spec.num_tensors()) * sizeof(int) +
+                  2 * 4096);
   // Per tensor, the stage of the plan outputs that hold it, when they all come
   // from one (kNone: no output holds it, kSeveral: outputs from several places).
   constexpr int kNone = -10, kSeveral = -11;
-  std::vector<int> output_stage(spec.num_tensors(), kNone);
+  std::pmr::vector<int> output_stage(spec.num_tensors(), kNone, &scratch);
   for (ir::ValueId v : unit.outputs) {
     const ir::TensorId t = unit.values[v].sub.tensor;
     if (t < 0 || t >= spec.num_tensors()) continue;
@@ -80,7 +66,7 @@ std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
     }
   }
   absl::flat_hash_set<ir::TensorId> spec_outputs(spec.outputs().begin(), spec.outputs().end());
-  std::vector<char> listed(nv, 0);
+  std::pmr::vector<char> listed(nv, 0, &scratch);
   for (ir::ValueId v : unit.outputs) listed[v] = 1;
   auto only_in = [&](ir::TensorId t, int stage) {
     return t >= 0 && t < spec.num_tensors() && output_stage[t] == stage;

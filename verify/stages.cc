@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
-#include <memory>
-#include <new>
+#include <memory_resource>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/types/span.h"
+#include "verify/scratch.h"
 
 namespace loom::verify {
 namespace {
@@ -73,40 +72,62 @@ struct Signature {
   }
 };
 
+// A rename table's entry: (stage + 1, code), zero for none.
+struct Entry {
+  int32_t stage;
+  int32_t code;
+};
+
 // Codes of ids in order of first appearance, one numbering per stage: an entry
 // counts only when its stamp is the stage's (no clearing between stages).
 class RenameTable {
  public:
-  // Entries are (stage + 1, code) pairs, zero for none: memory the allocator hands
-  // out zeroed is never touched where no id asks.
-  explicit RenameTable(size_t n)
-      : entries_(static_cast<Entry*>(std::calloc(n == 0 ? 1 : n, sizeof(Entry)))) {
-    if (entries_ == nullptr) throw std::bad_alloc();
-  }
+  RenameTable() = default;
+  explicit RenameTable(Entry* entries) : entries_(entries) {}
   // The id's code in `stage`, or -1 when it has none yet.
   int64_t Find(int64_t id, int stage) const {
-    const Entry& e = entries_.get()[id];
+    const Entry& e = entries_[id];
     return e.stage == stage + 1 ? e.code : -1;
   }
   void Set(int64_t id, int stage, int64_t code) {
-    entries_.get()[id] = Entry{stage + 1, static_cast<int32_t>(code)};
+    entries_[id] = Entry{stage + 1, static_cast<int32_t>(code)};
   }
 
  private:
-  struct Entry {
-    int32_t stage;
-    int32_t code;
-  };
-  struct Free {
-    void operator()(Entry* p) const { std::free(p); }
-  };
-  std::unique_ptr<Entry, Free> entries_;
+  Entry* entries_ = nullptr;
 };
 
-struct RenameTables {
+// The tables of values, logical ops and logical tensors, in scratch memory
+// (verify/scratch.h): a table is touched all over, stage by stage.
+class RenameTables {
+ public:
   RenameTables(const ir::Graph& spec, const ir::Plan& plan)
-      : values(plan.values.size()), ops(spec.num_ops()), tensors(spec.num_tensors()) {}
+      : RenameTables(plan.values.size(), static_cast<size_t>(spec.num_ops()),
+                     static_cast<size_t>(spec.num_tensors())) {}
   RenameTable values, ops, tensors;
+
+ private:
+  RenameTables(size_t nv, size_t no, size_t nt)
+      : scratch_((nv + no + nt + 1) * sizeof(Entry)),
+        region_(static_cast<Entry*>(
+            scratch_.AllocateZeroed((nv + no + nt + 1) * sizeof(Entry), alignof(Entry)))) {
+    values = RenameTable(region_);
+    ops = RenameTable(region_ + nv);
+    tensors = RenameTable(region_ + nv + no);
+  }
+  Scratch scratch_;
+  Entry* region_;
+};
+
+// Every item's input (or output) values, read once into one array: the passes
+// below and the stage encoding read them several times.
+struct FlatIds {
+  explicit FlatIds(std::pmr::memory_resource* memory) : begin(memory), ids(memory) {}
+  std::pmr::vector<int64_t> begin;  // item i's are ids[begin[i], begin[i + 1])
+  std::pmr::vector<ir::ValueId> ids;
+  absl::Span<const ir::ValueId> of(int64_t i) const {
+    return absl::Span<const ir::ValueId>(ids.data() + begin[i], begin[i + 1] - begin[i]);
+  }
 };
 
 // The values a value is compared with after the walk (its copies in the other
@@ -117,8 +138,9 @@ class Encoder {
  public:
   Encoder(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced,
           const ir::MicrobatchMap* mbmap, const std::vector<int>* share_group,
-          const std::vector<int>& item_stage, const std::vector<int64_t>& producer,
-          const Partners& partners, const std::vector<int>& listed,
+          const std::vector<int>& item_stage, absl::Span<const int64_t> producer,
+          const FlatIds& inputs, const FlatIds& outputs, const Partners& partners,
+          absl::Span<const int> listed,
           int stage, RenameTables& tables)
       : spec_(spec),
         plan_(plan),
@@ -127,6 +149,8 @@ class Encoder {
         share_group_(share_group),
         item_stage_(item_stage),
         producer_(producer),
+        inputs_(inputs),
+        outputs_(outputs),
         partners_(partners),
         listed_(listed),
         stage_(stage),
@@ -164,8 +188,8 @@ class Encoder {
         sig_->names.push_back(&name);
         Put(step);
       }
-      Values(t.inputs);
-      Values(t.outputs);
+      Values(inputs_.of(item));
+      Values(outputs_.of(item));
     } else if (item < nt + nc) {
       const ir::Collective& c = plan_.collectives[item - nt];
       Put(kCollectiveTag);
@@ -176,8 +200,8 @@ class Encoder {
       Put(c.microbatch);
       Put(c.spans_dp ? 1 : 0);
       Put(static_cast<int64_t>(c.devices.size()));
-      Values(c.inputs);
-      Values(c.outputs);
+      Values(inputs_.of(item));
+      Values(outputs_.of(item));
     } else {
       const Phantom& p = sliced_->phantoms[item - nt - nc];
       Put(kPhantomTag);
@@ -189,7 +213,7 @@ class Encoder {
     }
   }
 
-  void Values(const std::vector<ir::ValueId>& vs) {
+  void Values(absl::Span<const ir::ValueId> vs) {
     Put(static_cast<int64_t>(vs.size()));
     for (ir::ValueId v : vs) Put(Value(v));
   }
@@ -290,9 +314,11 @@ class Encoder {
   const ir::MicrobatchMap* mbmap_;
   const std::vector<int>* share_group_;
   const std::vector<int>& item_stage_;
-  const std::vector<int64_t>& producer_;
+  absl::Span<const int64_t> producer_;
+  const FlatIds& inputs_;
+  const FlatIds& outputs_;
   const Partners& partners_;
-  const std::vector<int>& listed_;
+  absl::Span<const int> listed_;
   const int stage_;
   RenameTables& tables_;
   std::vector<ir::ValueId> value_order_;
@@ -308,8 +334,8 @@ namespace {
 // Finds the opaque share groups of a plan (see StageOptions): values read across
 // stages that claim a share of a sum, grouped by tensor, box, micro-batch and
 // replication rule, where the group qualifies.
-int FindShareGroups(const ir::Plan& plan, const std::vector<int64_t>& producer,
-                    const std::vector<int>& item_stage, const std::vector<char>& crossing,
+int FindShareGroups(const ir::Plan& plan, absl::Span<const int64_t> producer,
+                    const std::vector<int>& item_stage, absl::Span<const char> crossing,
                     std::vector<int>& group_of) {
   const int64_t nv = static_cast<int64_t>(plan.values.size());
   group_of.assign(nv, -1);
@@ -379,42 +405,50 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   const int64_t nitems = nt + nc + np;
   const int64_t nv = static_cast<int64_t>(plan.values.size());
 
-  // The producing item of every value.
-  std::vector<int64_t> producer(nv, -1);
-  // Every item's inputs, read once into one array: the passes below read them
-  // several times.
-  std::vector<int64_t> input_begin(nitems + 1, 0);
-  std::vector<ir::ValueId> input_flat;
-  {
-    size_t total = 2 * static_cast<size_t>(np);
-    for (const ir::Task& t : plan.tasks) total += t.inputs.size();
-    for (const ir::Collective& c : plan.collectives) total += c.inputs.size();
-    input_flat.reserve(total);
+  // Every item's inputs and outputs, and the producing item of every value, in
+  // scratch memory with the passes' other per-item and per-value arrays.
+  size_t total_in = 2 * static_cast<size_t>(np), total_out = static_cast<size_t>(np);
+  for (const ir::Task& t : plan.tasks) {
+    total_in += t.inputs.size();
+    total_out += t.outputs.size();
   }
+  for (const ir::Collective& c : plan.collectives) {
+    total_in += c.inputs.size();
+    total_out += c.outputs.size();
+  }
+  constexpr size_t kSlack = 4096;  // per array, for alignment
+  Scratch scratch((total_in + total_out) * sizeof(ir::ValueId) +
+                  static_cast<size_t>(nitems + 1) * (2 * sizeof(int64_t) + sizeof(int)) +
+                  static_cast<size_t>(nv) * (sizeof(int64_t) + sizeof(int) + 3) +
+                  static_cast<size_t>(nc) * sizeof(int) + 10 * kSlack);
+  FlatIds inputs(&scratch), outputs(&scratch);
+  inputs.begin.assign(nitems + 1, 0);
+  outputs.begin.assign(nitems + 1, 0);
+  inputs.ids.reserve(total_in);
+  outputs.ids.reserve(total_out);
+  auto append = [](FlatIds& flat, const std::vector<ir::ValueId>& vs) {
+    flat.ids.insert(flat.ids.end(), vs.begin(), vs.end());
+  };
   for (int64_t i = 0; i < nitems; ++i) {
     if (i < nt) {
-      input_flat.insert(input_flat.end(), plan.tasks[i].inputs.begin(), plan.tasks[i].inputs.end());
+      append(inputs, plan.tasks[i].inputs);
+      append(outputs, plan.tasks[i].outputs);
     } else if (i < nt + nc) {
-      const std::vector<ir::ValueId>& in = plan.collectives[i - nt].inputs;
-      input_flat.insert(input_flat.end(), in.begin(), in.end());
+      append(inputs, plan.collectives[i - nt].inputs);
+      append(outputs, plan.collectives[i - nt].outputs);
     } else {
       const Phantom& p = sliced->phantoms[i - nt - nc];
-      input_flat.push_back(p.src0);
-      if (p.src1 != ir::kNoId) input_flat.push_back(p.src1);
+      inputs.ids.push_back(p.src0);
+      if (p.src1 != ir::kNoId) inputs.ids.push_back(p.src1);
+      outputs.ids.push_back(p.value);
     }
-    input_begin[i + 1] = static_cast<int64_t>(input_flat.size());
+    inputs.begin[i + 1] = static_cast<int64_t>(inputs.ids.size());
+    outputs.begin[i + 1] = static_cast<int64_t>(outputs.ids.size());
   }
-  auto inputs_of = [&](int64_t i, const std::vector<ir::ValueId>&) {
-    return absl::Span<const ir::ValueId>(input_flat.data() + input_begin[i],
-                                         input_begin[i + 1] - input_begin[i]);
-  };
-  for (int64_t i = 0; i < nt; ++i) {
-    for (ir::ValueId v : plan.tasks[i].outputs) producer[v] = i;
+  std::pmr::vector<int64_t> producer(nv, -1, &scratch);
+  for (int64_t i = 0; i < nitems; ++i) {
+    for (ir::ValueId v : outputs.of(i)) producer[v] = i;
   }
-  for (int64_t i = 0; i < nc; ++i) {
-    for (ir::ValueId v : plan.collectives[i].outputs) producer[v] = nt + i;
-  }
-  for (int64_t i = 0; i < np; ++i) producer[sliced->phantoms[i].value] = nt + nc + i;
 
   // The layer of every item. A task has its own. A collective whose outputs only
   // tasks of one layer read belongs to that layer (it brings that layer's inputs
@@ -423,17 +457,16 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   // collective that completes a layer's partial sums is cut with that layer), to
   // none otherwise.
   constexpr int kUnset = -2;
-  std::vector<int> layer(nitems, kUnset);
+  std::pmr::vector<int> layer(nitems, kUnset, &scratch);
   for (int64_t i = 0; i < nt; ++i) layer[i] = std::max(plan.tasks[i].info.layer, -1);
   // A transfer between pipeline stages goes with no layer: the layers on either
   // side of a pipeline cut then read and write alike.
   for (int64_t i = 0; i < nc; ++i) {
     if (plan.collectives[i].kind == ir::CollectiveKind::kSendRecv) layer[nt + i] = -1;
   }
-  std::vector<ir::ValueId> scratch;
   {
     constexpr int kMixed = -3;
-    std::vector<int> served(nc, kUnset);
+    std::pmr::vector<int> served(nc, kUnset, &scratch);
     auto read_by = [&](ir::ValueId v, int reader_layer) {
       const int64_t p = producer[v];
       if (p < nt || p >= nt + nc) return;
@@ -442,7 +475,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     };
     for (int64_t i = 0; i < nitems; ++i) {
       const int reader_layer = i < nt ? layer[i] : kMixed;
-      for (ir::ValueId v : inputs_of(i, scratch)) read_by(v, reader_layer);
+      for (ir::ValueId v : inputs.of(i)) read_by(v, reader_layer);
     }
     for (ir::ValueId v : plan.outputs) read_by(v, kMixed);
     if (sliced != nullptr) {
@@ -467,7 +500,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
       }
       int common = kUnset;
       bool waiting = false;
-      for (ir::ValueId v : inputs_of(i, scratch)) {
+      for (ir::ValueId v : inputs.of(i)) {
         const int64_t p = producer[v];
         if (p < 0) {
           common = -1;
@@ -506,7 +539,17 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
       last_stage = it->second;
     }
     item_stage[i] = last_stage;
-    out.stages[last_stage].items.push_back(i);
+  }
+  // Each stage's items, ascending, in one allocation per stage.
+  {
+    std::vector<int64_t> count(out.stages.size(), 0);
+    for (int64_t i = 0; i < nitems; ++i) {
+      if (item_stage[i] >= 0) ++count[item_stage[i]];
+    }
+    for (size_t k = 0; k < out.stages.size(); ++k) out.stages[k].items.reserve(count[k]);
+    for (int64_t i = 0; i < nitems; ++i) {
+      if (item_stage[i] >= 0) out.stages[item_stage[i]].items.push_back(i);
+    }
   }
   out.layers = static_cast<int64_t>(out.stages.size());
 
@@ -524,9 +567,9 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   };
   const std::vector<int>* share_group = options.share_group;
   if (options.find_shares) {
-    std::vector<char> crossing(nv, 0);
+    std::pmr::vector<char> crossing(nv, 0, &scratch);
     for (int64_t i = 0; i < nitems; ++i) {
-      for (ir::ValueId v : inputs_of(i, scratch)) {
+      for (ir::ValueId v : inputs.of(i)) {
         if (from_stage(v) != item_stage[i]) crossing[v] = 1;
       }
     }
@@ -538,7 +581,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   // it reads it as an opaque share.
   const bool factored = plan.is_factored();
   std::vector<bool> cut(out.stages.size(), true);
-  std::vector<bool> is_boundary_output(nv, false);
+  std::pmr::vector<char> is_boundary_output(nv, 0, &scratch);
   auto claims_whole = [&](ir::ValueId v) {
     const ir::PlanValue& pv = plan.values[v];
     const ir::ValuePart& part = pv.sub.part;
@@ -546,7 +589,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     if (part.IsFull()) return !(factored && pv.dp_share);
     return share_group != nullptr && (*share_group)[v] >= 0;
   };
-  std::vector<char> whole(nv, 2);  // claims_whole, once per value (2: not yet asked)
+  std::pmr::vector<char> whole(nv, 2, &scratch);  // claims_whole, once per value (2: not yet asked)
   auto claims_whole_once = [&](ir::ValueId v) {
     if (whole[v] == 2) whole[v] = claims_whole(v) ? 1 : 0;
     return whole[v] == 1;
@@ -558,7 +601,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     if (from >= 0) is_boundary_output[v] = true;
   };
   for (int64_t i = 0; i < nitems; ++i) {
-    for (ir::ValueId v : inputs_of(i, scratch)) outside_read(v, item_stage[i]);
+    for (ir::ValueId v : inputs.of(i)) outside_read(v, item_stage[i]);
   }
   for (ir::ValueId v : listed) outside_read(v, -1);
   for (ir::ValueId v = 0; v < nv; ++v) {
@@ -567,7 +610,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
 
   // Per value: its replica-check partners and how the final checks list it.
   Partners partners;
-  std::vector<int> listing(nv, 0);
+  std::pmr::vector<int> listing(nv, 0, &scratch);
   for (ir::ValueId v : plan.outputs) listing[v] |= 1;
   if (sliced != nullptr) {
     for (const auto& t : sliced->replica_checks) {
@@ -599,6 +642,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   // representative of the class the previous cut stage joined (alike layers
   // follow one another), then looked up among every class by hash.
   std::vector<Stage> kept;
+  std::vector<int> kept_index(out.stages.size(), -2);  // -2: not cut
   std::vector<Signature> reps;
   absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
   RenameTables tables(spec, plan);
@@ -606,10 +650,11 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   int last_class = -1;
   for (size_t s = 0; s < out.stages.size(); ++s) {
     if (!cut[s]) continue;
-    Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, partners, listing,
-            static_cast<int>(s), tables)
+    Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, inputs, outputs,
+            partners, listing, static_cast<int>(s), tables)
         .Encode(out.stages[s], sig);
     const int index = static_cast<int>(kept.size());
+    kept_index[s] = index;
     kept.push_back(std::move(out.stages[s]));
     if (last_class >= 0 && reps[last_class] == sig) {
       out.classes[last_class].push_back(index);
@@ -631,6 +676,13 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     }
     out.classes[cls].push_back(index);
     last_class = cls;
+  }
+  if (options.value_stages) {
+    out.value_stage.assign(nv, -1);
+    for (ir::ValueId v = 0; v < nv; ++v) {
+      const int64_t p = producer[v];
+      if (p >= 0 && item_stage[p] >= 0) out.value_stage[v] = kept_index[item_stage[p]];
+    }
   }
   out.stages = std::move(kept);
   return out;

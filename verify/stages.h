@@ -85,6 +85,8 @@ struct StageOptions {
   // cut, for the map their encoding needs (instead of `mbmap`). Null from it
   // leaves the classes empty and sets StagePartition::no_map.
   std::function<const ir::MicrobatchMap*()> await_mbmap;
+  // Fill StagePartition::value_stage.
+  bool value_stages = false;
 };
 
 struct StagePartition {
@@ -96,6 +98,9 @@ struct StagePartition {
   int num_share_groups = 0;
   // The stage index (Stage::index) of each item, -1 for none.
   std::vector<int> item_stage;
+  // With value_stages: the cut stage (index into `stages`) computing each value;
+  // -1 where no stage's item does, -2 where an uncut stage's does.
+  std::vector<int> value_stage;
   // await_mbmap gave no map: the stages are cut, not classed.
   bool no_map = false;
 };
