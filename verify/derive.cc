@@ -705,7 +705,6 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
     std::promise<const ir::MicrobatchMap*> built;
     std::shared_future<const ir::MicrobatchMap*> map = built.get_future().share();
     std::thread folder([&] {
-      if (!IdsInRange(spec, plan)) return;
       fold = FoldLayers(spec, plan, [&]() -> const ir::MicrobatchMap* {
         const ir::MicrobatchMap* m = map.get();
         return m != nullptr && ir::ValidateFactoring(plan, *m).ok() ? m : nullptr;

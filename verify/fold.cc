@@ -40,7 +40,7 @@ std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
   options.find_shares = true;
   options.value_stages = true;
   fold.unit = PartitionStages(spec, unit, options);
-  if (fold.unit.no_map) return std::nullopt;
+  if (fold.unit.no_map || fold.unit.ids_out_of_range) return std::nullopt;
   const StagePartition& parts = fold.unit;
   const int64_t nt = static_cast<int64_t>(unit.tasks.size());
   const int64_t nc = static_cast<int64_t>(unit.collectives.size());

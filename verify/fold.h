@@ -65,8 +65,10 @@ struct LayerFold {
 // that accepts the plan.
 LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::MicrobatchMap& mbmap);
 
-// The same, started before the spec's micro-batch map is built: it cuts the
-// stages, then calls `await_mbmap` for the map (null: no fold).
+// The same, started before the spec's micro-batch map is built, and on a plan
+// not yet checked at all: no fold where an id the plan names is out of range
+// (StagePartition::ids_out_of_range), else it cuts the stages, then calls
+// `await_mbmap` for the map (null: no fold).
 std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
                                     std::function<const ir::MicrobatchMap*()> await_mbmap);
 

@@ -405,23 +405,62 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   const int64_t nitems = nt + nc + np;
   const int64_t nv = static_cast<int64_t>(plan.values.size());
 
-  // Every item's inputs and outputs, and the producing item of every value, in
-  // scratch memory with the passes' other per-item and per-value arrays.
+  // The passes' per-item and per-value arrays are in scratch memory.
+  constexpr size_t kSlack = 4096;  // per array, for alignment
+  Scratch scratch(static_cast<size_t>(nitems) * sizeof(int) +
+                  static_cast<size_t>(nv) * (sizeof(int64_t) + sizeof(int) + 3) +
+                  static_cast<size_t>(nc) * sizeof(int) + 8 * kSlack);
+
+  // One pass over the items' own records: their ids checked, their inputs and
+  // outputs counted, the tasks' layers read.
+  constexpr int kUnset = -2;
+  std::pmr::vector<int> layer(nitems, kUnset, &scratch);
+  const ir::OpId num_ops = spec.num_ops();
+  auto in_range = [nv](ir::ValueId v) { return v >= 0 && v < nv; };
+  auto all_in_range = [&](const std::vector<ir::ValueId>& vs) {
+    return std::all_of(vs.begin(), vs.end(), in_range);
+  };
+  bool ids_ok = all_in_range(plan.outputs);
   size_t total_in = 2 * static_cast<size_t>(np), total_out = static_cast<size_t>(np);
-  for (const ir::Task& t : plan.tasks) {
+  for (int64_t i = 0; i < nt; ++i) {
+    const ir::Task& t = plan.tasks[i];
+    ids_ok = ids_ok && t.op >= ir::kNoId && t.op < num_ops && all_in_range(t.inputs) &&
+             all_in_range(t.outputs);
     total_in += t.inputs.size();
     total_out += t.outputs.size();
+    layer[i] = std::max(t.info.layer, -1);
   }
-  for (const ir::Collective& c : plan.collectives) {
+  for (int64_t i = 0; i < nc; ++i) {
+    const ir::Collective& c = plan.collectives[i];
+    ids_ok = ids_ok && all_in_range(c.inputs) && all_in_range(c.outputs);
     total_in += c.inputs.size();
     total_out += c.outputs.size();
+    // A transfer between pipeline stages goes with no layer: the layers on either
+    // side of a pipeline cut then read and write alike.
+    if (c.kind == ir::CollectiveKind::kSendRecv) layer[nt + i] = -1;
   }
-  constexpr size_t kSlack = 4096;  // per array, for alignment
-  Scratch scratch((total_in + total_out) * sizeof(ir::ValueId) +
-                  static_cast<size_t>(nitems + 1) * (2 * sizeof(int64_t) + sizeof(int)) +
-                  static_cast<size_t>(nv) * (sizeof(int64_t) + sizeof(int) + 3) +
-                  static_cast<size_t>(nc) * sizeof(int) + 10 * kSlack);
-  FlatIds inputs(&scratch), outputs(&scratch);
+  if (sliced != nullptr) {
+    for (const Phantom& p : sliced->phantoms) {
+      ids_ok = ids_ok && in_range(p.src0) && (p.src1 == ir::kNoId || in_range(p.src1)) &&
+               in_range(p.value);
+    }
+    for (const auto& [a, b] : sliced->same_in_every_replica) {
+      ids_ok = ids_ok && in_range(a) && in_range(b);
+    }
+    for (const auto& t : sliced->replica_checks) {
+      ids_ok = ids_ok && in_range(t.r0) && in_range(t.r1) && in_range(t.last);
+    }
+  }
+  if (!ids_ok) {
+    StagePartition bad;
+    bad.ids_out_of_range = true;
+    return bad;
+  }
+
+  // Every item's inputs and outputs, and the producing item of every value.
+  Scratch flat_scratch((total_in + total_out) * sizeof(ir::ValueId) +
+                       2 * static_cast<size_t>(nitems + 1) * sizeof(int64_t) + 4 * kSlack);
+  FlatIds inputs(&flat_scratch), outputs(&flat_scratch);
   inputs.begin.assign(nitems + 1, 0);
   outputs.begin.assign(nitems + 1, 0);
   inputs.ids.reserve(total_in);
@@ -450,20 +489,12 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     for (ir::ValueId v : outputs.of(i)) producer[v] = i;
   }
 
-  // The layer of every item. A task has its own. A collective whose outputs only
+  // The layer of every item. A task has its own (read above). A collective whose outputs only
   // tasks of one layer read belongs to that layer (it brings that layer's inputs
   // into the layout they need, wherever they came from); any other collective, and
   // a phantom, belongs to the layer whose items compute all it reads (so the
   // collective that completes a layer's partial sums is cut with that layer), to
   // none otherwise.
-  constexpr int kUnset = -2;
-  std::pmr::vector<int> layer(nitems, kUnset, &scratch);
-  for (int64_t i = 0; i < nt; ++i) layer[i] = std::max(plan.tasks[i].info.layer, -1);
-  // A transfer between pipeline stages goes with no layer: the layers on either
-  // side of a pipeline cut then read and write alike.
-  for (int64_t i = 0; i < nc; ++i) {
-    if (plan.collectives[i].kind == ir::CollectiveKind::kSendRecv) layer[nt + i] = -1;
-  }
   {
     constexpr int kMixed = -3;
     std::pmr::vector<int> served(nc, kUnset, &scratch);

@@ -103,6 +103,9 @@ struct StagePartition {
   std::vector<int> value_stage;
   // await_mbmap gave no map: the stages are cut, not classed.
   bool no_map = false;
+  // An id the plan names (a value of an item or of the outputs, a task's op) is
+  // out of range: nothing else is filled.
+  bool ids_out_of_range = false;
 };
 
 // The cut stages of `plan` and their classes. A factored plan's unit is encoded

@@ -5,7 +5,9 @@
 
 #include "verify/fold.h"
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -139,6 +141,48 @@ TEST(FoldChecksTest, TypeErrorInOneOfManyAlikeLayersIsRefused) {
     auto d = DeriveLineage(spec, *plan, options);
     ASSERT_FALSE(d.ok()) << threads;
     EXPECT_EQ(d.status().message(), full.message()) << threads;
+  }
+}
+
+// The fold starts before the plan is checked: where an id the plan names is out
+// of range it folds nothing, and the derivation refuses the plan with the
+// checks' error instead of reading past an array.
+TEST(FoldIdsTest, IdsOutOfRangeFoldNothingAndTheChecksSayWhere) {
+  const ir::Graph spec = TinyStep("llama3-8b", 2, 6, 4);
+  transform::Strategy s = Make(2, 2, 2, 2);
+  s.factored = true;
+  auto plan = transform::Parallelize(spec, s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const ir::ValueId nv = static_cast<ir::ValueId>(plan->values.size());
+  auto mbmap = ir::MicrobatchMap::Build(spec);
+  ASSERT_TRUE(mbmap.ok());
+  auto await = [&]() -> const ir::MicrobatchMap* { return &*mbmap; };
+  ASSERT_TRUE(FoldLayers(spec, *plan, await).has_value());
+
+  struct Mutation {
+    std::string name;
+    std::function<void(ir::Plan&)> apply;
+    std::string expected;  // in the error
+  };
+  const std::vector<Mutation> mutations = {
+      {"task input", [&](ir::Plan& p) { p.tasks[p.tasks.size() / 2].inputs[0] = nv + 5; },
+       absl::StrCat(nv + 5)},
+      {"collective output",
+       [&](ir::Plan& p) { p.collectives[p.collectives.size() / 2].outputs[0] = -3; }, "-3"},
+      {"task op", [&](ir::Plan& p) { p.tasks[1].op = spec.num_ops() + 7; },
+       absl::StrCat(spec.num_ops() + 7)},
+      {"plan output", [&](ir::Plan& p) { p.outputs.back() = nv; }, absl::StrCat(nv)},
+  };
+  for (const Mutation& m : mutations) {
+    SCOPED_TRACE(m.name);
+    ir::Plan bad = *plan;
+    m.apply(bad);
+    EXPECT_FALSE(FoldLayers(spec, bad, await).has_value());
+    DeriveOptions options;
+    options.threads = 2;
+    auto d = DeriveLineage(spec, bad, options);
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.status().message().find(m.expected), std::string::npos) << d.status();
   }
 }
 
