@@ -725,9 +725,16 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
       if (fold.has_value() && symmetric) {
         implied.tasks = &fold->skip_tasks;
         implied.collectives = &fold->skip_collectives;
+        // Every value a left-out stage names (computes or reads) has the claim,
+        // type and tensor type of the value in the same place of its
+        // representative, which is checked: those a representative names are not
+        // left out.
         left_out_values.assign(plan.values.size(), 0);
-        for (size_t v = 0; v < fold->value_member.size(); ++v) {
-          left_out_values[v] = fold->value_member[v] >= 0;
+        for (const LayerFold::Member& m : fold->members) {
+          for (ir::ValueId v : fold->unit.stages[m.stage].values) left_out_values[v] = 1;
+        }
+        for (int r : fold->reps) {
+          for (ir::ValueId v : fold->unit.stages[r].values) left_out_values[v] = 0;
         }
         implied.values = &left_out_values;
       }

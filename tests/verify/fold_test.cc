@@ -144,6 +144,52 @@ TEST(FoldChecksTest, TypeErrorInOneOfManyAlikeLayersIsRefused) {
   }
 }
 
+// The same for a value a layer only reads: a weight of layer 5 whose box lies
+// past its tensor. The values left-out layers read are left out of the type
+// checks too (each has the type of the representative's value in its place),
+// so the bad one must make its layer unlike the others.
+TEST(FoldChecksTest, BadBoxOfAWeightOneLayerReadsIsRefused) {
+  ir::Graph spec = TinyStep("llama3-8b", 2, 8, 4);
+  transform::Strategy s = Make(2, 2, 1, 2);
+  s.factored = true;
+  auto plan = transform::Parallelize(spec, s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(DeriveLineage(spec, *plan).ok());
+  // A value no task computes, read by a layer-5 task: a weight's piece.
+  std::vector<char> computed(plan->values.size(), 0);
+  for (const ir::Task& t : plan->tasks) {
+    for (ir::ValueId v : t.outputs) computed[v] = 1;
+  }
+  for (const ir::Collective& c : plan->collectives) {
+    for (ir::ValueId v : c.outputs) computed[v] = 1;
+  }
+  bool mutated = false;
+  for (const ir::Task& t : plan->tasks) {
+    if (t.info.layer != 5 || t.kind != ir::OpKind::kLinear) continue;
+    for (ir::ValueId v : t.inputs) {
+      if (computed[v] || spec.tensor(plan->values[v].sub.tensor).role != ir::TensorRole::kParameter) {
+        continue;
+      }
+      ir::Box& box = plan->values[v].sub.box;
+      box.back().begin += 1;
+      box.back().end += 1;
+      mutated = true;
+      break;
+    }
+    if (mutated) break;
+  }
+  ASSERT_TRUE(mutated);
+  const absl::Status full = ir::ValidatePlan(spec, *plan);
+  ASSERT_FALSE(full.ok());
+  for (int threads : {1, 2}) {
+    DeriveOptions options;
+    options.threads = threads;
+    auto d = DeriveLineage(spec, *plan, options);
+    ASSERT_FALSE(d.ok()) << threads;
+    EXPECT_EQ(d.status().message(), full.message()) << threads;
+  }
+}
+
 // The fold starts before the plan is checked: where an id the plan names is out
 // of range it folds nothing, and the derivation refuses the plan with the
 // checks' error instead of reading past an array.
