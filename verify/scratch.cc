@@ -14,7 +14,9 @@ constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
 Scratch::Scratch(size_t bytes) {
-  if (bytes == 0) return;
+  // Less than this is not worth a region of its own (nor a huge page's zeroing).
+  constexpr size_t kSmall = size_t{1} << 20;
+  if (bytes < kSmall) return;
   const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return;  // everything from the default resource

@@ -14,7 +14,8 @@ namespace loom::verify {
 
 class Scratch : public std::pmr::memory_resource {
  public:
-  // Room for about `bytes`; what does not fit comes from the default resource.
+  // Room for about `bytes`; what does not fit comes from the default resource,
+  // as everything does where `bytes` is small (under 1 MiB).
   explicit Scratch(size_t bytes);
   ~Scratch() override;
   Scratch(const Scratch&) = delete;

@@ -24,7 +24,7 @@ bool AllZero(const void* p, size_t bytes) {
 }
 
 TEST(ScratchTest, BlocksAreAlignedAndDisjoint) {
-  Scratch scratch(1 << 16);
+  Scratch scratch(4 << 20);
   char* a = static_cast<char*>(scratch.allocate(3, 1));
   auto* b = static_cast<int64_t*>(scratch.allocate(5 * sizeof(int64_t), alignof(int64_t)));
   char* c = static_cast<char*>(scratch.allocate(100, 64));
@@ -42,7 +42,7 @@ TEST(ScratchTest, BlocksAreAlignedAndDisjoint) {
 }
 
 TEST(ScratchTest, ZeroedMemoryIsZeroAfterReuse) {
-  Scratch scratch(1 << 16);
+  Scratch scratch(4 << 20);
   void* first = scratch.allocate(4096, 8);
   std::memset(first, 0xff, 4096);
   // The last block given back is handed out again.
@@ -53,20 +53,20 @@ TEST(ScratchTest, ZeroedMemoryIsZeroAfterReuse) {
 }
 
 TEST(ScratchTest, VectorsGrowPastTheRegion) {
-  Scratch scratch(256);
+  Scratch scratch(1 << 20);  // a 2 MiB region
   std::pmr::vector<int64_t> small(&scratch), large(&scratch);
   small.assign(8, 7);
-  large.resize(100000);
+  large.resize(1 << 20);  // 8 MiB
   std::iota(large.begin(), large.end(), 0);
-  EXPECT_EQ(large[99999], 99999);
+  EXPECT_EQ(large[(1 << 20) - 1], (1 << 20) - 1);
   EXPECT_EQ(small[7], 7);
   void* zeros = scratch.AllocateZeroed(1 << 20, 16);
   EXPECT_TRUE(AllZero(zeros, 1 << 20));
   scratch.deallocate(zeros, 1 << 20, 16);
 }
 
-TEST(ScratchTest, EmptyScratchUsesTheDefaultResource) {
-  Scratch scratch(0);
+TEST(ScratchTest, SmallScratchUsesTheDefaultResource) {
+  Scratch scratch(1000);
   std::pmr::vector<int> v(1000, 3, &scratch);
   EXPECT_EQ(v[999], 3);
   void* zeros = scratch.AllocateZeroed(4096, 8);
