@@ -704,11 +704,16 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
   if (options.fast && plan.is_factored() && threads >= 2) {
     std::promise<const ir::MicrobatchMap*> built;
     std::shared_future<const ir::MicrobatchMap*> map = built.get_future().share();
+    EncodeHelp help;  // this thread, once its checks are done
     std::thread folder([&] {
-      fold = FoldLayers(spec, plan, [&]() -> const ir::MicrobatchMap* {
-        const ir::MicrobatchMap* m = map.get();
-        return m != nullptr && ir::ValidateFactoring(plan, *m).ok() ? m : nullptr;
-      });
+      fold = FoldLayers(
+          spec, plan,
+          [&]() -> const ir::MicrobatchMap* {
+            const ir::MicrobatchMap* m = map.get();
+            return m != nullptr && ir::ValidateFactoring(plan, *m).ok() ? m : nullptr;
+          },
+          &help);
+      help.Close();
     });
     // The spec's micro-batch map, built once for the checks and the slice.
     mbmap = ir::MicrobatchMap::Build(spec);
@@ -717,6 +722,7 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
         mbmap.ok() ? ir::ValidatePlanStructure(spec, plan, *mbmap) : ir::ValidatePlan(spec, plan);
     if (valid.ok() && mbmap.ok()) symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
     times.validate = clock.Lap();
+    help.Help();
     folder.join();
     times.fold = clock.Lap();
     if (valid.ok() && mbmap.ok()) {

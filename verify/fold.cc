@@ -33,12 +33,14 @@ LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::Micr
 }
 
 std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
-                                    std::function<const ir::MicrobatchMap*()> await_mbmap) {
+                                    std::function<const ir::MicrobatchMap*()> await_mbmap,
+                                    EncodeHelp* help) {
   LayerFold fold;
   StageOptions options;
   options.await_mbmap = std::move(await_mbmap);
   options.find_shares = true;
   options.value_stages = true;
+  options.help = help;
   fold.unit = PartitionStages(spec, unit, options);
   if (fold.unit.no_map || fold.unit.ids_out_of_range) return std::nullopt;
   const StagePartition& parts = fold.unit;

@@ -68,9 +68,11 @@ LayerFold FoldLayers(const ir::Graph& spec, const ir::Plan& unit, const ir::Micr
 // The same, started before the spec's micro-batch map is built, and on a plan
 // not yet checked at all: no fold where an id the plan names is out of range
 // (StagePartition::ids_out_of_range), else it cuts the stages, then calls
-// `await_mbmap` for the map (null: no fold).
+// `await_mbmap` for the map (null: no fold); `help`, where given, may take part
+// in the stage encoding (verify/stages.h; the caller closes it).
 std::optional<LayerFold> FoldLayers(const ir::Graph& spec, const ir::Plan& unit,
-                                    std::function<const ir::MicrobatchMap*()> await_mbmap);
+                                    std::function<const ir::MicrobatchMap*()> await_mbmap,
+                                    EncodeHelp* help = nullptr);
 
 // Whether every value id the plan's tasks, collectives and outputs name and every
 // op id its tasks name are in range.

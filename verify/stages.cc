@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory_resource>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -669,45 +670,87 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     }
   }
 
-  // Classes of alike cut stages. A stage's signature is first compared with the
-  // representative of the class the previous cut stage joined (alike layers
-  // follow one another), then looked up among every class by hash.
-  std::vector<Stage> kept;
+  // Classes of alike cut stages: stages whose signatures are equal. This thread
+  // takes the cut stages from the front, a helping one (options.help) from the
+  // back, each with its own rename tables and classes; a stage's signature is
+  // first compared with the representative of the class that worker's previous
+  // stage joined (alike layers follow one another), then looked up among the
+  // worker's classes by hash. Equality of signatures is an equivalence, so the
+  // merged classes are the same whoever encoded what; they are ordered by their
+  // first stage.
+  std::vector<int> cut_list;  // kept index -> stage
   std::vector<int> kept_index(out.stages.size(), -2);  // -2: not cut
-  std::vector<Signature> reps;
-  absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
-  RenameTables tables(spec, plan);
-  Signature sig;  // written stage by stage into the same buffers
-  int last_class = -1;
   for (size_t s = 0; s < out.stages.size(); ++s) {
     if (!cut[s]) continue;
-    Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, inputs, outputs,
-            partners, listing, static_cast<int>(s), tables)
-        .Encode(out.stages[s], sig);
-    const int index = static_cast<int>(kept.size());
-    kept_index[s] = index;
-    kept.push_back(std::move(out.stages[s]));
-    if (last_class >= 0 && reps[last_class] == sig) {
-      out.classes[last_class].push_back(index);
-      continue;
-    }
-    const size_t h = sig.Hash();
-    int cls = -1;
-    for (int c : by_hash[h]) {
-      if (reps[c] == sig) {
-        cls = c;
-        break;
-      }
-    }
-    if (cls < 0) {
-      cls = static_cast<int>(out.classes.size());
-      out.classes.emplace_back();
-      reps.push_back(sig);
-      by_hash[h].push_back(cls);
-    }
-    out.classes[cls].push_back(index);
-    last_class = cls;
+    kept_index[s] = static_cast<int>(cut_list.size());
+    cut_list.push_back(static_cast<int>(s));
   }
+  struct Classes {
+    std::vector<Signature> reps;
+    std::vector<std::vector<int>> members;                  // kept indices
+    absl::flat_hash_map<size_t, std::vector<int>> by_hash;  // hash -> classes
+
+    // Adds `sig` (of kept stage `k`) to its class, trying `last` first; returns
+    // the class.
+    int Add(const Signature& sig, int k, int last) {
+      if (last >= 0 && reps[last] == sig) {
+        members[last].push_back(k);
+        return last;
+      }
+      std::vector<int>& bucket = by_hash[sig.Hash()];
+      for (int c : bucket) {
+        if (reps[c] == sig) {
+          members[c].push_back(k);
+          return c;
+        }
+      }
+      const int c = static_cast<int>(members.size());
+      reps.push_back(sig);
+      members.push_back({k});
+      bucket.push_back(c);
+      return c;
+    }
+  };
+  std::mutex claim;
+  int front = 0, back = static_cast<int>(cut_list.size());  // kept stages not taken yet
+  auto work = [&](Classes& classes, bool from_back) {
+    RenameTables tables(spec, plan);
+    Signature sig;  // written stage by stage into the same buffers
+    int last = -1;
+    for (;;) {
+      int k;
+      {
+        std::lock_guard<std::mutex> lock(claim);
+        if (front >= back) return;
+        k = from_back ? --back : front++;
+      }
+      const int s = cut_list[k];
+      Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, inputs, outputs,
+              partners, listing, s, tables)
+          .Encode(out.stages[s], sig);
+      last = classes.Add(sig, k, last);
+    }
+  };
+  Classes mine[2];
+  if (options.help != nullptr) {
+    options.help->Offer([&] { work(mine[1], /*from_back=*/true); });
+  }
+  work(mine[0], /*from_back=*/false);
+  if (options.help != nullptr) options.help->Withdraw();
+  Classes merged;
+  for (Classes& c : mine) {
+    for (size_t i = 0; i < c.members.size(); ++i) {
+      const int into = merged.Add(c.reps[i], c.members[i][0], -1);
+      std::vector<int>& members = merged.members[into];
+      members.insert(members.end(), c.members[i].begin() + 1, c.members[i].end());
+    }
+  }
+  for (std::vector<int>& members : merged.members) std::sort(members.begin(), members.end());
+  std::sort(merged.members.begin(), merged.members.end());
+  out.classes = std::move(merged.members);
+  std::vector<Stage> kept;
+  kept.reserve(cut_list.size());
+  for (int s : cut_list) kept.push_back(std::move(out.stages[s]));
   if (options.value_stages) {
     out.value_stage.assign(nv, -1);
     for (ir::ValueId v = 0; v < nv; ++v) {
@@ -717,6 +760,42 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   }
   out.stages = std::move(kept);
   return out;
+}
+
+void EncodeHelp::Help() {
+  std::function<void()> job;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return job_ != nullptr || closed_; });
+    if (job_ == nullptr) return;
+    job = std::move(job_);
+    job_ = nullptr;
+    running_ = true;
+  }
+  job();
+  std::lock_guard<std::mutex> lock(mutex_);
+  running_ = false;
+  changed_.notify_all();
+}
+
+void EncodeHelp::Close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
+  job_ = nullptr;
+  changed_.notify_all();
+}
+
+void EncodeHelp::Offer(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_) return;
+  job_ = std::move(job);
+  changed_.notify_all();
+}
+
+void EncodeHelp::Withdraw() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  job_ = nullptr;
+  changed_.wait(lock, [&] { return !running_; });
 }
 
 }  // namespace loom::verify

@@ -35,8 +35,10 @@
 // Alike-ness is decided on the full item lists (a hash only buckets them), never
 // on a hash alone.
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <vector>
 
 #include "ir/graph.h"
@@ -71,6 +73,29 @@ struct Stage {
 // disjoint and the distinct parts make up the whole. Where the group is
 // produced, the derivation checks that what its members hold adds up to the
 // complete value (verify/derive.h); readers see only the shares.
+// Another thread's help with encoding the stages (PartitionStages). The stage
+// cutting offers the encoding once it starts; a thread with nothing else to do
+// calls Help, which encodes stages from the back of the list until none is left,
+// or returns at once when the offer is over or will never come (Close, which the
+// offering side must call however it ends).
+class EncodeHelp {
+ public:
+  void Help();
+  void Close();
+
+  // For PartitionStages: offers `job` (run at most once, by the helping thread);
+  // Withdraw ends the offer and waits for a job that started to finish.
+  void Offer(std::function<void()> job);
+  void Withdraw();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::function<void()> job_;
+  bool closed_ = false;
+  bool running_ = false;
+};
+
 struct StageOptions {
   // The plan is this slice's (verify/factored.h).
   const SlicedPlan* sliced = nullptr;
@@ -87,6 +112,8 @@ struct StageOptions {
   std::function<const ir::MicrobatchMap*()> await_mbmap;
   // Fill StagePartition::value_stage.
   bool value_stages = false;
+  // A thread that helps encode the stages (not closed here).
+  EncodeHelp* help = nullptr;
 };
 
 struct StagePartition {

@@ -3,8 +3,11 @@
 
 #include "verify/stages.h"
 
+#include <atomic>
+#include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -128,10 +131,71 @@ TEST_P(StagesTest, SameBugInEveryLayerIsFoundInEach) {
   EXPECT_EQ(FailingLayers(*d, bad), std::set<int>({0, 1, 2, 3}));
 }
 
+// A helping thread takes stages from the back: the classes, and every stage's
+// renaming, are those one thread finds.
+TEST_P(StagesTest, HelpedPartitionIsTheSame) {
+  auto expanded = ir::ExpandPlan(spec_, plan_);
+  ASSERT_TRUE(expanded.ok());
+  StageOptions options;
+  options.find_shares = true;
+  const StagePartition alone = PartitionStages(spec_, *expanded, options);
+  for (int run = 0; run < 5; ++run) {
+    EncodeHelp help;
+    std::thread helper([&] { help.Help(); });
+    options.help = &help;
+    const StagePartition helped = PartitionStages(spec_, *expanded, options);
+    help.Close();
+    helper.join();
+    EXPECT_EQ(helped.classes, alone.classes);
+    ASSERT_EQ(helped.stages.size(), alone.stages.size());
+    for (size_t k = 0; k < alone.stages.size(); ++k) {
+      EXPECT_EQ(helped.stages[k].items, alone.stages[k].items);
+      EXPECT_EQ(helped.stages[k].values, alone.stages[k].values);
+      EXPECT_EQ(helped.stages[k].ops, alone.stages[k].ops);
+      EXPECT_EQ(helped.stages[k].tensors, alone.stages[k].tensors);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Plans, StagesTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? std::string("factored") : std::string("explicit");
                          });
+
+// The helper returns once the offer is closed, whether or not one came; a job
+// offered runs once, and withdrawing waits for it.
+TEST(EncodeHelpTest, HelpReturnsWhenClosedAndRunsAnOfferOnce) {
+  {
+    EncodeHelp help;
+    help.Close();
+    help.Help();  // returns: closed, nothing offered
+    int runs = 0;
+    help.Offer([&] { ++runs; });  // after Close: ignored
+    help.Help();
+    EXPECT_EQ(runs, 0);
+  }
+  {
+    EncodeHelp help;
+    std::atomic<int> runs{0};
+    std::thread helper([&] { help.Help(); });
+    help.Offer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ++runs;
+    });
+    // Wait until the helper has taken the job or the test would race Withdraw.
+    while (runs.load() == 0) {
+      help.Withdraw();  // waits for a running job; returns at once when not taken
+      if (runs.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (runs.load() == 0) help.Offer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ++runs;
+      });
+    }
+    help.Close();
+    helper.join();
+    EXPECT_EQ(runs.load(), 1);
+  }
+}
 
 }  // namespace
 }  // namespace loom::verify
