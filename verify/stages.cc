@@ -10,327 +10,19 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
-#include "absl/hash/hash.h"
 #include "absl/types/span.h"
 #include "verify/scratch.h"
+#include "verify/stage_encoding.h"
 
 namespace loom::verify {
 namespace {
-// Codes that open each kind of entry, so that entries of different kinds never
-// read alike.
-enum Tag : int64_t {
-  kTaskTag = -1001,
-  kCollectiveTag = -1002,
-  kPhantomTag = -1003,
-  kNewValue = -1004,
-  kNewOp = -1005,
-  kNewTensor = -1006,
-  kCopyOf = -1007,
-  kNone = -1008,
-};
 
-// A stage's items written out with every id renamed to its order of first
-// appearance. Attribute maps and shapes are compared as objects.
-struct Signature {
-  std::vector<int64_t> codes;
-  std::vector<const ir::AttrMap*> attrs;
-  std::vector<const ir::Shape*> shapes;
-  std::vector<const std::string*> names;  // attribute names (replica steps)
-
-  void Clear() {
-    codes.clear();
-    attrs.clear();
-    shapes.clear();
-    names.clear();
-  }
-
-  // Buckets only (alike-ness is decided by operator==): the sizes and the codes'
-  // two ends.
-  size_t Hash() const {
-    constexpr size_t kEnds = 64;
-    const size_t n = codes.size();
-    const absl::Span<const int64_t> all(codes);
-    return absl::HashOf(n, attrs.size(), shapes.size(), names.size(),
-                        all.subspan(0, std::min(n, kEnds)),
-                        all.subspan(n - std::min(n, kEnds)));
-  }
-  bool operator==(const Signature& o) const {
-    if (codes != o.codes || attrs.size() != o.attrs.size() || shapes.size() != o.shapes.size() ||
-        names.size() != o.names.size()) {
-      return false;
-    }
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (*names[i] != *o.names[i]) return false;
-    }
-    for (size_t i = 0; i < attrs.size(); ++i) {
-      if (!(*attrs[i] == *o.attrs[i])) return false;
-    }
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      if (!(*shapes[i] == *o.shapes[i])) return false;
-    }
-    return true;
-  }
-};
-
-// A rename table's entry: (stage + 1, code), zero for none.
-struct Entry {
-  int32_t stage;
-  int32_t code;
-};
-
-// Codes of ids in order of first appearance, one numbering per stage: an entry
-// counts only when its stamp is the stage's (no clearing between stages).
-class RenameTable {
- public:
-  RenameTable() = default;
-  explicit RenameTable(Entry* entries) : entries_(entries) {}
-  // The id's code in `stage`, or -1 when it has none yet.
-  int64_t Find(int64_t id, int stage) const {
-    const Entry& e = entries_[id];
-    return e.stage == stage + 1 ? e.code : -1;
-  }
-  void Set(int64_t id, int stage, int64_t code) {
-    entries_[id] = Entry{stage + 1, static_cast<int32_t>(code)};
-  }
-
- private:
-  Entry* entries_ = nullptr;
-};
-
-// The tables of values, logical ops and logical tensors, in scratch memory
-// (verify/scratch.h): a table is touched all over, stage by stage.
-class RenameTables {
- public:
-  RenameTables(const ir::Graph& spec, const ir::Plan& plan)
-      : RenameTables(plan.values.size(), static_cast<size_t>(spec.num_ops()),
-                     static_cast<size_t>(spec.num_tensors())) {}
-  RenameTable values, ops, tensors;
-
- private:
-  RenameTables(size_t nv, size_t no, size_t nt)
-      : scratch_((nv + no + nt + 1) * sizeof(Entry)),
-        region_(static_cast<Entry*>(
-            scratch_.AllocateZeroed((nv + no + nt + 1) * sizeof(Entry), alignof(Entry)))) {
-    values = RenameTable(region_);
-    ops = RenameTable(region_ + nv);
-    tensors = RenameTable(region_ + nv + no);
-  }
-  Scratch scratch_;
-  Entry* region_;
-};
-
-// Every item's input (or output) values, read once into one array: the passes
-// below and the stage encoding read them several times.
-struct FlatIds {
-  explicit FlatIds(std::pmr::memory_resource* memory) : begin(memory), ids(memory) {}
-  std::pmr::vector<int64_t> begin;  // item i's are ids[begin[i], begin[i + 1])
-  std::pmr::vector<ir::ValueId> ids;
-  absl::Span<const ir::ValueId> of(int64_t i) const {
-    return absl::Span<const ir::ValueId>(ids.data() + begin[i], begin[i + 1] - begin[i]);
-  }
-};
-
-// The values a value is compared with after the walk (its copies in the other
-// derived replicas), for the values of a slice that have any.
-using Partners = absl::flat_hash_map<ir::ValueId, absl::InlinedVector<ir::ValueId, 3>>;
-
-class Encoder {
- public:
-  Encoder(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced,
-          const ir::MicrobatchMap* mbmap, const std::vector<int>* share_group,
-          const std::vector<int>& item_stage, absl::Span<const int64_t> producer,
-          const FlatIds& inputs, const FlatIds& outputs, const Partners& partners,
-          absl::Span<const int> listed,
-          int stage, RenameTables& tables)
-      : spec_(spec),
-        plan_(plan),
-        sliced_(sliced),
-        mbmap_(mbmap),
-        share_group_(share_group),
-        item_stage_(item_stage),
-        producer_(producer),
-        inputs_(inputs),
-        outputs_(outputs),
-        partners_(partners),
-        listed_(listed),
-        stage_(stage),
-        tables_(tables) {}
-
-  // Writes the stage's signature into `sig` (cleared first; its buffers are
-  // reused from stage to stage) and gives the stage its renaming.
-  void Encode(Stage& stage, Signature& sig) {
-    sig.Clear();
-    sig_ = &sig;
-    for (int64_t i : stage.items) Item(i);
-    stage.values = std::move(value_order_);
-    stage.ops = std::move(op_order_);
-    stage.tensors = std::move(tensor_order_);
-  }
-
- private:
-  void Put(int64_t x) { sig_->codes.push_back(x); }
-
-  void Item(int64_t item) {
-    const int64_t nt = static_cast<int64_t>(plan_.tasks.size());
-    const int64_t nc = static_cast<int64_t>(plan_.collectives.size());
-    if (item < nt) {
-      const ir::Task& t = plan_.tasks[item];
-      Put(kTaskTag);
-      Put(static_cast<int64_t>(t.kind));
-      Put(t.op == ir::kNoId ? kNone : Op(t.op));
-      sig_->attrs.push_back(&t.attrs);
-      Put(static_cast<int64_t>(t.info.phase));
-      Put(t.info.microbatch);
-      // Replication rules of a factored plan's unit.
-      Put(static_cast<int64_t>(t.dp_attr_steps.size()));
-      for (const auto& [name, step] : t.dp_attr_steps) {
-        Put(static_cast<int64_t>(std::hash<std::string>()(name)));
-        sig_->names.push_back(&name);
-        Put(step);
-      }
-      Values(inputs_.of(item));
-      Values(outputs_.of(item));
-    } else if (item < nt + nc) {
-      const ir::Collective& c = plan_.collectives[item - nt];
-      Put(kCollectiveTag);
-      Put(static_cast<int64_t>(c.kind));
-      Put(static_cast<int64_t>(c.reduce));
-      Put(c.dim);
-      Put(c.dim2);
-      Put(c.microbatch);
-      Put(c.spans_dp ? 1 : 0);
-      Put(static_cast<int64_t>(c.devices.size()));
-      Values(inputs_.of(item));
-      Values(outputs_.of(item));
-    } else {
-      const Phantom& p = sliced_->phantoms[item - nt - nc];
-      Put(kPhantomTag);
-      Put(p.microbatch);
-      Put(p.replica);
-      Put(Value(p.src0));
-      Put(p.src1 == ir::kNoId ? kNone : Value(p.src1));
-      Put(Value(p.value));
-    }
-  }
-
-  void Values(absl::Span<const ir::ValueId> vs) {
-    Put(static_cast<int64_t>(vs.size()));
-    for (ir::ValueId v : vs) Put(Value(v));
-  }
-
-  int64_t Value(ir::ValueId v) {
-    if (const int64_t known = tables_.values.Find(v, stage_); known >= 0) return known;
-    const int64_t code = static_cast<int64_t>(value_order_.size());
-    tables_.values.Set(v, stage_, code);
-    value_order_.push_back(v);
-    const ir::PlanValue& pv = plan_.values[v];
-    Put(kNewValue);
-    // Whether the stage computes it or reads it from outside.
-    const int64_t p = producer_[v];
-    Put(p >= 0 && item_stage_[p] == stage_ ? 1 : 0);
-    Put(static_cast<int64_t>(pv.dtype));
-    Put(pv.microbatch);
-    Put(Tensor(pv.sub.tensor));
-    Put(static_cast<int64_t>(pv.sub.box.size()));
-    for (const ir::Interval& iv : pv.sub.box) {
-      Put(iv.begin);
-      Put(iv.end);
-    }
-    Put(static_cast<int64_t>(pv.sub.part.pieces().size()));
-    for (const ir::ValuePart::Piece& piece : pv.sub.part.pieces()) {
-      Put(piece.lo.num);
-      Put(piece.lo.den);
-      Put(piece.hi.num);
-      Put(piece.hi.den);
-    }
-    Put(static_cast<int64_t>(pv.sub.combine));
-    Put(pv.dp_dim);
-    Put(pv.dp_share ? 1 : 0);
-    Put(share_group_ != nullptr && (*share_group_)[v] >= 0 ? 1 : 0);
-    // What the checks after the walk compare it with: its copies in the other
-    // derived replicas, and whether it is a plan output.
-    Put(listed_[v]);
-    if (auto it = partners_.find(v); it != partners_.end()) {
-      for (ir::ValueId w : it->second) Put(w == ir::kNoId ? kNone : Value(w));
-    }
-    return code;
-  }
-
-  int64_t Op(ir::OpId op) {
-    if (const int64_t known = tables_.ops.Find(op, stage_); known >= 0) return known;
-    const int64_t code = static_cast<int64_t>(op_order_.size());
-    tables_.ops.Set(op, stage_, code);
-    op_order_.push_back(op);
-    const ir::Op& o = spec_.op(op);
-    Put(kNewOp);
-    const int m = o.info.microbatch;
-    const ir::OpId original = mbmap_ != nullptr && m >= 1 ? mbmap_->Op(op, 0) : ir::kNoId;
-    if (original != ir::kNoId && original != op) {
-      // Copy m of a micro-batch-0 op: its structure is that op's, renamed
-      // (CheckMicrobatchSymmetry).
-      Put(kCopyOf);
-      Put(m);
-      Put(Op(original));
-      return code;
-    }
-    Put(static_cast<int64_t>(o.kind));
-    sig_->attrs.push_back(&o.attrs);
-    Put(static_cast<int64_t>(o.info.phase));
-    Put(m);
-    Put(static_cast<int64_t>(o.inputs.size()));
-    for (ir::TensorId t : o.inputs) Put(Tensor(t));
-    Put(static_cast<int64_t>(o.outputs.size()));
-    for (ir::TensorId t : o.outputs) Put(Tensor(t));
-    return code;
-  }
-
-  int64_t Tensor(ir::TensorId t) {
-    if (t < 0 || t >= spec_.num_tensors()) return kNone;
-    if (const int64_t known = tables_.tensors.Find(t, stage_); known >= 0) return known;
-    const int64_t code = static_cast<int64_t>(tensor_order_.size());
-    tables_.tensors.Set(t, stage_, code);
-    tensor_order_.push_back(t);
-    const ir::Tensor& x = spec_.tensor(t);
-    Put(kNewTensor);
-    if (mbmap_ != nullptr) {
-      const int m = mbmap_->TensorMicrobatch(t);
-      Put(m);
-      const ir::TensorId original = m >= 1 ? mbmap_->Tensor(t, 0) : ir::kNoId;
-      if (original != ir::kNoId && original != t) {
-        Put(kCopyOf);
-        Put(Tensor(original));
-        return code;
-      }
-    }
-    Put(static_cast<int64_t>(x.dtype));
-    Put(static_cast<int64_t>(x.role));
-    sig_->shapes.push_back(&x.shape);
-    return code;
-  }
-
-  const ir::Graph& spec_;
-  const ir::Plan& plan_;
-  const SlicedPlan* sliced_;
-  const ir::MicrobatchMap* mbmap_;
-  const std::vector<int>* share_group_;
-  const std::vector<int>& item_stage_;
-  absl::Span<const int64_t> producer_;
-  const FlatIds& inputs_;
-  const FlatIds& outputs_;
-  const Partners& partners_;
-  absl::Span<const int> listed_;
-  const int stage_;
-  RenameTables& tables_;
-  std::vector<ir::ValueId> value_order_;
-  std::vector<ir::OpId> op_order_;
-  std::vector<ir::TensorId> tensor_order_;
-  Signature* sig_ = nullptr;
-};
-
-}  // namespace
-
-namespace {
+using stage_encoding::EncodeInputs;
+using stage_encoding::EncodeStage;
+using stage_encoding::FlatIds;
+using stage_encoding::Partners;
+using stage_encoding::RenameTables;
+using stage_encoding::Signature;
 
 // Finds the opaque share groups of a plan (see StageOptions): values read across
 // stages that claim a share of a sum, grouped by tensor, box, micro-batch and
@@ -711,6 +403,8 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
       return c;
     }
   };
+  const EncodeInputs encode_inputs{spec,   plan,   sliced,  mbmap,    share_group, item_stage,
+                                   producer, inputs, outputs, partners, listing};
   std::mutex claim;
   int front = 0, back = static_cast<int>(cut_list.size());  // kept stages not taken yet
   auto work = [&](Classes& classes, bool from_back) {
@@ -725,9 +419,7 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
         k = from_back ? --back : front++;
       }
       const int s = cut_list[k];
-      Encoder(spec, plan, sliced, mbmap, share_group, item_stage, producer, inputs, outputs,
-              partners, listing, s, tables)
-          .Encode(out.stages[s], sig);
+      EncodeStage(encode_inputs, s, out.stages[s], tables, sig);
       last = classes.Add(sig, k, last);
     }
   };
