@@ -377,6 +377,13 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
     for (size_t k : members) crop(k, window(k));
   }
   if (!changed) return law;
+  if (law.kind == ir::OpKind::kReshape) {
+    // The output follows the cropped rows: each group's leading dim is solved
+    // again from its input dims.
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                          ReshapeShape(sig, (*out_types)[0].shape, out.inputs[0].shape, {}));
+    out.attrs.Set("shape", shape);
+  }
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature after, schema.signature(out.inputs, out.attrs));
   if (after.inputs != sig.inputs || after.outputs != sig.outputs || after.kinds != sig.kinds) {
     return absl::InvalidArgumentError("cropping relabels the op");

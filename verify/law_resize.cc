@@ -77,36 +77,6 @@ absl::StatusOr<std::string> DimLabel(const LawUse& law, const ir::DimSignature& 
   return sig.inputs[0][dim];
 }
 
-// The reshape's new `shape`: free output labels at their sizes, the leading dim
-// of each group solved from the group's product of (new) input dims.
-absl::StatusOr<std::vector<int64_t>> ReshapeShape(
-    const ir::DimSignature& sig, const ir::Shape& old_out, const ir::Shape& new_in,
-    const std::map<std::string, int64_t>& free_sizes) {
-  std::vector<int64_t> dims = old_out.dims();
-  for (size_t j = 0; j < dims.size(); ++j) {
-    auto it = free_sizes.find(sig.outputs[0][j]);
-    if (it != free_sizes.end()) dims[j] = it->second;
-  }
-  std::vector<bool> grouped(dims.size(), false);
-  for (const ReshapeGroup& g : ReshapeGroups(sig)) {
-    int64_t in = new_in.dim(g.in_lead);
-    for (int i : g.in_rest) in *= new_in.dim(i);
-    int64_t rest = 1;
-    for (int j : g.out_rest) rest *= dims[j], grouped[j] = true;
-    grouped[g.out_lead] = true;
-    if (rest <= 0 || in % rest != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("reshape group ", g.label, ": ", in,
-                                                     " elements do not fill ", rest, " per row"));
-    }
-    dims[g.out_lead] = in / rest;
-  }
-  for (size_t j = 0; j < dims.size(); ++j) {
-    if (!grouped[j] && dims[j] != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("reshape output dim ", j, " is in no group"));
-    }
-  }
-  return dims;
-}
 
 // The law's attributes at the new sizes: `out` holds the new intervals, extents
 // and input shapes.
@@ -217,6 +187,35 @@ absl::StatusOr<ir::AttrMap> ResizeRoutingAttrs(const LawUse& law, const ir::DimS
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ReshapeShape(
+    const ir::DimSignature& sig, const ir::Shape& old_out, const ir::Shape& new_in,
+    const std::map<std::string, int64_t>& free_sizes) {
+  std::vector<int64_t> dims = old_out.dims();
+  for (size_t j = 0; j < dims.size(); ++j) {
+    auto it = free_sizes.find(sig.outputs[0][j]);
+    if (it != free_sizes.end()) dims[j] = it->second;
+  }
+  std::vector<bool> grouped(dims.size(), false);
+  for (const ReshapeGroup& g : ReshapeGroups(sig)) {
+    int64_t in = new_in.dim(g.in_lead);
+    for (int i : g.in_rest) in *= new_in.dim(i);
+    int64_t rest = 1;
+    for (int j : g.out_rest) rest *= dims[j], grouped[j] = true;
+    grouped[g.out_lead] = true;
+    if (rest <= 0 || in % rest != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reshape group ", g.label, ": ", in,
+                                                     " elements do not fill ", rest, " per row"));
+    }
+    dims[g.out_lead] = in / rest;
+  }
+  for (size_t j = 0; j < dims.size(); ++j) {
+    if (!grouped[j] && dims[j] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("reshape output dim ", j, " is in no group"));
+    }
+  }
+  return dims;
+}
 
 std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig) {
   std::vector<ReshapeGroup> groups;

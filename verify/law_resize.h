@@ -53,6 +53,14 @@ std::string TokenLabel(const LawUse& law, const ir::DimSignature& sig);
 // (size-1 dims) belong to none.
 std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig);
 
+// A reshape's `shape` for new input dims: free output labels at their sizes in
+// `free_sizes` (others keep theirs from `old_out`), the leading dim of each group
+// solved from the group's product of new input dims. Errors when a group's
+// elements do not fill its rows.
+absl::StatusOr<std::vector<int64_t>> ReshapeShape(
+    const ir::DimSignature& sig, const ir::Shape& old_out, const ir::Shape& new_in,
+    const std::map<std::string, int64_t>& free_sizes);
+
 // The free output labels of a law (see above), each with its current size; a
 // reshape's size-1 output dims are not free (they stay 1).
 absl::StatusOr<std::map<std::string, int64_t>> FreeOutputLabels(const LawUse& law,

@@ -453,8 +453,9 @@ LawUse MakeLaw(ir::OpKind kind, std::vector<ir::TensorType> inputs, ir::AttrMap 
 }
 
 // A head split of (b, s, h*d) -> (b, s, h, d) shrinks to a few elements per
-// group: the merged dim keeps its 8 shards, the head dim becomes 2, and the
-// group's products stay equal.
+// group: the merged dim keeps its 8 shards (2 elements each), then is cropped to
+// the piece and a shard on each side; the head dim becomes 2, and the group's
+// products stay equal (the output's head count follows the cropped input).
 TEST(LawReduceTest, ReshapeGroupsKeepShardsAndEqualProducts) {
   const ir::TensorType x{ir::Shape({1, 8192, 16384}), ir::DType::kF32};
   const LawUse law = MakeLaw(ir::OpKind::kReshape, {x},
@@ -462,9 +463,31 @@ TEST(LawReduceTest, ReshapeGroupsKeepShardsAndEqualProducts) {
                              {{"d2", {ir::Interval{2048, 4096}, 16384}}});
   const LawUse r = ReduceLaw(law);
   ASSERT_NE(r.key, law.key);
-  EXPECT_EQ(r.inputs[0].shape, ir::Shape({1, 1, 16}));
-  EXPECT_EQ(r.attrs.GetInts("shape").value(), (std::vector<int64_t>{1, 1, 8, 2}));
+  EXPECT_EQ(r.inputs[0].shape, ir::Shape({1, 1, 6}));
+  EXPECT_EQ(r.attrs.GetInts("shape").value(), (std::vector<int64_t>{1, 1, 3, 2}));
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
+}
+
+// The batch split over many data-parallel replicas: a reshape's rows are
+// reshaped apart, and its piece attributes are the same at every row, so the
+// law is cropped to the piece and a row on each side, wherever the piece is, and
+// the first, an inner and the last row are the only laws for any replica count.
+TEST(LawReduceTest, ReshapeOfABatchSplitIsCroppedToThreeRows) {
+  std::set<std::string> keys;
+  for (const auto& [rows, piece] :
+       std::vector<std::pair<int64_t, int64_t>>{{64, 0}, {64, 1}, {64, 30}, {64, 63},
+                                                {1024, 0}, {1024, 511}, {1024, 1023}}) {
+    const ir::TensorType in{ir::Shape({rows, 1, 16}), ir::DType::kF32};
+    const LawUse law = MakeLaw(ir::OpKind::kReshape, {in},
+                               ir::AttrMap{{"shape", std::vector<int64_t>{rows, 1, 8, 2}}},
+                               {{"d0", {ir::Interval{piece, piece + 1}, rows}}});
+    const LawUse r = ReduceLaw(law);
+    EXPECT_LE(r.inputs[0].shape.dim(0), 3) << rows << " " << piece;
+    EXPECT_EQ(r.attrs.GetInts("shape").value()[0], r.inputs[0].shape.dim(0));
+    EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
+    keys.insert(r.key);
+  }
+  EXPECT_EQ(keys.size(), 3u);
 }
 
 // A reshape that drops a size-1 dim (DeepSeek's [b, s, 1, d] -> [b, s, d]) keeps
@@ -477,8 +500,9 @@ TEST(LawReduceTest, ReshapeDroppingAUnitDimKeepsItsLabels) {
                              {{"d0", {ir::Interval{9, 10}, 32}}});
   const LawUse r = ReduceLaw(law);
   ASSERT_NE(r.key, law.key);
-  EXPECT_EQ(r.inputs[0].shape, ir::Shape({32, 2, 1, 2}));
-  EXPECT_EQ(r.attrs.GetInts("shape").value(), (std::vector<int64_t>{32, 2, 2}));
+  // Rows 8 to 10: the piece and one on each side.
+  EXPECT_EQ(r.inputs[0].shape, ir::Shape({3, 2, 1, 2}));
+  EXPECT_EQ(r.attrs.GetInts("shape").value(), (std::vector<int64_t>{3, 2, 2}));
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
 }
 
