@@ -697,7 +697,8 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
   // kinds, attributes, claims and types of an item of its class's first stage
   // (the stage encoding compares everything the type checks read), which is
   // checked. The fold is used only once the checks pass. The micro-batch
-  // symmetry the slice needs is checked on this thread after the structure.
+  // symmetry the slice needs is checked on this thread after the structure and
+  // after it helps the fold encode the stages.
   std::optional<LayerFold> fold;
   absl::StatusOr<ir::MicrobatchMap> mbmap = absl::UnknownError("not built");
   bool symmetric = false;
@@ -720,9 +721,11 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
     built.set_value(mbmap.ok() ? &*mbmap : nullptr);
     absl::Status valid =
         mbmap.ok() ? ir::ValidatePlanStructure(spec, plan, *mbmap) : ir::ValidatePlan(spec, plan);
+    // The encoding of the stages waits on the fold thread; the symmetry check
+    // waits on nothing: help first.
+    if (valid.ok()) help.Help();
     if (valid.ok() && mbmap.ok()) symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
     times.validate = clock.Lap();
-    help.Help();
     folder.join();
     times.fold = clock.Lap();
     if (valid.ok() && mbmap.ok()) {

@@ -458,7 +458,7 @@ void EncodeHelp::Help() {
   std::function<void()> job;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return job_ != nullptr || closed_; });
+    changed_.wait(lock, [&] { return job_ != nullptr || closed_ || over_; });
     if (job_ == nullptr) return;
     job = std::move(job_);
     job_ = nullptr;
@@ -487,6 +487,8 @@ void EncodeHelp::Offer(std::function<void()> job) {
 void EncodeHelp::Withdraw() {
   std::unique_lock<std::mutex> lock(mutex_);
   job_ = nullptr;
+  over_ = true;
+  changed_.notify_all();
   changed_.wait(lock, [&] { return !running_; });
 }
 

@@ -74,10 +74,11 @@ struct Stage {
 // produced, the derivation checks that what its members hold adds up to the
 // complete value (verify/derive.h); readers see only the shares.
 // Another thread's help with encoding the stages (PartitionStages). The stage
-// cutting offers the encoding once it starts; a thread with nothing else to do
-// calls Help, which encodes stages from the back of the list until none is left,
-// or returns at once when the offer is over or will never come (Close, which the
-// offering side must call however it ends).
+// cutting offers the encoding once it starts; a thread with nothing more urgent
+// to do calls Help, which waits for the offer, encodes stages from the back of
+// the list until none is left and returns; or returns at once when the offer is
+// over or will never come (Close, which the offering side must call however it
+// ends).
 class EncodeHelp {
  public:
   void Help();
@@ -93,6 +94,7 @@ class EncodeHelp {
   std::condition_variable changed_;
   std::function<void()> job_;
   bool closed_ = false;
+  bool over_ = false;  // an offer was made and withdrawn
   bool running_ = false;
 };
 

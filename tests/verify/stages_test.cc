@@ -162,9 +162,9 @@ INSTANTIATE_TEST_SUITE_P(Plans, StagesTest, ::testing::Bool(),
                            return info.param ? std::string("factored") : std::string("explicit");
                          });
 
-// The helper returns once the offer is closed, whether or not one came; a job
-// offered runs once, and withdrawing waits for it.
-TEST(EncodeHelpTest, HelpReturnsWhenClosedAndRunsAnOfferOnce) {
+// The helper returns once the offer is closed, or made and withdrawn, whether
+// or not it took the job; a job offered runs once, and withdrawing waits for it.
+TEST(EncodeHelpTest, HelpReturnsWhenTheOfferIsOverAndRunsItOnce) {
   {
     EncodeHelp help;
     help.Close();
@@ -176,21 +176,26 @@ TEST(EncodeHelpTest, HelpReturnsWhenClosedAndRunsAnOfferOnce) {
   }
   {
     EncodeHelp help;
+    int runs = 0;
+    help.Offer([&] { ++runs; });
+    help.Withdraw();  // nobody took it
+    help.Help();      // returns at once: the offer is over
+    EXPECT_EQ(runs, 0);
+    help.Close();
+  }
+  {
+    EncodeHelp help;
+    std::atomic<bool> started{false};
     std::atomic<int> runs{0};
-    std::thread helper([&] { help.Help(); });
     help.Offer([&] {
+      started = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       ++runs;
     });
-    // Wait until the helper has taken the job or the test would race Withdraw.
-    while (runs.load() == 0) {
-      help.Withdraw();  // waits for a running job; returns at once when not taken
-      if (runs.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (runs.load() == 0) help.Offer([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        ++runs;
-      });
-    }
+    std::thread helper([&] { help.Help(); });
+    while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    help.Withdraw();  // waits for the running job
+    EXPECT_EQ(runs.load(), 1);
     help.Close();
     helper.join();
     EXPECT_EQ(runs.load(), 1);
