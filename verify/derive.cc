@@ -1,6 +1,7 @@
 #include "verify/derive.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -697,8 +698,9 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
   // kinds, attributes, claims and types of an item of its class's first stage
   // (the stage encoding compares everything the type checks read), which is
   // checked. The fold is used only once the checks pass. The micro-batch
-  // symmetry the slice needs is checked on this thread after the structure and
-  // after it helps the fold encode the stages.
+  // symmetry the slice needs is checked copy by copy by both threads: this one
+  // once it has checked the structure and helped the fold encode the stages, the
+  // fold's once the fold is done.
   std::optional<LayerFold> fold;
   absl::StatusOr<ir::MicrobatchMap> mbmap = absl::UnknownError("not built");
   bool symmetric = false;
@@ -706,6 +708,17 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
     std::promise<const ir::MicrobatchMap*> built;
     std::shared_future<const ir::MicrobatchMap*> map = built.get_future().share();
     EncodeHelp help;  // this thread, once its checks are done
+    // The micro-batch copies still to check (the check is set before the map is
+    // published, and read only after).
+    std::unique_ptr<MicrobatchSymmetry> symmetry;
+    std::atomic<int> next_copy{1};
+    std::atomic<bool> copies_alike{true};
+    auto check_copies = [&] {
+      if (map.get() == nullptr || symmetry == nullptr || !symmetry->status().ok()) return;
+      for (int m; copies_alike && (m = next_copy.fetch_add(1)) < symmetry->microbatches();) {
+        if (!symmetry->CheckCopy(m).ok()) copies_alike = false;
+      }
+    };
     std::thread folder([&] {
       fold = FoldLayers(
           spec, plan,
@@ -715,19 +728,23 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
           },
           &help);
       help.Close();
+      check_copies();
     });
     // The spec's micro-batch map, built once for the checks and the slice.
     mbmap = ir::MicrobatchMap::Build(spec);
+    if (mbmap.ok()) symmetry = std::make_unique<MicrobatchSymmetry>(spec, *mbmap);
     built.set_value(mbmap.ok() ? &*mbmap : nullptr);
     absl::Status valid =
         mbmap.ok() ? ir::ValidatePlanStructure(spec, plan, *mbmap) : ir::ValidatePlan(spec, plan);
-    // The encoding of the stages waits on the fold thread; the symmetry check
-    // waits on nothing: help first.
-    if (valid.ok()) help.Help();
-    if (valid.ok() && mbmap.ok()) symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
+    if (valid.ok()) {
+      help.Help();
+      check_copies();
+    }
     times.validate = clock.Lap();
     folder.join();
     times.fold = clock.Lap();
+    symmetric = valid.ok() && symmetry != nullptr && symmetry->status().ok() &&
+                copies_alike.load() && next_copy.load() >= symmetry->microbatches();
     if (valid.ok() && mbmap.ok()) {
       ir::ImpliedTypes implied;
       std::vector<char> left_out_values;

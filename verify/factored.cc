@@ -12,7 +12,8 @@
 
 namespace loom::verify {
 
-absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map) {
+MicrobatchSymmetry::MicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map)
+    : spec_(spec), map_(map) {
   // Kinds, attributes and operand counts of the copies are alike already
   // (MicrobatchMap::Build refuses a spec where they are not). What is left is
   // that copy m reads the micro-batch-m images of copy 0's inputs, and that the
@@ -20,40 +21,53 @@ absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::Microbatch
   // computes then agree by induction in op order: an op's output types are
   // inferred from its kind, attributes and input types when it is added to the
   // graph (ir::Graph::AddOp), and never change after.
-  absl::InlinedVector<char, 8> data_input;  // per input of op0: a data input of micro-batch 0
+  input_begin_.push_back(0);
   for (ir::OpId op0 = 0; op0 < spec.num_ops(); ++op0) {
     const ir::Op& a = spec.op(op0);
     if (a.info.microbatch != 0) continue;
-    data_input.assign(a.inputs.size(), 0);
-    for (size_t i = 0; i < a.inputs.size(); ++i) {
-      const ir::TensorId x = a.inputs[i];
+    for (const ir::TensorId x : a.inputs) {
       const int mb = map.TensorMicrobatch(x);
       if (mb != -1 && mb != 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
+        status_ = absl::FailedPreconditionError(absl::StrCat(
             "op '", spec.tensor(a.outputs.empty() ? x : a.outputs[0]).name,
             "' of micro-batch 0 reads '", spec.tensor(x).name, "' of micro-batch ", mb));
+        return;
       }
-      data_input[i] = mb == 0 && spec.tensor(x).producer == ir::kNoId;
+      data_input_.push_back(mb == 0 && spec.tensor(x).producer == ir::kNoId);
     }
-    for (int m = 1; m < map.microbatches(); ++m) {
-      const ir::OpId opm = map.Op(op0, m);
-      if (opm == ir::kNoId) return absl::FailedPreconditionError("micro-batch map incomplete");
-      const ir::Op& b = spec.op(opm);
-      bool same = a.inputs.size() == b.inputs.size() && a.outputs.size() == b.outputs.size();
-      for (size_t i = 0; same && i < a.inputs.size(); ++i) {
-        same = b.inputs[i] == map.Tensor(a.inputs[i], m);
-        if (!same || !data_input[i]) continue;
-        const ir::Tensor& x = spec.tensor(a.inputs[i]);
-        const ir::Tensor& y = spec.tensor(b.inputs[i]);
-        same = x.dtype == y.dtype && x.shape.SameDims(y.shape);
-      }
-      if (!same) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("op ", opm, " of micro-batch ", m, " is not a copy of op ", op0,
-                         " of micro-batch 0"));
-      }
+    ops0_.push_back(op0);
+    input_begin_.push_back(static_cast<int64_t>(data_input_.size()));
+  }
+}
+
+absl::Status MicrobatchSymmetry::CheckCopy(int m) const {
+  LOOM_RETURN_IF_ERROR(status_);
+  for (size_t k = 0; k < ops0_.size(); ++k) {
+    const ir::OpId op0 = ops0_[k];
+    const ir::OpId opm = map_.Op(op0, m);
+    if (opm == ir::kNoId) return absl::FailedPreconditionError("micro-batch map incomplete");
+    const ir::Op& a = spec_.op(op0);
+    const ir::Op& b = spec_.op(opm);
+    bool same = a.inputs.size() == b.inputs.size() && a.outputs.size() == b.outputs.size();
+    for (size_t i = 0; same && i < a.inputs.size(); ++i) {
+      same = b.inputs[i] == map_.Tensor(a.inputs[i], m);
+      if (!same || !data_input_[input_begin_[k] + i]) continue;
+      const ir::Tensor& x = spec_.tensor(a.inputs[i]);
+      const ir::Tensor& y = spec_.tensor(b.inputs[i]);
+      same = x.dtype == y.dtype && x.shape.SameDims(y.shape);
+    }
+    if (!same) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "op ", opm, " of micro-batch ", m, " is not a copy of op ", op0, " of micro-batch 0"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map) {
+  const MicrobatchSymmetry symmetry(spec, map);
+  LOOM_RETURN_IF_ERROR(symmetry.status());
+  for (int m = 1; m < map.microbatches(); ++m) LOOM_RETURN_IF_ERROR(symmetry.CheckCopy(m));
   return absl::OkStatus();
 }
 

@@ -102,6 +102,27 @@ struct SliceOptions {
 // and operand counts already.
 absl::Status CheckMicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map);
 
+// The same check as work that threads can share: the micro-batch-0 part when
+// constructed, then each copy m >= 1 on its own (in any order, on any thread).
+class MicrobatchSymmetry {
+ public:
+  MicrobatchSymmetry(const ir::Graph& spec, const ir::MicrobatchMap& map);
+  // What micro-batch 0 alone decides (an op reading another micro-batch).
+  const absl::Status& status() const { return status_; }
+  // Whether copy m reads the micro-batch-m images of copy 0's inputs, with the
+  // types of copy 0's data inputs.
+  absl::Status CheckCopy(int m) const;
+  int microbatches() const { return map_.microbatches(); }
+
+ private:
+  const ir::Graph& spec_;
+  const ir::MicrobatchMap& map_;
+  absl::Status status_;
+  std::vector<ir::OpId> ops0_;          // micro-batch 0's ops
+  std::vector<int64_t> input_begin_;    // per op of ops0_, into data_input_
+  std::vector<char> data_input_;        // per input: a data input of micro-batch 0
+};
+
 // The slice of a factored plan that ValidatePlan accepted; nullopt when the
 // spec's micro-batches are not copies of one another (expand the plan instead).
 absl::StatusOr<std::optional<SlicedPlan>> SliceFactoredPlan(const ir::Graph& spec,
