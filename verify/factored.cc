@@ -249,6 +249,31 @@ SlicedPlan Slicer::Run() {
       for (ir::ValueId v = 0; v < nv; ++v) real_[s][v] = NewValue(v, replicas_[s], 0);
     }
   }
+  {
+    // Room for the slice's items and values (growing by doubling would copy every
+    // value a few times over): a value per operand of an item at most, and the
+    // copies of every other micro-batch an item outside them reads.
+    size_t tasks = 0, collectives = 0, values = 0;
+    for (size_t t = 0; t < unit_.tasks.size(); ++t) {
+      if (Skip(options_.skip_tasks, static_cast<int64_t>(t))) continue;
+      const ir::Task& task = unit_.tasks[t];
+      ++tasks;
+      values += task.outputs.size();
+      for (ir::ValueId v : task.inputs) {
+        values += task.info.microbatch != 0 && Tagged(v) ? f_.microbatches : 1;
+      }
+    }
+    for (size_t c = 0; c < unit_.collectives.size(); ++c) {
+      if (Skip(options_.skip_collectives, static_cast<int64_t>(c))) continue;
+      ++collectives;
+      values += unit_.collectives[c].outputs.size();
+    }
+    out_.plan.tasks.reserve(tasks * replicas_.size());
+    out_.plan.collectives.reserve(collectives * replicas_.size());
+    out_.elided.reserve(collectives * replicas_.size());
+    out_.plan.values.reserve(out_.plan.values.size() + values * replicas_.size());
+    out_.origin.reserve(out_.plan.values.capacity());
+  }
   AddTasks();
   AddCollectives();
   for (ir::ValueId v : unit_.outputs) {
