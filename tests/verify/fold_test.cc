@@ -111,37 +111,50 @@ INSTANTIATE_TEST_SUITE_P(
                       Deep{"llama3_zero3_dp3", "llama3-8b", Make(3, 2, 1, 2, 1, false, 3), 6}),
     [](const auto& info) { return info.param.name; });
 
+// A factored plan of an 8-layer model whose alike layers fold, derived clean.
+ir::Plan FoldablePlan(const ir::Graph& spec) {
+  transform::Strategy s = Make(2, 2, 1, 2);
+  s.factored = true;
+  auto plan = transform::Parallelize(spec, s);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan.ok() && DeriveLineage(spec, *plan).ok());
+  return plan.ok() ? *std::move(plan) : ir::Plan{};
+}
+
+// The full plan checks refuse `plan`, and the derivation, on one thread or two,
+// refuses it with their message.
+void ExpectRefusedAsTheChecksRefuse(const ir::Graph& spec, const ir::Plan& plan) {
+  const absl::Status full = ir::ValidatePlan(spec, plan);
+  ASSERT_FALSE(full.ok());
+  for (int threads : {1, 2}) {
+    DeriveOptions options;
+    options.threads = threads;
+    auto d = DeriveLineage(spec, plan, options);
+    ASSERT_FALSE(d.ok()) << threads;
+    EXPECT_EQ(d.status().message(), full.message()) << threads;
+  }
+}
+
 // The plan's types are checked for every item the fold keeps; an item it leaves
 // out has an alike one that is checked. A type error in one layer of many alike
 // ones makes that layer unlike the others: the plan is refused, as the full
 // checks refuse it.
 TEST(FoldChecksTest, TypeErrorInOneOfManyAlikeLayersIsRefused) {
-  ir::Graph spec = TinyStep("llama3-8b", 2, 8, 4);
-  transform::Strategy s = Make(2, 2, 1, 2);
-  s.factored = true;
-  auto plan = transform::Parallelize(spec, s);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_TRUE(DeriveLineage(spec, *plan).ok());
+  const ir::Graph spec = TinyStep("llama3-8b", 2, 8, 4);
+  ir::Plan plan = FoldablePlan(spec);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   // A task's output of layer 5 one row short.
   bool mutated = false;
-  for (ir::Task& t : plan->tasks) {
+  for (ir::Task& t : plan.tasks) {
     if (t.info.layer != 5 || t.kind != ir::OpKind::kRmsNorm) continue;
-    ir::Box& box = plan->values[t.outputs[0]].sub.box;
+    ir::Box& box = plan.values[t.outputs[0]].sub.box;
     ASSERT_GT(box.back().size(), 1);
     box.back().end -= 1;
     mutated = true;
     break;
   }
   ASSERT_TRUE(mutated);
-  const absl::Status full = ir::ValidatePlan(spec, *plan);
-  ASSERT_FALSE(full.ok());
-  for (int threads : {1, 2}) {
-    DeriveOptions options;
-    options.threads = threads;
-    auto d = DeriveLineage(spec, *plan, options);
-    ASSERT_FALSE(d.ok()) << threads;
-    EXPECT_EQ(d.status().message(), full.message()) << threads;
-  }
+  ExpectRefusedAsTheChecksRefuse(spec, plan);
 }
 
 // The same for a value a layer only reads: a weight of layer 5 whose box lies
@@ -149,28 +162,25 @@ TEST(FoldChecksTest, TypeErrorInOneOfManyAlikeLayersIsRefused) {
 // checks too (each has the type of the representative's value in its place),
 // so the bad one must make its layer unlike the others.
 TEST(FoldChecksTest, BadBoxOfAWeightOneLayerReadsIsRefused) {
-  ir::Graph spec = TinyStep("llama3-8b", 2, 8, 4);
-  transform::Strategy s = Make(2, 2, 1, 2);
-  s.factored = true;
-  auto plan = transform::Parallelize(spec, s);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_TRUE(DeriveLineage(spec, *plan).ok());
+  const ir::Graph spec = TinyStep("llama3-8b", 2, 8, 4);
+  ir::Plan plan = FoldablePlan(spec);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   // A value no task computes, read by a layer-5 task: a weight's piece.
-  std::vector<char> computed(plan->values.size(), 0);
-  for (const ir::Task& t : plan->tasks) {
+  std::vector<char> computed(plan.values.size(), 0);
+  for (const ir::Task& t : plan.tasks) {
     for (ir::ValueId v : t.outputs) computed[v] = 1;
   }
-  for (const ir::Collective& c : plan->collectives) {
+  for (const ir::Collective& c : plan.collectives) {
     for (ir::ValueId v : c.outputs) computed[v] = 1;
   }
   bool mutated = false;
-  for (const ir::Task& t : plan->tasks) {
+  for (const ir::Task& t : plan.tasks) {
     if (t.info.layer != 5 || t.kind != ir::OpKind::kLinear) continue;
     for (ir::ValueId v : t.inputs) {
-      if (computed[v] || spec.tensor(plan->values[v].sub.tensor).role != ir::TensorRole::kParameter) {
+      if (computed[v] || spec.tensor(plan.values[v].sub.tensor).role != ir::TensorRole::kParameter) {
         continue;
       }
-      ir::Box& box = plan->values[v].sub.box;
+      ir::Box& box = plan.values[v].sub.box;
       box.back().begin += 1;
       box.back().end += 1;
       mutated = true;
@@ -179,15 +189,7 @@ TEST(FoldChecksTest, BadBoxOfAWeightOneLayerReadsIsRefused) {
     if (mutated) break;
   }
   ASSERT_TRUE(mutated);
-  const absl::Status full = ir::ValidatePlan(spec, *plan);
-  ASSERT_FALSE(full.ok());
-  for (int threads : {1, 2}) {
-    DeriveOptions options;
-    options.threads = threads;
-    auto d = DeriveLineage(spec, *plan, options);
-    ASSERT_FALSE(d.ok()) << threads;
-    EXPECT_EQ(d.status().message(), full.message()) << threads;
-  }
+  ExpectRefusedAsTheChecksRefuse(spec, plan);
 }
 
 // The fold starts before the plan is checked: where an id the plan names is out
