@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/collective_semantics.h"
 #include "ir/status_macros.h"
 
 namespace loom::exec {
@@ -148,77 +149,34 @@ int64_t CollectiveOutputDevice(const Collective& c, size_t i) {
 absl::StatusOr<std::vector<HostTensor>> CollectiveOutputs(const Collective& c,
                                                      absl::Span<const HostTensor* const> in) {
   const std::string who = DescribeCollective(c);
-  const int64_t n = static_cast<int64_t>(c.devices.size());
+  LOOM_RETURN_IF_ERROR(CheckSameDims(who, in, /*except=*/-1));
   const HostTensor& first = *in[0];
-  auto check_dims = [&](int except) { return CheckSameDims(who, in, except); };
-  auto get_dim = [&](int dim, absl::string_view name) -> absl::StatusOr<int> {
-    absl::StatusOr<int> d = ir::NormalizeDim(dim, first.shape.rank());
-    if (!d.ok()) {
-      return PlanError(who, absl::StrCat(name, " ", dim, " is out of range for inputs of shape ",
-                                         first.shape.ToString()));
+  absl::StatusOr<ir::CollectiveMeaning> meaning = ir::MeaningOf(c, first.shape.dims());
+  if (!meaning.ok()) return PlanError(who, meaning.status().message());
+  std::vector<HostTensor> out(meaning->outputs,
+                              HostTensor(ir::Shape(meaning->output_dims), first.dtype));
+  std::vector<bool> written(meaning->outputs, false);
+  for (const ir::CollectiveMove& move : meaning->moves) {
+    if (move.source >= static_cast<int>(in.size())) {
+      return PlanError(who, absl::StrCat("has ", in.size(), " inputs, reads input ", move.source));
     }
-    return *d;
-  };
-  auto check_divisible = [&](int dim) -> absl::Status {
-    if (first.shape.dim(dim) % n != 0) {
-      return PlanError(who, absl::StrCat("dim ", dim, " of shape ", first.shape.ToString(),
-                                         " does not split into ", n, " equal chunks"));
-    }
-    return absl::OkStatus();
-  };
-  auto reduce = [&]() {
-    HostTensor acc = first;
-    for (size_t j = 1; j < in.size(); ++j) {
-      for (int64_t e = 0; e < acc.size(); ++e) {
-        acc[e] = c.reduce == ir::ReduceOp::kMax ? std::max(acc[e], (*in[j])[e])
-                                                : acc[e] + (*in[j])[e];
+    HostTensor& target = out[move.target];
+    if (meaning->reduce.has_value() && written[move.target]) {
+      // Every move into a reducing collective's output covers all of it.
+      const HostTensor piece = SliceBox(*in[move.source], move.from);
+      for (int64_t e = 0; e < target.size(); ++e) {
+        target[e] = ir::Reduce(*meaning->reduce, target[e], piece[e]);
       }
-    }
-    return acc;
-  };
-  std::vector<HostTensor> out;
-  switch (c.kind) {
-    case CollectiveKind::kAllReduce: {
-      LOOM_RETURN_IF_ERROR(check_dims(-1));
-      out.assign(n, reduce());
-      break;
-    }
-    case CollectiveKind::kAllGather: {
-      LOOM_ASSIGN_OR_RETURN(int dim, get_dim(c.dim, "dim"));
-      LOOM_RETURN_IF_ERROR(check_dims(dim));
-      std::vector<HostTensor> parts;
-      for (const HostTensor* t : in) parts.push_back(*t);
-      out.assign(n, ConcatDim(parts, dim));
-      break;
-    }
-    case CollectiveKind::kReduceScatter: {
-      LOOM_ASSIGN_OR_RETURN(int dim, get_dim(c.dim, "dim"));
-      LOOM_RETURN_IF_ERROR(check_dims(-1));
-      LOOM_RETURN_IF_ERROR(check_divisible(dim));
-      const HostTensor sum = reduce();
-      const int64_t chunk = first.shape.dim(dim) / n;
-      for (int64_t i = 0; i < n; ++i) out.push_back(SliceDim(sum, dim, i * chunk, chunk));
-      break;
-    }
-    case CollectiveKind::kAllToAll: {
-      LOOM_ASSIGN_OR_RETURN(int dim, get_dim(c.dim, "dim"));
-      LOOM_ASSIGN_OR_RETURN(int dim2, get_dim(c.dim2, "dim2"));
-      LOOM_RETURN_IF_ERROR(check_dims(-1));
-      LOOM_RETURN_IF_ERROR(check_divisible(dim));
-      const int64_t chunk = first.shape.dim(dim) / n;
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<HostTensor> parts;
-        for (const HostTensor* t : in) parts.push_back(SliceDim(*t, dim, i * chunk, chunk));
-        out.push_back(ConcatDim(parts, dim2));
+    } else {
+      std::vector<int64_t> from, to, extents;
+      for (size_t d = 0; d < move.from.size(); ++d) {
+        from.push_back(move.from[d].begin);
+        to.push_back(move.to[d].begin);
+        extents.push_back(move.from[d].size());
       }
-      break;
+      CopyBlock(*in[move.source], from, target, to, extents);
     }
-    case CollectiveKind::kBroadcast:
-      out.assign(n, first);
-      break;
-    case CollectiveKind::kSendRecv:
-      out.push_back(first);
-      break;
+    written[move.target] = true;
   }
   return out;
 }

@@ -46,15 +46,9 @@ bool CollectiveArityOk(const ir::Collective& c);
 int64_t CollectiveInputDevice(const ir::Collective& c, size_t i);
 int64_t CollectiveOutputDevice(const ir::Collective& c, size_t i);
 
-// The outputs of `c` given its inputs (inputs[i] held by devices[i]):
-//   all_reduce      every output = sum (or max) of all inputs
-//   all_gather      every output = inputs concatenated along `dim` in group order
-//   reduce_scatter  output i = i-th equal chunk along `dim` of the sum
-//   all_to_all      output i = concat over j along `dim2` of the i-th equal chunk
-//                   along `dim` of input j
-//   broadcast       every output = the input of devices[0]
-//   send_recv       output = input
-// Inputs of mismatched shapes or chunks that do not divide are InvalidArgument
+// The outputs of `c` given its inputs (inputs[i] held by devices[i]), as
+// ir/collective_semantics.h defines every kind and reduce op. Inputs of mismatched
+// shapes, dims out of range and chunks that do not divide are InvalidArgument
 // errors naming the collective.
 absl::StatusOr<std::vector<ir::HostTensor>> CollectiveOutputs(
     const ir::Collective& c, absl::Span<const ir::HostTensor* const> in);

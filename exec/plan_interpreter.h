@@ -29,14 +29,8 @@ namespace loom::exec {
 //
 // Tasks run their op kind's reference kernel with the task's attributes; output
 // shapes are inferred from the input values and must equal the extents of each
-// output's box. Collectives, with inputs[i] / outputs[i] on devices[i]:
-//   all_reduce      every output = sum (or max) of all inputs
-//   all_gather      every output = inputs concatenated along `dim` in group order
-//   reduce_scatter  output i = i-th equal chunk along `dim` of the sum
-//   all_to_all      output i = concat over j along `dim2` of the i-th equal chunk
-//                   along `dim` of input j
-//   broadcast       every output = the input of devices[0]
-//   send_recv       output = input (devices {src, dst})
+// output's box. Collectives compute what ir/collective_semantics.h defines, with
+// inputs[i] / outputs[i] on devices[i].
 //
 // Without `plan.order`, steps run in dataflow order. With it, each device follows
 // its own order, devices interleaved by data dependencies, and a collective runs

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/collective_semantics.h"
 #include "ir/op_schema.h"
 #include "ir/plan.h"
 #include "ir/status_macros.h"
@@ -494,41 +495,9 @@ absl::Status Validator::CheckCollectiveTypes(const Collective& c, const Where& w
   }
   // Ranks after expansion.
   const int64_t n = static_cast<int64_t>(c.devices.size()) * (c.spans_dp ? dp_ : 1);
-  std::vector<int64_t> out_dims = in_shape.dims();
-  auto check_dim = [&](int dim, absl::string_view name) -> absl::Status {
-    if (dim < 0 || dim >= in_shape.rank()) {
-      return Error(where, name, " ", dim, " is not a dim of ", ValueType(first.id));
-    }
-    return absl::OkStatus();
-  };
-  auto split = [&](int dim) -> absl::Status {
-    if (out_dims[dim] % n != 0) {
-      return Error(where, "dim ", dim, " of ", ValueType(first.id), " does not split ", n,
-                   " ways");
-    }
-    out_dims[dim] /= n;
-    return absl::OkStatus();
-  };
-  switch (c.kind) {
-    case CollectiveKind::kAllReduce:
-    case CollectiveKind::kBroadcast:
-    case CollectiveKind::kSendRecv:
-      break;
-    case CollectiveKind::kAllGather:
-      LOOM_RETURN_IF_ERROR(check_dim(c.dim, "dim"));
-      out_dims[c.dim] *= n;
-      break;
-    case CollectiveKind::kReduceScatter:
-      LOOM_RETURN_IF_ERROR(check_dim(c.dim, "dim"));
-      LOOM_RETURN_IF_ERROR(split(c.dim));
-      break;
-    case CollectiveKind::kAllToAll:
-      LOOM_RETURN_IF_ERROR(check_dim(c.dim, "dim"));
-      LOOM_RETURN_IF_ERROR(check_dim(c.dim2, "dim2"));
-      LOOM_RETURN_IF_ERROR(split(c.dim));
-      out_dims[c.dim2] *= n;
-      break;
-  }
+  absl::StatusOr<CollectiveMeaning> meaning = MeaningOf(c, in_shape.dims(), n);
+  if (!meaning.ok()) return Error(where, meaning.status().message());
+  const std::vector<int64_t>& out_dims = meaning->output_dims;
   const Shape want(out_dims);
   for (size_t k = 0; k < c.outputs.size(); ++k) {
     const PlanValue& value = plan_.values[c.outputs[k]];

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ir/collective_semantics.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 #include "verify/contrib.h"

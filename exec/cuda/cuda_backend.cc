@@ -23,6 +23,7 @@
 #include "exec/host_ops.h"
 #include "exec/launch.h"
 #include "exec/rendezvous.h"
+#include "ir/collective_semantics.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 
@@ -439,7 +440,13 @@ absl::Status CudaBackend::NcclCollective(const Collective& c, int64_t d,
         cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, s),
         "block copy");
   };
-  const ncclRedOp_t op = c.reduce == ir::ReduceOp::kMax ? ncclMax : ncclSum;
+  // NCCL is asked for the collective's meaning (ir/collective_semantics.h): its
+  // reduction, over the chunks that meaning gives (the packing below follows it).
+  const std::vector<int64_t> in_dims =
+      ir::BoxDims(program_plan_->values[c.inputs[0]].sub.box);
+  absl::StatusOr<ir::CollectiveMeaning> meaning = ir::MeaningOf(c, in_dims);
+  if (!meaning.ok()) return PlanError(DescribeCollective(c), meaning.status().message());
+  const ncclRedOp_t op = meaning->reduce == ir::ReduceOp::kMax ? ncclMax : ncclSum;
   switch (c.kind) {
     case CollectiveKind::kAllReduce:
       LOOM_NCCL_OK(ncclAllReduce(in->data, out->data, Count(in->dims), type, op, comm, s),

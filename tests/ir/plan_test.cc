@@ -570,16 +570,16 @@ TEST(ValidatePlanTest, ChecksCollectiveShapes) {
             "is f32[4,3,2], expected f32[4,3,4]");
   EXPECT_EQ(plan_with(CollectiveKind::kAllGather, 3, -1, half2, full).message(),
             "plan: collective 0 'all_gather' (devices [0,1], micro-batch 0): dim 3 is not a dim "
-            "of f32[4,3,2]");
+            "of inputs [4,3,2]");
   EXPECT_EQ(plan_with(CollectiveKind::kReduceScatter, 1, -1, full, full).message(),
             "plan: collective 0 'reduce_scatter' (devices [0,1], micro-batch 0): dim 1 of "
-            "f32[4,3,4] does not split 2 ways");
+            "inputs [4,3,4] does not split into 2 equal chunks");
   EXPECT_EQ(plan_with(CollectiveKind::kAllReduce, -1, -1, full, half0).message(),
             "plan: collective 0 'all_reduce' (devices [0,1], micro-batch 0): output 0: value 2 "
             "is f32[2,3,4], expected f32[4,3,4]");
   EXPECT_EQ(plan_with(CollectiveKind::kAllToAll, 0, -1, half2, full).message(),
             "plan: collective 0 'all_to_all' (devices [0,1], micro-batch 0): dim2 -1 is not a "
-            "dim of f32[4,3,2]");
+            "dim of inputs [4,3,2]");
 }
 
 // Factored plans: unit devices lie below the stride, the last replica's box stays

@@ -390,7 +390,7 @@ std::vector<Mutant> Corpus() {
                  SwapMembers(p, *c, 1, 2);
                  const ir::Collective& x = p.collectives[*c];
                  return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), x.devices,
-                              "the exchange needs"};
+                              "the gathered order needs"};
                },
                FailureClass::kWrongGroup});
   // A pipeline gradient sent to the wrong stage: stage 0 receives stage 2's
