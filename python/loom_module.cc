@@ -1,4 +1,5 @@
-// The Python module `loom`: a Pythonic surface over api/loom.h (docs/python.md).
+// The extension module `loom._loom`, which the package `loom` (python/loom)
+// re-exports: a Pythonic surface over api/loom.h (docs/python.md).
 //
 // Steps, plans and reports are the library's own types (ir::Graph, ir::Plan,
 // verify::VerifyReport, exec::TrainReport), exposed read-only through
@@ -575,4 +576,4 @@ void DefineModule(py::module_& m) {
 
 }  // namespace loom::python
 
-PYBIND11_MODULE(loom, m) { loom::python::DefineModule(m); }
+PYBIND11_MODULE(_loom, m) { loom::python::DefineModule(m); }

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs Loom's build and test dependencies from Debian's packages (Debian 12),
-# only those that are missing. Needs root (or sudo) when something must be installed.
+# Installs Loom's build and test dependencies: Debian's packages (Debian 12), only
+# those that are missing (needs root or sudo then), and the Python environment
+# .venv with the pinned packages of python/requirements.txt (torch, transformers,
+# pytest), made again whenever that file changes.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   g++ cmake ninja-build pkg-config git
   libabsl-dev libboost-graph-dev libz3-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libjemalloc-dev libopenblas-dev
-  libyaml-cpp-dev python3-dev python3-pybind11 python3-pytest
+  libyaml-cpp-dev python3-dev python3-pybind11 python3-pytest python3-venv
 )
 
 missing=()
@@ -24,4 +27,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Python environment, from Debian's interpreter (the one pybind11 builds for).
+requirements=python/requirements.txt
+stamp=.venv/requirements.sha256
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [ ! -x .venv/bin/python3 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "loom setup: making .venv from $requirements"
+  rm -rf .venv
+  /usr/bin/python3 -m venv .venv
+  .venv/bin/python3 -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  echo "$want" > "$stamp"
 fi

@@ -31,7 +31,7 @@ def loom_binary():
     """The `loom` command of this build, or None when it is not built."""
     path = os.environ.get("LOOM_BINARY")
     if not path:
-        path = str(Path(loom.__file__).resolve().parent.parent / "tools" / "loom")
+        path = str(Path(loom.__file__).resolve().parents[2] / "tools" / "loom")
     return path if os.access(path, os.X_OK) else None
 
 
@@ -51,7 +51,7 @@ def cli_error(args, tmp_path):
 def module_env():
     """The environment of a child interpreter that imports this module."""
     env = dict(os.environ)
-    folder = str(Path(loom.__file__).resolve().parent)
+    folder = str(Path(loom.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
     return env
 
