@@ -269,7 +269,7 @@ def test_docs_one_liner():
     lines = next(body for _, body in blocks if 'python3 -c "import loom;' in body).splitlines()
     command = next(i for i, line in enumerate(lines) if 'python3 -c "import loom;' in line)
     argv = shlex.split(lines[command].lstrip("$ "))
-    argv = argv[argv.index("python3"):]
+    argv = argv[next(i for i, a in enumerate(argv) if a.endswith("python3")):]
     proc = subprocess.run([sys.executable, *argv[1:]], env=module_env(), capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
