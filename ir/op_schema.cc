@@ -23,6 +23,8 @@ SchemaTable BuildTable() {
   RegisterShapeOps(table);
   RegisterMoeOps(table);
   RegisterOptimizerOps(table);
+  RegisterPointwiseOps(table);
+  RegisterIndexOps(table);
   return table;
 }
 

@@ -13,6 +13,7 @@ namespace loom::ir {
 // X(enumerator, textual name, bytes per element, is floating point). Sorted by name.
 #define LOOM_DTYPE_LIST(X)    \
   X(kBF16, "bf16", 2, true)   \
+  X(kBool, "bool", 1, false)  \
   X(kF16, "f16", 2, true)     \
   X(kF32, "f32", 4, true)     \
   X(kF64, "f64", 8, true)     \

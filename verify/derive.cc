@@ -92,7 +92,12 @@ std::vector<std::vector<int>> LinearGroups(OpKind kind, int num_inputs) {
     case OpKind::kStopGradient:
     case OpKind::kMulScalar:
     case OpKind::kDivScalar:
+    case OpKind::kDiv:
+    case OpKind::kCumsum:
+    case OpKind::kIndex:
       return {{0}};
+    case OpKind::kWhere:
+      return {{1, 2}};
     case OpKind::kMul:
     case OpKind::kMatMul:
     case OpKind::kLinearWGrad:

@@ -20,6 +20,7 @@ std::vector<SymKernel> LossSymKernels();
 std::vector<SymKernel> MoeSymKernels();
 std::vector<SymKernel> NormSymKernels();
 std::vector<SymKernel> OptimizerSymKernels();
+std::vector<SymKernel> PointwiseSymKernels();
 
 }  // namespace loom::verify::internal
 

@@ -1,6 +1,7 @@
 #include "verify/sym_util_a.h"
 
 #include "absl/strings/str_cat.h"
+#include "ir/ops/op_util.h"
 
 namespace loom::verify::internal {
 
@@ -56,8 +57,16 @@ SymTensor MapElements2(const SymTensor& a, const SymTensor& b, const ir::TensorT
   SymTensor y;
   y.shape = out_type.shape;
   y.dtype = out_type.dtype;
-  y.data.reserve(a.data.size());
-  for (size_t i = 0; i < a.data.size(); ++i) y.data.push_back(f(a.data[i], b.data[i]));
+  const std::vector<int64_t>& dims = out_type.shape.dims();
+  if (a.shape.dims() == dims && b.shape.dims() == dims) {
+    y.data.reserve(a.data.size());
+    for (size_t i = 0; i < a.data.size(); ++i) y.data.push_back(f(a.data[i], b.data[i]));
+    return y;
+  }
+  const std::vector<int64_t> ia = ir::ops::BroadcastSource(a.shape.dims(), dims);
+  const std::vector<int64_t> ib = ir::ops::BroadcastSource(b.shape.dims(), dims);
+  y.data.reserve(ia.size());
+  for (size_t i = 0; i < ia.size(); ++i) y.data.push_back(f(a.data[ia[i]], b.data[ib[i]]));
   return y;
 }
 

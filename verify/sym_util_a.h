@@ -38,7 +38,8 @@ void CopyAlongDim(const SymTensor& src, int64_t src_begin, SymTensor& dst, int64
 SymTensor MapElements(const SymTensor& x, const ir::TensorType& out_type,
                       const std::function<smt::TermId(smt::TermId)>& f);
 
-// Applies `f` to the elements at the same position of `a` and `b` (same size).
+// Applies `f` to the elements of `a` and `b` that broadcast to each position of
+// the output (NumPy's rule; the same position when the dims are the output's).
 SymTensor MapElements2(const SymTensor& a, const SymTensor& b, const ir::TensorType& out_type,
                        const std::function<smt::TermId(smt::TermId, smt::TermId)>& f);
 

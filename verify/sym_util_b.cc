@@ -12,6 +12,12 @@ namespace loom::verify {
 void DefineSymbolicFunctions(smt::Terms& terms) {
   terms.DefineFunction(internal::kArgMaxFn, internal::ArgMaxValue);
   terms.DefineFunction(internal::kTopKIndexFn, internal::TopKIndexValue);
+  terms.DefineFunction(internal::kCosFn, internal::CosValue);
+  terms.DefineFunction(internal::kSinFn, internal::SinValue);
+  terms.DefineFunction(internal::kLessFn, internal::LessValue);
+  terms.DefineFunction(internal::kLessEqualFn, internal::LessEqualValue);
+  terms.DefineFunction(internal::kStepFn, internal::StepValue);
+  terms.DefineFunction(internal::kTruncFn, internal::TruncValue);
 }
 
 namespace internal {
@@ -99,6 +105,25 @@ absl::StatusOr<bool> FlagAttr(const ir::AttrMap& attrs, absl::string_view name,
         absl::StrCat("attribute '", name, "' is ", value, ", expected 0 or 1"));
   }
   return value == 1;
+}
+
+double CosValue(absl::Span<const double> args) {
+  return args.size() == 1 ? std::cos(args[0]) : std::nan("");
+}
+double SinValue(absl::Span<const double> args) {
+  return args.size() == 1 ? std::sin(args[0]) : std::nan("");
+}
+double LessValue(absl::Span<const double> args) {
+  return args.size() == 2 ? static_cast<double>(args[0] < args[1]) : std::nan("");
+}
+double LessEqualValue(absl::Span<const double> args) {
+  return args.size() == 2 ? static_cast<double>(args[0] <= args[1]) : std::nan("");
+}
+double StepValue(absl::Span<const double> args) {
+  return args.size() == 1 ? static_cast<double>(args[0] > 0) : std::nan("");
+}
+double TruncValue(absl::Span<const double> args) {
+  return args.size() == 1 ? std::trunc(args[0]) : std::nan("");
 }
 
 double ArgMaxValue(absl::Span<const double> args) {

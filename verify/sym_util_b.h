@@ -28,6 +28,14 @@ inline constexpr absl::string_view kArgMaxFn = "argmax";
 // topk_index(j, s_0, ..., s_{n-1}): the index at position j when the indices are
 // sorted by descending s, ties keeping the lower index first (a stable sort).
 inline constexpr absl::string_view kTopKIndexFn = "topk_index";
+// The pointwise family's functions: cos and sin; lt(a, b) and le(a, b), 1 when
+// a < b (a <= b) else 0; step(x), 1 when x > 0 else 0; trunc(x), x rounded toward 0.
+inline constexpr absl::string_view kCosFn = "cos";
+inline constexpr absl::string_view kSinFn = "sin";
+inline constexpr absl::string_view kLessFn = "lt";
+inline constexpr absl::string_view kLessEqualFn = "le";
+inline constexpr absl::string_view kStepFn = "step";
+inline constexpr absl::string_view kTruncFn = "trunc";
 
 // `status` with its message prefixed by "op '<kind>': ".
 absl::Status WithOpName(ir::OpKind kind, const absl::Status& status);
@@ -90,6 +98,13 @@ absl::StatusOr<bool> FlagAttr(const ir::AttrMap& attrs, absl::string_view name,
 // Numeric meanings of kArgMaxFn and kTopKIndexFn.
 double ArgMaxValue(absl::Span<const double> args);
 double TopKIndexValue(absl::Span<const double> args);
+// Numeric meanings of the pointwise family's functions.
+double CosValue(absl::Span<const double> args);
+double SinValue(absl::Span<const double> args);
+double LessValue(absl::Span<const double> args);
+double LessEqualValue(absl::Span<const double> args);
+double StepValue(absl::Span<const double> args);
+double TruncValue(absl::Span<const double> args);
 
 }  // namespace loom::verify::internal
 

@@ -1,5 +1,6 @@
 // Elementwise ops: arithmetic, activations, constants, gradient accumulation and
-// stop_gradient. All of them are spatial in every dim; none reduces.
+// stop_gradient. All of them are spatial in every dim; none reduces. add, sub and
+// mul broadcast their inputs (NumPy's rule).
 
 #include <cmath>
 
@@ -47,6 +48,21 @@ absl::StatusOr<std::vector<TensorType>> InferSameType(absl::Span<const TensorTyp
   return std::vector<TensorType>{in[0]};
 }
 
+// Two inputs of one dtype (any) whose dims broadcast (add, sub, mul).
+absl::StatusOr<std::vector<TensorType>> InferBroadcast(absl::Span<const TensorType> in,
+                                                       const AttrMap&) {
+  if (in[1].dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("input 1 has dtype ", DTypeName(in[1].dtype),
+                                                   ", input 0 has ", DTypeName(in[0].dtype)));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, ops::BroadcastDims(in));
+  // The result keeps the dim names of an input of its dims.
+  for (const TensorType& t : in) {
+    if (t.shape.dims() == dims) return std::vector<TensorType>{t};
+  }
+  return std::vector<TensorType>{TensorType{Shape(std::move(dims)), in[0].dtype}};
+}
+
 // Two same-typed inputs, two outputs of that type (swiglu_grad).
 absl::StatusOr<std::vector<TensorType>> InferSameTypeTwoOut(absl::Span<const TensorType> in,
                                                             const AttrMap& attrs) {
@@ -77,6 +93,12 @@ absl::StatusOr<std::vector<TensorType>> InferFill(absl::Span<const TensorType>,
 
 absl::StatusOr<DimSignature> SignatureAll(absl::Span<const TensorType> in, const AttrMap&) {
   return ElementwiseSignature(in[0].shape.rank(), static_cast<int>(in.size()));
+}
+
+absl::StatusOr<DimSignature> SignatureBroadcast(absl::Span<const TensorType> in,
+                                                const AttrMap&) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, ops::BroadcastDims(in));
+  return ops::BroadcastSignature(in, dims);
 }
 
 absl::StatusOr<DimSignature> SignatureTwoOut(absl::Span<const TensorType> in,
@@ -124,6 +146,20 @@ absl::Status Map2(absl::Span<const HostTensor* const> in, absl::Span<HostTensor>
   return absl::OkStatus();
 }
 
+// Two inputs that broadcast to the output's dims.
+template <typename F>
+absl::Status Broadcast2(absl::Span<const HostTensor* const> in, absl::Span<HostTensor> out, F f) {
+  const HostTensor& a = *in[0];
+  const HostTensor& b = *in[1];
+  if (a.shape.dims() == out[0].shape.dims() && b.shape.dims() == out[0].shape.dims()) {
+    return Map2(in, out, f);
+  }
+  const std::vector<int64_t> ia = ops::BroadcastSource(a.shape.dims(), out[0].shape.dims());
+  const std::vector<int64_t> ib = ops::BroadcastSource(b.shape.dims(), out[0].shape.dims());
+  for (int64_t i = 0; i < out[0].size(); ++i) out[0][i] = f(a[ia[i]], b[ib[i]]);
+  return absl::OkStatus();
+}
+
 double Gelu(double x) {
   return 0.5 * x * (1.0 + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
 }
@@ -142,15 +178,15 @@ double SiluDerivative(double x) {
 
 absl::Status KernelAdd(absl::Span<const HostTensor* const> in, const AttrMap&,
                        absl::Span<HostTensor> out) {
-  return Map2(in, out, [](double a, double b) { return a + b; });
+  return Broadcast2(in, out, [](double a, double b) { return a + b; });
 }
 absl::Status KernelSub(absl::Span<const HostTensor* const> in, const AttrMap&,
                        absl::Span<HostTensor> out) {
-  return Map2(in, out, [](double a, double b) { return a - b; });
+  return Broadcast2(in, out, [](double a, double b) { return a - b; });
 }
 absl::Status KernelMul(absl::Span<const HostTensor* const> in, const AttrMap&,
                        absl::Span<HostTensor> out) {
-  return Map2(in, out, [](double a, double b) { return a * b; });
+  return Broadcast2(in, out, [](double a, double b) { return a * b; });
 }
 absl::Status KernelAccumulate(absl::Span<const HostTensor* const> in, const AttrMap&,
                               absl::Span<HostTensor> out) {
@@ -256,21 +292,44 @@ absl::StatusOr<AttrMap> ShardAttrsFill(const AttrMap& attrs, absl::Span<const Te
 
 using Grads = absl::StatusOr<std::vector<std::optional<TensorId>>>;
 
+// The gradient of a broadcast input i from the output's gradient `g`: summed over
+// the dims input i was broadcast along, then given input i's dims.
+absl::StatusOr<TensorId> SumToInput(GradBuilder& b, TensorId g, int i) {
+  // Copies: the graph grows (and moves its tensors) as ops are emitted.
+  const std::vector<int64_t> out = b.graph().tensor(g).shape.dims();
+  const std::vector<int64_t> in = b.input_type(i).shape.dims();
+  if (in == out) return g;
+  const int offset = static_cast<int>(out.size() - in.size());
+  std::vector<int64_t> dims;
+  for (int d = 0; d < static_cast<int>(out.size()); ++d) {
+    if (d < offset || (in[d - offset] == 1 && out[d] != 1)) dims.push_back(d);
+  }
+  LOOM_ASSIGN_OR_RETURN(TensorId summed,
+                        b.Emit1(OpKind::kSum, {g}, {{"dims", dims}}, "broadcast_grad"));
+  return b.Emit1(OpKind::kReshape, {summed}, {{"shape", in}}, b.GradName(i));
+}
+
 Grads GradAdd(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
-  return std::vector<std::optional<TensorId>>{dy, dy};
+  LOOM_ASSIGN_OR_RETURN(TensorId da, SumToInput(b, dy, 0));
+  LOOM_ASSIGN_OR_RETURN(TensorId db, SumToInput(b, dy, 1));
+  return std::vector<std::optional<TensorId>>{da, db};
 }
 
 Grads GradSub(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
-  LOOM_ASSIGN_OR_RETURN(TensorId db, b.Emit1(OpKind::kNeg, {dy}, {}, b.GradName(1)));
-  return std::vector<std::optional<TensorId>>{dy, db};
+  LOOM_ASSIGN_OR_RETURN(TensorId neg, b.Emit1(OpKind::kNeg, {dy}, {}, b.GradName(1)));
+  LOOM_ASSIGN_OR_RETURN(TensorId da, SumToInput(b, dy, 0));
+  LOOM_ASSIGN_OR_RETURN(TensorId db, SumToInput(b, neg, 1));
+  return std::vector<std::optional<TensorId>>{da, db};
 }
 
 Grads GradMul(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
-  LOOM_ASSIGN_OR_RETURN(TensorId da, b.Emit1(OpKind::kMul, {dy, b.input(1)}, {}, b.GradName(0)));
-  LOOM_ASSIGN_OR_RETURN(TensorId db, b.Emit1(OpKind::kMul, {dy, b.input(0)}, {}, b.GradName(1)));
+  LOOM_ASSIGN_OR_RETURN(TensorId ga, b.Emit1(OpKind::kMul, {dy, b.input(1)}, {}, b.GradName(0)));
+  LOOM_ASSIGN_OR_RETURN(TensorId gb, b.Emit1(OpKind::kMul, {dy, b.input(0)}, {}, b.GradName(1)));
+  LOOM_ASSIGN_OR_RETURN(TensorId da, SumToInput(b, ga, 0));
+  LOOM_ASSIGN_OR_RETURN(TensorId db, SumToInput(b, gb, 1));
   return std::vector<std::optional<TensorId>>{da, db};
 }
 
@@ -390,8 +449,8 @@ void RegisterElementwiseOps(SchemaTable& table) {
   };
   reg(OpKind::kAccumulate, InferSameType, SignatureAll, KernelAccumulate, FlopsAccumulate,
       GradAccumulate, "accumulate(x0, x1, ...) -> sum of the inputs (gradient accumulation)");
-  reg(OpKind::kAdd, InferSameType, SignatureAll, KernelAdd, Flops<1>, GradAdd,
-      "add(a, b) -> a + b (same shape)");
+  reg(OpKind::kAdd, InferBroadcast, SignatureBroadcast, KernelAdd, Flops<1>, GradAdd,
+      "add(a, b) -> a + b (one dtype; dims broadcast)");
   reg(OpKind::kDivScalar, InferTensorScalar, SignatureTensorScalar, KernelDivScalar, Flops<1>,
       GradDivScalar, "div_scalar(a, s) -> a / s, s a scalar tensor");
   reg(OpKind::kExp, InferUnary, SignatureAll, KernelExp, Flops<4>, GradExp, "exp(x)");
@@ -403,8 +462,8 @@ void RegisterElementwiseOps(SchemaTable& table) {
       "gelu_grad(x, dy) -> dx");
   reg(OpKind::kLog, InferUnary, SignatureAll, KernelLog, Flops<4>, GradLog,
       "log(x) -> natural logarithm");
-  reg(OpKind::kMul, InferSameType, SignatureAll, KernelMul, Flops<1>, GradMul,
-      "mul(a, b) -> a * b (same shape)");
+  reg(OpKind::kMul, InferBroadcast, SignatureBroadcast, KernelMul, Flops<1>, GradMul,
+      "mul(a, b) -> a * b (one dtype; dims broadcast)");
   reg(OpKind::kMulScalar, InferTensorScalar, SignatureTensorScalar, KernelMulScalar, Flops<1>,
       GradMulScalar, "mul_scalar(a, s) -> a * s, s a scalar tensor");
   reg(OpKind::kNeg, InferUnary, SignatureAll, KernelNeg, Flops<1>, GradNeg, "neg(x) -> -x");
@@ -420,8 +479,8 @@ void RegisterElementwiseOps(SchemaTable& table) {
       "silu_grad(x, dy) -> dx");
   reg(OpKind::kStopGradient, InferUnary, SignatureAll, KernelIdentity, Flops<0>,
       GradStopGradient, "stop_gradient(x) -> x; no gradient flows back to x");
-  reg(OpKind::kSub, InferSameType, SignatureAll, KernelSub, Flops<1>, GradSub,
-      "sub(a, b) -> a - b (same shape)");
+  reg(OpKind::kSub, InferBroadcast, SignatureBroadcast, KernelSub, Flops<1>, GradSub,
+      "sub(a, b) -> a - b (one dtype; dims broadcast)");
   reg(OpKind::kSwiGlu, InferSameType, SignatureAll, KernelSwiGlu, Flops<6>, GradSwiGlu,
       "swiglu(gate, up) -> silu(gate) * up");
   reg(OpKind::kSwiGluGrad, InferSameTypeTwoOut, SignatureTwoOut, KernelSwiGluGrad, Flops<10>,

@@ -1,5 +1,7 @@
 #include "ir/ops/op_util.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_join.h"
 
 namespace loom::ir::ops {
@@ -84,6 +86,79 @@ void DefaultSpatial(DimSignature& sig) {
       for (const auto& l : labels) sig.kinds.emplace(l, DimKind::kSpatial);
     }
   }
+}
+
+absl::StatusOr<std::vector<int64_t>> BroadcastDims(absl::Span<const TensorType> in) {
+  int rank = 0;
+  for (const TensorType& t : in) rank = std::max(rank, t.shape.rank());
+  std::vector<int64_t> out(rank, 1);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int offset = rank - in[i].shape.rank();
+    for (int d = 0; d < in[i].shape.rank(); ++d) {
+      const int64_t size = in[i].shape.dim(d);
+      int64_t& o = out[offset + d];
+      if (size == o || size == 1) continue;
+      if (o != 1) {
+        const std::string against =
+            i == 1 ? absl::StrCat("input 0's ", in[0].ToString()) : "the inputs before it";
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", i, " is ", in[i].ToString(), ", which does not broadcast with ",
+                         against, " (dim ", d, ": ", size, " against ", o, ")"));
+      }
+      o = size;
+    }
+  }
+  return out;
+}
+
+DimSignature BroadcastSignature(absl::Span<const TensorType> in,
+                                const std::vector<int64_t>& out_dims, int num_outputs) {
+  DimSignature sig;
+  const int rank = static_cast<int>(out_dims.size());
+  const std::vector<std::string> out_labels = DimLabels(rank);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int offset = rank - in[i].shape.rank();
+    std::vector<std::string> labels;
+    for (int d = 0; d < in[i].shape.rank(); ++d) {
+      const int j = offset + d;
+      labels.push_back(in[i].shape.dim(d) == out_dims[j] ? out_labels[j]
+                                                         : absl::StrCat("b", i, "_", j));
+    }
+    sig.inputs.push_back(std::move(labels));
+  }
+  sig.outputs.assign(num_outputs, out_labels);
+  DefaultSpatial(sig);
+  return sig;
+}
+
+std::vector<int64_t> BroadcastSource(const std::vector<int64_t>& in_dims,
+                                     const std::vector<int64_t>& out_dims) {
+  const int rank = static_cast<int>(out_dims.size());
+  const int offset = rank - static_cast<int>(in_dims.size());
+  // Stride of each output dim in the input (0 where it is broadcast).
+  std::vector<int64_t> stride(rank, 0);
+  int64_t s = 1;
+  for (int d = static_cast<int>(in_dims.size()) - 1; d >= 0; --d) {
+    if (in_dims[d] != 1 || out_dims[offset + d] == 1) stride[offset + d] = s;
+    s *= in_dims[d];
+  }
+  int64_t total = 1;
+  for (int64_t d : out_dims) total *= d;
+  std::vector<int64_t> source(static_cast<size_t>(total), 0);
+  std::vector<int64_t> index(rank, 0);
+  int64_t at = 0;
+  for (int64_t e = 0; e < total; ++e) {
+    source[e] = at;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++index[d] < out_dims[d]) {
+        at += stride[d];
+        break;
+      }
+      at -= stride[d] * (out_dims[d] - 1);
+      index[d] = 0;
+    }
+  }
+  return source;
 }
 
 double ElementCount(const TensorType& t) { return static_cast<double>(t.shape.num_elements()); }

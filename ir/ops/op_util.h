@@ -33,6 +33,21 @@ DimSignature ElementwiseSignature(int rank, int num_inputs, int num_outputs = 1)
 // Marks every label of `sig` not yet in `kinds` as spatial.
 void DefaultSpatial(DimSignature& sig);
 
+// Broadcasting (NumPy's rule, dims aligned at the last one): the dims of the
+// result of the inputs, where each input dim equals the result's or is 1.
+// InvalidArgument naming the first input and dim that does not broadcast.
+absl::StatusOr<std::vector<int64_t>> BroadcastDims(absl::Span<const TensorType> in);
+// Signature of an elementwise op whose inputs broadcast to `out_dims`: output dim
+// j is labelled "d<j>" (spatial); an input dim carries that label when its size is
+// the output's, and a label of its own, "b<i>_<j>" (spatial, of extent 1: never
+// split), when input i broadcasts it from size 1. Every output has `out_dims`.
+DimSignature BroadcastSignature(absl::Span<const TensorType> in,
+                                const std::vector<int64_t>& out_dims, int num_outputs = 1);
+// For each element of a result of dims `out_dims`, in row-major order, the flat
+// index of the element of an input of dims `in_dims` that broadcasts to it.
+std::vector<int64_t> BroadcastSource(const std::vector<int64_t>& in_dims,
+                                     const std::vector<int64_t>& out_dims);
+
 // FLOPs = elements of output 0 times `per_element`.
 double ElementCount(const TensorType& t);
 double FlopsPerOutputElement(absl::Span<const TensorType> out, double per_element);

@@ -15,6 +15,8 @@ void RegisterAttentionOps(SchemaTable& table);    // attention.cc
 void RegisterShapeOps(SchemaTable& table);        // shape_ops.cc
 void RegisterMoeOps(SchemaTable& table);          // moe.cc
 void RegisterOptimizerOps(SchemaTable& table);    // optimizer.cc
+void RegisterPointwiseOps(SchemaTable& table);    // pointwise.cc
+void RegisterIndexOps(SchemaTable& table);        // index_ops.cc
 
 }  // namespace loom::ir
 

@@ -285,8 +285,8 @@ TEST(JsonFormatErrorTest, TypeMismatchWithInference) {
             "g.json: tensors[4]: type f32[2,4] does not match f32[b:2,d model:3] inferred for "
             "ops[1]");
   EXPECT_EQ(ErrorOf(Edited([](Json& j) { j["tensors"][1]["shape"] = {2, 4}; })),
-            "g.json: ops[0]: op 'mul' (h): input 1 is f32[2,4], expected f32[b:2,3] like "
-            "input 0 (inputs: 'x' f32[b:2,3], 'w' f32[2,4])");
+            "g.json: ops[0]: op 'mul' (h): input 1 is f32[2,4], which does not broadcast with "
+            "input 0's f32[b:2,3] (dim 1: 4 against 3) (inputs: 'x' f32[b:2,3], 'w' f32[2,4])");
   EXPECT_EQ(ErrorOf(Edited([](Json& j) { j["tensors"][1]["name"] = "x"; })),
             "g.json: tensors[1]: tensor 'x' is already defined");
 }

@@ -52,6 +52,7 @@ void AddAttentionSamples(std::mt19937_64& rng, std::vector<OpSample>& out);
 void AddShapeSamples(std::mt19937_64& rng, std::vector<OpSample>& out);
 void AddMoeSamples(std::mt19937_64& rng, std::vector<OpSample>& out);
 void AddOptimizerSamples(std::mt19937_64& rng, std::vector<OpSample>& out);
+void AddPointwiseSamples(std::mt19937_64& rng, std::vector<OpSample>& out);
 
 // Every family's samples drawn with one seed, in a fixed order.
 std::vector<OpSample> AllSamples(uint64_t seed);

@@ -12,7 +12,8 @@ std::vector<OpSample> AllSamples(uint64_t seed) {
   std::vector<OpSample> out;
   for (SampleGenerator gen :
        {AddElementwiseSamples, AddReduceSamples, AddNormSamples, AddMatMulSamples,
-        AddAttentionSamples, AddShapeSamples, AddMoeSamples, AddOptimizerSamples}) {
+        AddAttentionSamples, AddShapeSamples, AddMoeSamples, AddOptimizerSamples,
+        AddPointwiseSamples}) {
     gen(rng, out);
   }
   return out;

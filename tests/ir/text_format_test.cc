@@ -335,8 +335,8 @@ TEST(TextFormatErrorTest, InferenceErrorPassesThroughAtOpName) {
   %b = input f32[2,4]
   %h = add(%a, %b) : f32[2,3] @forward
 })"),
-            "model.loom:4:8: op 'add' (h): input 1 is f32[2,4], expected f32[2,3] like "
-            "input 0 (inputs: 'a' f32[2,3], 'b' f32[2,4])");
+            "model.loom:4:8: op 'add' (h): input 1 is f32[2,4], which does not broadcast with "
+            "input 0's f32[2,3] (dim 1: 4 against 3) (inputs: 'a' f32[2,3], 'b' f32[2,4])");
 }
 
 // A written result type that differs from the inferred one is reported at the type.
