@@ -321,4 +321,24 @@ absl::StatusOr<TrainReport> RunTraining(const ir::Graph& spec, const ir::Plan& p
   return report;
 }
 
+absl::StatusOr<absl::flat_hash_map<TensorId, HostTensor>> RunStepOnValues(
+    const ir::Graph& spec, const ir::Plan& plan, Backend& backend,
+    const absl::flat_hash_map<TensorId, HostTensor>& feeds) {
+  std::optional<ir::Plan> expanded;
+  const ir::Plan* source = &plan;
+  if (plan.is_factored()) {
+    LOOM_ASSIGN_OR_RETURN(expanded, ir::ExpandPlan(spec, plan));
+    source = &*expanded;
+  }
+  LOOM_ASSIGN_OR_RETURN(Program program, LowerPlan(spec, *source));
+  expanded.reset();
+  LOOM_ASSIGN_OR_RETURN(ValueStore inputs, PlanInputs(spec, program, feeds));
+  LOOM_ASSIGN_OR_RETURN(StepResult step, backend.RunStep(program, std::move(inputs)));
+  absl::flat_hash_map<TensorId, HostTensor> out;
+  for (TensorId t : spec.outputs()) {
+    LOOM_ASSIGN_OR_RETURN(out[t], Assemble(spec, program, step, t));
+  }
+  return out;
+}
+
 }  // namespace loom::exec

@@ -27,9 +27,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "exec/backend.h"
 #include "ir/graph.h"
+#include "ir/host_tensor.h"
 #include "ir/plan.h"
 
 namespace loom::exec {
@@ -69,6 +71,15 @@ struct TrainReport {
 
 absl::StatusOr<TrainReport> RunTraining(const ir::Graph& spec, const ir::Plan& plan,
                                         Backend& backend, const TrainOptions& options);
+
+// One step of `plan` (explicit or factored) on `backend` from given values of the
+// spec's inputs (by tensor id; every tensor a plan input claims must have one):
+// each plan input gets its box of its logical tensor, and every output of the
+// spec is put together from the plan outputs holding it (whole parts, tiling it).
+// A spec output the plan's outputs do not cover is a FailedPrecondition error.
+absl::StatusOr<absl::flat_hash_map<ir::TensorId, ir::HostTensor>> RunStepOnValues(
+    const ir::Graph& spec, const ir::Plan& plan, Backend& backend,
+    const absl::flat_hash_map<ir::TensorId, ir::HostTensor>& feeds);
 
 }  // namespace loom::exec
 

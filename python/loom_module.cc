@@ -32,6 +32,7 @@
 #include "ir/graph_stats.h"
 #include "ir/json_format.h"
 #include "ir/plan.h"
+#include "python/capture_bindings.h"
 #include "verify/derive.h"
 #include "verify/report.h"
 #include "verify/verify.h"
@@ -207,6 +208,7 @@ void DefineModule(py::module_& m) {
   loom_error = error.ptr();
   error.inc_ref();  // lives as long as the process: ThrowStatus uses it
   m.attr("LoomError") = error;
+  DefineCaptureFunctions(m, ThrowStatus);
 
   // ---------------------------------------------------------------------------
   py::class_<ModelConfig>(m, "ModelConfig",

@@ -1,0 +1,224 @@
+// Functions of loom._loom that loom.torch (python/loom/torch) builds on: graphs
+// and plans from text, the partition signature of an op, and one step of a graph
+// or of a plan on given values. Values travel as NumPy arrays (float64; integer
+// and bool tensors hold exact integers, as the reference kernels' do).
+
+#include "python/capture_bindings.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "exec/backend.h"
+#include "exec/training.h"
+#include "ir/graph.h"
+#include "ir/host_tensor.h"
+#include "ir/interpreter.h"
+#include "ir/op_schema.h"
+#include "ir/plan.h"
+#include "ir/plan_json.h"
+#include "ir/text_format.h"
+
+namespace py = pybind11;
+
+namespace loom::python {
+namespace {
+
+using Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+// A Python attribute value: int, float, list of ints or str.
+ir::AttrValue ToAttr(const std::string& name, const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return static_cast<int64_t>(v.cast<bool>());
+  if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
+  if (py::isinstance<py::float_>(v)) return v.cast<double>();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    return v.cast<std::vector<int64_t>>();
+  }
+  throw py::value_error(absl::StrCat("attribute '", name,
+                                     "': expected an int, a float, a list of ints or a str"));
+}
+
+ir::AttrMap ToAttrMap(const py::dict& attrs) {
+  ir::AttrMap map;
+  for (auto [k, v] : attrs) {
+    const std::string name = k.cast<std::string>();
+    map.Set(name, ToAttr(name, v));
+  }
+  return map;
+}
+
+ir::HostTensor ToHost(const std::string& name, const ir::Tensor& tensor, const py::handle& value) {
+  Array a = Array::ensure(value);
+  if (!a) throw py::value_error(absl::StrCat("value of '", name, "' is not an array"));
+  std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
+  if (dims != tensor.shape.dims()) {
+    throw py::value_error(absl::StrCat("value of '", name, "' has dims [",
+                                       absl::StrJoin(dims, ","), "], the tensor is ",
+                                       tensor.type().ToString()));
+  }
+  ir::HostTensor h(tensor.shape, tensor.dtype);
+  std::copy(a.data(), a.data() + a.size(), h.data.begin());
+  return h;
+}
+
+py::array ToArray(const ir::HostTensor& h) {
+  std::vector<py::ssize_t> shape(h.shape.dims().begin(), h.shape.dims().end());
+  py::array_t<double> a(shape);
+  std::copy(h.data.begin(), h.data.end(), a.mutable_data());
+  return a;
+}
+
+// Feeds by tensor id from a dict of tensor name -> array.
+absl::flat_hash_map<ir::TensorId, ir::HostTensor> ToFeeds(const ir::Graph& g,
+                                                           const py::dict& feeds) {
+  absl::flat_hash_map<ir::TensorId, ir::HostTensor> out;
+  for (auto [k, v] : feeds) {
+    const std::string name = k.cast<std::string>();
+    std::optional<ir::TensorId> id = g.FindTensor(name);
+    if (!id.has_value()) throw py::value_error(absl::StrCat("no tensor '", name, "' in the step"));
+    out[*id] = ToHost(name, g.tensor(*id), v);
+  }
+  return out;
+}
+
+const char* KindName(ir::DimKind k) {
+  switch (k) {
+    case ir::DimKind::kSpatial:
+      return "spatial";
+    case ir::DimKind::kReduction:
+      return "reduction";
+    case ir::DimKind::kMaxReduction:
+      return "max_reduction";
+    case ir::DimKind::kFixed:
+      return "fixed";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void DefineCaptureFunctions(py::module_& m, void (*raise)(const absl::Status&)) {
+  auto check = [raise](auto statusor) {
+    if (!statusor.ok()) raise(statusor.status());
+    return *std::move(statusor);
+  };
+  m.def(
+      "parse_step",
+      [check](const std::string& text, const std::string& origin) {
+        return check(ir::ParseGraph(text, origin));
+      },
+      py::arg("text"), py::arg("origin") = "<graph>",
+      "A Step from graph text IR; `origin` names it in errors.");
+  m.def(
+      "parse_plan",
+      [check](const std::string& text, const std::string& origin) {
+        return check(ir::PlanFromJson(text, origin));
+      },
+      py::arg("text"), py::arg("origin") = "<plan>",
+      "A Plan from plan JSON text; `origin` names it in errors.");
+  m.def(
+      "signature",
+      [check](const std::string& kind_name, const std::vector<std::pair<std::vector<int64_t>,
+                                                                        std::string>>& inputs,
+              const py::dict& attrs) {
+        const ir::OpKind kind = check(ir::ParseOpKind(kind_name));
+        std::vector<ir::TensorType> types;
+        for (const auto& [dims, dtype] : inputs) {
+          types.push_back(ir::TensorType{ir::Shape(dims), check(ir::ParseDType(dtype))});
+        }
+        const ir::AttrMap map = ToAttrMap(attrs);
+        check(ir::InferOutputTypes(kind, types, map));
+        const ir::DimSignature sig = check(ir::GetOpSchema(kind).signature(types, map));
+        py::dict kinds;
+        for (const auto& [label, k] : sig.kinds) kinds[py::str(label)] = KindName(k);
+        py::dict out;
+        out["inputs"] = sig.inputs;
+        out["outputs"] = sig.outputs;
+        out["kinds"] = kinds;
+        out["coupled"] = sig.coupled;
+        out["additive"] = sig.additive_inputs;
+        return out;
+      },
+      py::arg("kind"), py::arg("inputs"), py::arg("attrs") = py::dict(),
+      "The partition signature of op `kind` on inputs of the given (dims, dtype): "
+      "{'inputs': [[labels]], 'outputs': [[labels]], 'kinds': {label: 'spatial' | "
+      "'reduction' | 'max_reduction' | 'fixed'}, 'coupled': [[labels]], 'additive': [i]}.");
+  m.def(
+      "evaluate",
+      [check, raise](const ir::Graph& step, const py::dict& feeds, bool fp64,
+              std::optional<std::vector<std::string>> names) {
+        absl::flat_hash_map<ir::TensorId, ir::HostTensor> values = ToFeeds(step, feeds);
+        ir::InterpreterOptions options;
+        options.precision = fp64 ? ir::DType::kF64 : ir::DType::kF32;
+        ir::TensorValues all;
+        {
+          py::gil_scoped_release release;
+          absl::StatusOr<ir::TensorValues> r = ir::Evaluate(step, values, options);
+          if (!r.ok()) {
+            py::gil_scoped_acquire acquire;
+            raise(r.status());
+          }
+          all = *std::move(r);
+        }
+        std::vector<ir::TensorId> wanted;
+        if (names.has_value()) {
+          for (const std::string& n : *names) {
+            std::optional<ir::TensorId> id = step.FindTensor(n);
+            if (!id.has_value()) throw py::value_error(absl::StrCat("no tensor '", n, "'"));
+            wanted.push_back(*id);
+          }
+        } else {
+          wanted = step.outputs();
+        }
+        py::dict out;
+        for (ir::TensorId id : wanted) {
+          if (all[id].has_value()) out[py::str(step.tensor(id).name)] = ToArray(*all[id]);
+        }
+        return out;
+      },
+      py::arg("step"), py::arg("feeds"), py::kw_only(), py::arg("fp64") = true,
+      py::arg("names") = std::nullopt,
+      "Runs the step with the reference interpreter from `feeds` (tensor name -> array, "
+      "every input) and returns the graph's outputs (or the tensors `names`) by name.");
+  m.def(
+      "run_plan",
+      [check, raise](const ir::Graph& step, const ir::Plan& plan, const py::dict& feeds,
+              const std::string& backend_name, bool fp64) {
+        absl::flat_hash_map<ir::TensorId, ir::HostTensor> values = ToFeeds(step, feeds);
+        exec::ExecOptions options;
+        options.precision = fp64 ? ir::DType::kF64 : ir::DType::kF32;
+        std::unique_ptr<exec::Backend> backend = check(exec::MakeBackend(backend_name, options));
+        absl::flat_hash_map<ir::TensorId, ir::HostTensor> outputs;
+        {
+          py::gil_scoped_release release;
+          auto r = exec::RunStepOnValues(step, plan, *backend, values);
+          if (!r.ok()) {
+            py::gil_scoped_acquire acquire;
+            raise(r.status());
+          }
+          outputs = *std::move(r);
+        }
+        py::dict out;
+        for (ir::TensorId id : step.outputs()) {
+          out[py::str(step.tensor(id).name)] = ToArray(outputs.at(id));
+        }
+        return out;
+      },
+      py::arg("step"), py::arg("plan"), py::arg("feeds"), py::kw_only(),
+      py::arg("backend") = "cpu", py::arg("fp64") = true,
+      "One step of `plan` on a backend from `feeds` (tensor name -> array, every tensor a "
+      "plan input holds a piece of): the step's outputs by name, put together from the plan's "
+      "outputs.");
+}
+
+}  // namespace loom::python

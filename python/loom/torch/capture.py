@@ -1,0 +1,304 @@
+"""Tracing one training step of a torch.nn.Module: forward, loss, backward and the
+optimizer's own update, as the ATen ops torch runs (make_fx).
+
+The step is traced as one function of flat inputs: the parameters, the buffers,
+the optimizer's state and the batch's tensors, in that order. Parameters and
+states are explicit graph inputs (torch.func.functional_call for the forward, the
+optimizer's own step on traced tensors swapped into its param groups), so the
+graph says which input every op reads. Every node carries the module that ran it
+(forward hooks), its phase, and the Python stack of the user's code; backward
+nodes get their forward op's module and stack through autograd's sequence numbers.
+
+The optimizer's step counter is a Python number in the trace: torch reads it with
+.item() to compute the bias corrections, which a trace cannot do, so the count the
+step will have is given to it instead; the update's arithmetic is torch's own.
+"""
+
+import collections
+import contextlib
+import dataclasses
+import re
+
+import torch
+import torch.fx.traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
+
+from loom.torch.errors import CaptureError
+
+SUPPORTED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
+
+
+@dataclasses.dataclass
+class Placeholder:
+    """One input of the traced step."""
+    kind: str          # "parameter", "buffer", "state" or "input"
+    name: str          # its tensor name in Loom's graph
+    fqn: str = ""      # the parameter or buffer it belongs to
+    value: object = None  # the tensor given to the trace
+
+
+@dataclasses.dataclass
+class Trace:
+    """A traced step: the FX graph and what its inputs and outputs are."""
+    module: torch.fx.GraphModule
+    placeholders: list   # Placeholder, one per FX placeholder, in order
+    outputs: list        # (kind, name): ("loss", "loss"), ("parameter", fqn), ("state", name)
+    optimizer: dict      # {"class": ..., "hyper": {...}, "step": k}
+    model_class: str
+    fake: bool
+    fn: object = None      # the traced function of the flat inputs, to run it eagerly
+    inputs: list = None    # the flat inputs it was traced with
+
+
+def _layer_of(path):
+    """The repeated block a module path belongs to: `model.layers.3.mlp` -> 3."""
+    m = re.search(r"(?:^|\.)(?:layers|h|blocks|block|layer)\.(\d+)(?:\.|$)", path or "")
+    return int(m.group(1)) if m else -1
+
+
+class _ModuleTagger:
+    """Forward hooks that record, in the FX node metadata torch copies to every node
+    (fx_traceback's current meta, preserved under preserve_node_meta), the path of
+    the innermost module running."""
+
+    def __init__(self, root):
+        self._paths = {m: n for n, m in root.named_modules()}
+        self._stack = []
+        self._handles = []
+        for m in root.modules():
+            self._handles.append(m.register_forward_pre_hook(self._enter))
+            self._handles.append(m.register_forward_hook(self._leave))
+
+    def _meta(self):
+        return fx_traceback.get_current_meta().setdefault("custom", {})
+
+    def _enter(self, module, args):
+        self._stack.append(self._paths.get(module, ""))
+        self._meta()["module"] = self._stack[-1]
+
+    def _leave(self, module, args, output):
+        self._stack.pop()
+        meta = self._meta()
+        if self._stack:
+            meta["module"] = self._stack[-1]
+        else:
+            meta.pop("module", None)
+
+    def close(self):
+        for h in self._handles:
+            h.remove()
+
+
+def _set_phase(phase, module=None):
+    meta = fx_traceback.get_current_meta().setdefault("custom", {})
+    meta["phase"] = phase
+    if module is None:
+        meta.pop("module", None)
+    else:
+        meta["module"] = module
+
+
+def _check_optimizer(opt):
+    name = type(opt).__name__
+    if name not in SUPPORTED_OPTIMIZERS:
+        raise CaptureError(f"optimizer {name} is not supported (supported: "
+                           f"{', '.join(SUPPORTED_OPTIMIZERS)})")
+    if len(opt.param_groups) != 1:
+        raise CaptureError(f"optimizer {name} has {len(opt.param_groups)} parameter groups; "
+                           "one is supported")
+    group = opt.param_groups[0]
+    for option in ("fused", "foreach", "capturable", "differentiable"):
+        if group.get(option):
+            raise CaptureError(f"optimizer {name} with {option}=True is not supported "
+                               f"(pass {option}=False)")
+    return name, group
+
+
+def _state_keys(name, group):
+    if name in ("Adam", "AdamW"):
+        keys = ["exp_avg", "exp_avg_sq"]
+        if group.get("amsgrad"):
+            keys.append("max_exp_avg_sq")
+        return keys
+    if group.get("momentum", 0):
+        return ["momentum_buffer"]
+    return []
+
+
+@contextlib.contextmanager
+def _step_count(counts):
+    """torch.optim's Adam reads its step count with .item(); a trace gives it the count."""
+    import torch.optim.adam as adam_module
+    import torch.optim.optimizer as optimizer_module
+    original = optimizer_module._get_value
+    ids = {id(t): v for t, v in counts}
+
+    def get_value(x):
+        return ids[id(x)] if id(x) in ids else original(x)
+
+    adam_module._get_value = get_value
+    try:
+        yield
+    finally:
+        adam_module._get_value = original
+
+
+def trace_step(model, batch, loss_fn, optimizer, *, fake):
+    """Traces one training step of `model` on `batch` (a tuple of positional
+    arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
+    loss, `optimizer` the torch.optim optimizer built over model.parameters()."""
+    name, group = _check_optimizer(optimizer)
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    by_param = {id(p): fqn for fqn, p in params.items()}
+    if [id(p) for p in group["params"]] != [id(p) for p in params.values()]:
+        missing = [fqn for fqn, p in params.items()
+                   if id(p) not in {id(q) for q in group["params"]}]
+        if missing or len(group["params"]) != len(params):
+            raise CaptureError("the optimizer must be built over model.parameters(), in order "
+                               f"(parameters it lacks: {', '.join(missing[:4]) or 'none'})")
+    keys = _state_keys(name, group)
+    states, step_counts = [], {}
+    for fqn, p in params.items():
+        st = optimizer.state.get(p, {})
+        for k in keys:
+            if k in st and st[k] is not None:
+                states.append((fqn, k, st[k].detach()))
+            elif name == "SGD":
+                states.append((fqn, k, None))  # torch's first SGD step starts the buffer
+            else:
+                states.append((fqn, k, torch.zeros_like(p)))
+        step = st.get("step")
+        step_counts[fqn] = (float(step) if step is not None else 0.0) + 1.0
+    states = [s for s in states if s[2] is not None]
+
+    args, kwargs = (batch, {}) if isinstance(batch, (tuple, list)) else ((), dict(batch))
+    with_paths, batch_spec = pytree.tree_flatten_with_path((tuple(args), kwargs))
+    flat_batch = [leaf for _, leaf in with_paths]
+    data_positions = [i for i, x in enumerate(flat_batch) if isinstance(x, torch.Tensor)]
+    data_paths = [_leaf_name(path) for path, _ in with_paths]
+
+    placeholders = []
+    for fqn, p in params.items():
+        placeholders.append(Placeholder("parameter", fqn, fqn, p))
+    for fqn, b in buffers.items():
+        placeholders.append(Placeholder("buffer", fqn, fqn, b))
+    for fqn, k, t in states:
+        placeholders.append(Placeholder("state", f"{fqn}.{k}", fqn, t))
+    for i in data_positions:
+        placeholders.append(Placeholder("input", data_paths[i], "", flat_batch[i]))
+
+    n_params, n_buffers, n_states = len(params), len(buffers), len(states)
+    param_names = list(params)
+    buffer_names = list(buffers)
+
+    def step_fn(*flat):
+        ps = list(flat[:n_params])
+        bs = flat[n_params:n_params + n_buffers]
+        ss = flat[n_params + n_buffers:n_params + n_buffers + n_states]
+        data = list(flat[n_params + n_buffers + n_states:])
+        leaves = list(flat_batch)
+        for pos, value in zip(data_positions, data):
+            leaves[pos] = value
+        call_args, call_kwargs = pytree.tree_unflatten(leaves, batch_spec)
+        _set_phase("forward")
+        weights = dict(zip(param_names, ps))
+        weights.update(zip(buffer_names, bs))
+        output = torch.func.functional_call(model, weights, tuple(call_args), call_kwargs)
+        _set_phase("forward", module="loss")
+        loss = loss_fn(output)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise CaptureError("loss(output) must give a scalar tensor")
+        _set_phase("backward")
+        from torch._functorch._aot_autograd.logging_utils import (
+            setup_stacktrace_preservation_hooks)
+        setup_stacktrace_preservation_hooks([loss.grad_fn])
+        grads = torch.autograd.grad(loss, ps, allow_unused=True)
+        _set_phase("optimizer")
+        traced = [p.detach() for p in ps]
+        state = collections.defaultdict(dict)
+        counts = []
+        for (fqn, k, _), value in zip(states, ss):
+            state[fqn][k] = value
+        new_state = {}
+        for fqn, t, g in zip(param_names, traced, grads):
+            t.grad = g
+            entry = dict(state.get(fqn, {}))
+            if name != "SGD":
+                entry["step"] = torch.tensor(step_counts[fqn] - 1.0)
+                counts.append((entry["step"], step_counts[fqn]))
+            new_state[t] = entry
+        saved = group["params"], optimizer.state
+        group["params"], optimizer.state = traced, collections.defaultdict(dict, new_state)
+        try:
+            with _step_count(counts):
+                optimizer.step()
+        finally:
+            updated = optimizer.state
+            group["params"], optimizer.state = saved
+        out_states = []
+        for fqn, k, _ in states:
+            t = traced[param_names.index(fqn)]
+            out_states.append(updated[t][k])
+        return (loss, *traced, *out_states)
+
+    model_tagger = _ModuleTagger(model)
+    inputs = []
+    for ph in placeholders:
+        t = ph.value
+        if ph.kind == "parameter":
+            t = t.detach().requires_grad_(True)
+        else:
+            t = t.detach()
+        inputs.append(t)
+    try:
+        with fx_traceback.preserve_node_meta(), _no_autograd_threads():
+            module = make_fx(step_fn, record_stack_traces=True)(*inputs)
+    except CaptureError:
+        raise
+    except Exception as e:  # torch's own tracing errors, with their place
+        raise CaptureError(f"tracing the training step failed: {type(e).__name__}: "
+                           f"{_first_line(e)}") from e
+    finally:
+        model_tagger.close()
+
+    outputs = [("loss", "loss")] + [("parameter", fqn) for fqn in param_names]
+    outputs += [("state", f"{fqn}.{k}") for fqn, k, _ in states]
+    hyper = {k: v for k, v in group.items() if k != "params"}
+    return Trace(module=module, placeholders=placeholders, outputs=outputs,
+                 optimizer={"class": name, "hyper": hyper, "step": step_counts},
+                 model_class=type(model).__name__, fake=fake, fn=step_fn, inputs=inputs)
+
+
+@contextlib.contextmanager
+def _no_autograd_threads():
+    # Backward must run on the tracing thread (a worker thread would not see the
+    # tracer's state).
+    previous = torch.autograd.is_multithreading_enabled()
+    torch.autograd.set_multithreading_enabled(False)
+    try:
+        yield
+    finally:
+        torch.autograd.set_multithreading_enabled(previous)
+
+
+def _first_line(e):
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _leaf_name(path):
+    """A batch leaf's name from its pytree key path: `input_ids` (a keyword), `arg0`
+    (a positional argument), `arg1.0`, `labels.mask`."""
+    parts = []
+    for i, key in enumerate(path):
+        if isinstance(key, pytree.SequenceKey):
+            if i == 0:
+                continue  # (args, kwargs)
+            parts.append(f"arg{key.idx}" if i == 1 and path[0].idx == 0 else str(key.idx))
+        elif isinstance(key, pytree.MappingKey):
+            parts.append(str(key.key))
+        else:
+            parts.append(str(key).strip(".[]'"))
+    return ".".join(parts) or "input"

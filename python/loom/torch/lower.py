@@ -1,0 +1,981 @@
+"""Lowering a traced step (capture.Trace) to Loom's logical graph.
+
+Every ATen op the step runs becomes Loom ops with complete schemas (shape rule,
+partition signature, reference kernel, symbolic semantics): most one for one
+(mm is matmul, silu_backward is silu_grad), some as a few (an in-place AdamW update
+is its arithmetic; nll_loss picks, masks, sums and divides). An op with no Loom
+meaning stops the lowering with an UnsupportedOp naming the op and the user's
+source line: it never passes.
+
+Tensors keep torch's dtypes; casts are Loom `cast` ops (the proof is over the
+reals; the executor's precision rounds what it stores). In-place ops become new
+values; an in-place update through a view of another tensor, or a read of a
+tensor after another alias of it was updated, is refused.
+"""
+
+import dataclasses
+import math
+import operator
+import os
+import re
+
+import torch
+
+from loom.torch.errors import CaptureError
+from loom.torch.graph_text import GraphBuilder
+
+aten = torch.ops.aten
+
+DTYPES = {
+    torch.float64: "f64", torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
+    torch.int64: "i64", torch.int32: "i32", torch.bool: "bool",
+}
+FLOAT = ("f64", "f32", "bf16", "f16")
+
+
+class UnsupportedOp(CaptureError):
+    """An op the lowering has no Loom meaning for."""
+
+    def __init__(self, message, origin=None):
+        where = ""
+        if origin:
+            parts = [p for p in (origin.get("source"), origin.get("module")) if p]
+            if parts:
+                where = " (" + ", ".join(parts) + ")"
+        super().__init__(message + where)
+        self.origin = origin or {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """A tensor of the Loom graph being built."""
+    name: str
+    dtype: str
+    dims: tuple
+
+
+# ---------------------------------------------------------------------------------
+# Where an op comes from: module, source line, phase.
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_LOOM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _frames(stack_trace):
+    """(file, line, code) of each frame of an FX stack trace, innermost last."""
+    frames = []
+    lines = (stack_trace or "").splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r'\s*File "([^"]+)", line (\d+), in (.*)', line)
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            frames.append((m.group(1), int(m.group(2)), code))
+    return frames
+
+
+def user_frame(stack_trace):
+    """The innermost frame of the user's code: outside torch and outside Loom. When
+    every frame is inside torch (the optimizer's update), the innermost one there
+    that is not tracing machinery."""
+    frames = _frames(stack_trace)
+    for f in reversed(frames):
+        if not f[0].startswith(_TORCH_DIR) and not f[0].startswith(_LOOM_DIR):
+            return f
+    machinery = ("/fx/", "/_ops.py", "/autograd/", "/utils/", "/nn/modules/module.py",
+                 "/_functorch/", "/optim/optimizer.py", "/_compile.py", "/_dynamo/")
+    for f in reversed(frames):
+        if f[0].startswith(_TORCH_DIR) and not any(m in f[0] for m in machinery):
+            return f
+    return None
+
+
+def layer_of(path):
+    m = re.search(r"(?:^|\.)(?:layers|h|blocks|block|layer)\.(\d+)(?:\.|$)", path or "")
+    return int(m.group(1)) if m else -1
+
+
+class Origins:
+    """Module path, phase and source of every FX node; a backward node takes its
+    forward op's module and source (autograd sequence numbers)."""
+
+    def __init__(self, graph):
+        self._forward = {}
+        for node in graph.nodes:
+            custom = node.meta.get("custom") or {}
+            if custom.get("phase") == "forward" and "seq_nr" in node.meta:
+                self._forward.setdefault(node.meta["seq_nr"], node)
+
+    def of(self, node, param_of=None):
+        custom = node.meta.get("custom") or {}
+        phase = custom.get("phase", "forward")
+        module = custom.get("module", "")
+        stack = node.meta.get("stack_trace")
+        if phase == "backward":
+            fw = self._forward.get(node.meta.get("seq_nr"))
+            if fw is not None:
+                module = (fw.meta.get("custom") or {}).get("module", "")
+                stack = fw.meta.get("stack_trace") or stack
+        if phase == "optimizer" and param_of:
+            module = param_of
+        frame = user_frame(stack)
+        source, code = "", ""
+        if frame:
+            source, code = f"{frame[0]}:{frame[1]}", frame[2]
+        return dict(node=node.name, target=str(node.target), phase=phase, module=module,
+                    source=source, code=code)
+
+
+# ---------------------------------------------------------------------------------
+# The lowering.
+
+def _dims(val):
+    return tuple(int(d) for d in val.shape)
+
+
+def _dtype(val, origin=None):
+    dt = DTYPES.get(val.dtype)
+    if dt is None:
+        raise UnsupportedOp(f"dtype {val.dtype} has no Loom dtype", origin)
+    return dt
+
+
+def _norm_dim(d, rank):
+    return d + rank if d < 0 else d
+
+
+_VIEW_OPS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.t.default,
+    aten.transpose.int, aten.permute.default, aten.expand.default, aten.slice.Tensor,
+    aten.select.int, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
+    aten.unsqueeze.default, aten.alias.default, aten.detach.default, aten.as_strided.default,
+    aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int,
+}
+_IDENTITY_ALIASES = {aten.alias.default, aten.detach.default}
+
+
+class Lowering:
+    def __init__(self, trace, name):
+        self.trace = trace
+        self.g = GraphBuilder(name)
+        self.env = {}
+        self.origins = Origins(trace.module.graph)
+        self.storage = {}   # fx node -> storage key
+        self.version = {}   # storage key -> version
+        self.read_at = {}   # fx node -> version of its storage when it was made
+        self.view_base = {}  # fx node -> base node it is a (non-identity) view of
+        self.inputs = {}    # Loom input name -> (Placeholder, value)
+        self.constants = {}  # Loom input name -> tensor value (tensor constants)
+        self.node_param = {}  # fx node -> parameter fqn its optimizer update belongs to
+        self.current = None  # the FX node being lowered
+        self.origin = None
+
+    # ---- emitting ----------------------------------------------------------------
+    def emit(self, kind, inputs, attrs, out, hint=None):
+        return self.emit_n(kind, inputs, attrs, [out], hint)[0]
+
+    def emit_n(self, kind, inputs, attrs, outs, hint=None):
+        origin = self.origin or {}
+        phase = origin.get("phase", "forward")
+        layer = layer_of(origin.get("module", ""))
+        base = hint or (self.current.name if self.current is not None else kind)
+        results = [(base, dt, dims, None) for dt, dims in outs]
+        names = self.g.op(kind, [v.name for v in inputs], attrs, results, phase, layer,
+                          origin=origin)
+        return [Value(n, dt, tuple(dims)) for n, (dt, dims) in zip(names, outs)]
+
+    def fill(self, value, dtype, dims=()):
+        return self.emit("fill", [], {"shape": list(dims), "value": float(value), "dtype": dtype},
+                         (dtype, tuple(dims)), hint=f"{self.current.name}.const")
+
+    def cast(self, v, dtype):
+        if v.dtype == dtype:
+            return v
+        return self.emit("cast", [v], {"dtype": dtype}, (dtype, v.dims),
+                         hint=f"{self.current.name}.cast")
+
+    def tensor(self, x, dtype):
+        """`x` (a Value or a Python number) as a tensor of `dtype`."""
+        if isinstance(x, Value):
+            return self.cast(x, dtype)
+        if isinstance(x, (bool, int, float)):
+            return self.fill(x, dtype)
+        raise UnsupportedOp(f"operand {x!r} is not a tensor or a number", self.origin)
+
+    def reshape(self, v, dims):
+        dims = tuple(int(d) for d in dims)
+        if dims == v.dims:
+            return v
+        return self.emit("reshape", [v], {"shape": list(dims)}, (v.dtype, dims),
+                         hint=f"{self.current.name}.view")
+
+    def unsupported(self, what):
+        raise UnsupportedOp(what, self.origin)
+
+    # ---- the walk -------------------------------------------------------------------
+    def run(self):
+        graph = self.trace.module.graph
+        output_node = graph.output_node()
+        live = self._live(graph, output_node)
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(self.trace.placeholders):
+            raise CaptureError("the trace's inputs do not match the step's")
+        self._name_outputs(output_node)
+        for node, ph in zip(placeholders, self.trace.placeholders):
+            self._placeholder(node, ph, live)
+        for node in graph.nodes:
+            if node.op in ("placeholder", "output"):
+                continue
+            self.current = node
+            self.origin = self.origins.of(node, self.node_param.get(node))
+            mutated = self._mutated(node)
+            if node not in live:
+                if mutated is not None:  # a dead update still changes its tensor
+                    self._bump(mutated)
+                continue
+            self._check_fresh(node)
+            if node.op == "get_attr":
+                self.env[node] = self._constant(node)
+                self._track(node, None)
+                continue
+            if node.op != "call_function":
+                self.unsupported(f"FX node '{node.op}' ({node.target})")
+            result = self._lower(node)
+            self.env[node] = result
+            self._track(node, mutated)
+        outs = [self.env[n] if isinstance(n, torch.fx.Node) else None
+                for n in output_node.args[0]]
+        return outs
+
+    def _live(self, graph, output_node):
+        live = set()
+        stack = [output_node]
+        while stack:
+            n = stack.pop()
+            for a in n.all_input_nodes:
+                if a not in live:
+                    live.add(a)
+                    stack.append(a)
+        return live
+
+    def _name_outputs(self, output_node):
+        # Which parameter each optimizer-phase node updates: the one its inputs lead
+        # back to (a parameter, its gradient or its state).
+        param_of_input = {}
+        for node, ph in zip([n for n in output_node.graph.nodes if n.op == "placeholder"],
+                            self.trace.placeholders):
+            if ph.kind in ("parameter", "state"):
+                param_of_input[node] = ph.fqn
+        for n, (kind, name) in zip(output_node.args[0], self.trace.outputs):
+            if kind in ("parameter", "state") and isinstance(n, torch.fx.Node):
+                fqn = name if kind == "parameter" else name.rsplit(".", 1)[0]
+                self._mark_param(n, fqn)
+
+    def _mark_param(self, node, fqn):
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            custom = n.meta.get("custom") or {}
+            if custom.get("phase") != "optimizer" or n in self.node_param:
+                continue
+            self.node_param[n] = fqn
+            stack.extend(n.all_input_nodes)
+
+    def _placeholder(self, node, ph, live):
+        val = node.meta.get("val")
+        dtype = _dtype(val, {"module": ph.fqn})
+        role = {"parameter": "parameter", "buffer": "input", "state": "state",
+                "input": "input"}[ph.kind]
+        name = self.g.input(ph.name, dtype, _dims(val), role)
+        self.inputs[name] = ph
+        self.env[node] = Value(name, dtype, _dims(val))
+        self.storage[node] = node
+        self.version[node] = 0
+        self.read_at[node] = 0
+
+    def _constant(self, node):
+        t = getattr(self.trace.module, node.target)
+        if not isinstance(t, torch.Tensor):
+            self.unsupported(f"constant {node.target} of type {type(t).__name__}")
+        dtype = _dtype(t, self.origin)
+        if t.numel() == 1 and t.dim() == 0:
+            value = _scalar_value(t)
+            if value is None:
+                self.unsupported("a scalar tensor constant whose value the fake trace does "
+                                 "not know")
+            return self.fill(value, dtype, ())
+        if _is_fake(t):
+            self.unsupported(f"a tensor constant of shape {list(t.shape)} created inside the "
+                             "model's code (its values are unknown in a fake trace)")
+        name = self.g.input(self.g.fresh(f"constant.{node.target}"), dtype, tuple(t.shape),
+                            "input")
+        self.constants[name] = t.detach()
+        return Value(name, dtype, tuple(t.shape))
+
+    # ---- in-place updates and aliases ----------------------------------------------
+    def _mutated(self, node):
+        """The FX node whose tensor `node` updates in place, or None."""
+        if node.op != "call_function" or not hasattr(node.target, "_schema"):
+            return None
+        schema = node.target._schema
+        if schema.name.endswith("_") or any(a.alias_info and a.alias_info.is_write
+                                            for a in schema.arguments):
+            first = node.args[0] if node.args else None
+            return first if isinstance(first, torch.fx.Node) else None
+        return None
+
+    def _storage(self, n):
+        return self.storage.get(n, n)
+
+    def _bump(self, target):
+        key = self._storage(target)
+        self.version[key] = self.version.get(key, 0) + 1
+
+    def _check_fresh(self, node):
+        for a in node.all_input_nodes:
+            key = self._storage(a)
+            if self.read_at.get(a, 0) != self.version.get(key, 0):
+                self.unsupported(f"'{node.target}' reads a tensor after an in-place update "
+                                 "through another alias of it")
+
+    def _track(self, node, mutated):
+        if mutated is not None:
+            if mutated in self.view_base:
+                self.unsupported(f"in-place '{node.target}' on a view of another tensor")
+            key = self._storage(mutated)
+            self._bump(mutated)
+            self.storage[node] = key
+            self.read_at[node] = self.version[key]
+            return
+        if node.op == "call_function" and node.target in _VIEW_OPS and node.args and \
+                isinstance(node.args[0], torch.fx.Node):
+            base = node.args[0]
+            key = self._storage(base)
+            self.storage[node] = key
+            self.read_at[node] = self.version.get(key, 0)
+            if node.target not in _IDENTITY_ALIASES:
+                self.view_base[node] = base
+            elif base in self.view_base:
+                self.view_base[node] = self.view_base[base]
+            return
+        self.storage[node] = node
+        self.version[node] = 0
+        self.read_at[node] = 0
+
+    # ---- one node ----------------------------------------------------------------------
+    def _arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        return a
+
+    def _lower(self, node):
+        target = node.target
+        args = [self._arg(a) for a in node.args]
+        kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+        if target is operator.getitem:
+            seq, i = args
+            if not isinstance(seq, (list, tuple)):
+                self.unsupported("getitem of a single tensor")
+            return seq[i]
+        rule = RULES.get(target)
+        if rule is None:
+            rule = RULES.get(getattr(target, "overloadpacket", None))
+        if rule is None:
+            self.unsupported(f"op '{target}' has no Loom equivalent")
+        return rule(self, node, *args, **kwargs)
+
+
+def _is_fake(t):
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
+def _scalar_value(t):
+    if _is_fake(t):
+        c = getattr(t, "constant", None)
+        return None if c is None else c.item()
+    return t.item()
+
+
+# ---------------------------------------------------------------------------------
+# Rules: one function per ATen op (overload), returning a Value, a list of Values,
+# or a Python number.
+
+RULES = {}
+
+
+def rule(*targets):
+    def register(fn):
+        for t in targets:
+            RULES[t] = fn
+        return fn
+    return register
+
+
+def _out(node):
+    val = node.meta["val"]
+    return _dtype(val), _dims(val)
+
+
+@rule(aten.detach.default, aten.alias.default, aten.clone.default, aten.lift_fresh_copy.default,
+      aten.contiguous.default, aten.lift_fresh.default)
+def _identity(L, node, x, *args, **kwargs):
+    return x
+
+
+@rule(aten._to_copy.default)
+def _to_copy(L, node, x, **kwargs):
+    dtype, dims = _out(node)
+    return L.cast(x, dtype)
+
+
+@rule(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+      aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
+      aten.flatten.using_ints)
+def _view(L, node, x, *args, **kwargs):
+    dtype, dims = _out(node)
+    return L.reshape(x, dims)
+
+
+@rule(aten.t.default)
+def _t(L, node, x):
+    if len(x.dims) < 2:
+        return x
+    dtype, dims = _out(node)
+    return L.emit("transpose", [x], {"perm": [1, 0]}, (dtype, dims))
+
+
+@rule(aten.transpose.int)
+def _transpose(L, node, x, d0, d1):
+    rank = len(x.dims)
+    d0, d1 = _norm_dim(d0, rank), _norm_dim(d1, rank)
+    if d0 == d1:
+        return x
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return L.emit("transpose", [x], {"perm": perm}, _out(node))
+
+
+@rule(aten.permute.default)
+def _permute(L, node, x, dims):
+    perm = [_norm_dim(d, len(x.dims)) for d in dims]
+    if perm == list(range(len(x.dims))):
+        return x
+    return L.emit("transpose", [x], {"perm": perm}, _out(node))
+
+
+@rule(aten.expand.default)
+def _expand(L, node, x, sizes, **kwargs):
+    dtype, dims = _out(node)
+    rank = len(dims)
+    v = L.reshape(x, (1,) * (rank - len(x.dims)) + tuple(x.dims))
+    for d in range(rank):
+        if v.dims[d] != dims[d]:
+            if v.dims[d] != 1:
+                L.unsupported(f"expand of dim {d} from {v.dims[d]} to {dims[d]}")
+            new = list(v.dims)
+            new[d] = dims[d]
+            v = L.emit("expand", [v], {"dim": d, "size": dims[d]}, (dtype, tuple(new)))
+    return v
+
+
+def _slice_bounds(size, start, end, step):
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return start, end, step
+
+
+@rule(aten.slice.Tensor)
+def _slice(L, node, x, dim=0, start=None, end=None, step=1):
+    d = _norm_dim(dim, len(x.dims))
+    b, e, step = _slice_bounds(x.dims[d], start, end, step)
+    if step != 1:
+        L.unsupported(f"slice with step {step}")
+    if b == 0 and e == x.dims[d]:
+        return x
+    return L.emit("slice", [x], {"dim": d, "begin": b, "end": e}, _out(node))
+
+
+@rule(aten.select.int)
+def _select(L, node, x, dim, index):
+    d = _norm_dim(dim, len(x.dims))
+    i = index + x.dims[d] if index < 0 else index
+    dims = list(x.dims)
+    dims[d] = 1
+    piece = x
+    if x.dims[d] != 1:
+        piece = L.emit("slice", [x], {"dim": d, "begin": i, "end": i + 1},
+                       (x.dtype, tuple(dims)))
+    return L.reshape(piece, _out(node)[1])
+
+
+@rule(aten.cat.default)
+def _cat(L, node, tensors, dim=0):
+    parts = [t for t in tensors if not (len(t.dims) == 1 and t.dims[0] == 0)]
+    dtype, dims = _out(node)
+    parts = [L.cast(p, dtype) for p in parts]
+    if len(parts) == 1:
+        return parts[0]
+    d = _norm_dim(dim, len(dims))
+    return L.emit("concat", parts, {"dim": d}, (dtype, dims))
+
+
+@rule(aten.split.Tensor, aten.split_with_sizes.default)
+def _split(L, node, x, split, dim=0):
+    d = _norm_dim(dim, len(x.dims))
+    size = x.dims[d]
+    if isinstance(split, int):
+        sizes = [split] * (size // split) + ([size % split] if size % split else [])
+    else:
+        sizes = list(split)
+    if len(sizes) == 1:
+        return [x]
+    outs = []
+    for s in sizes:
+        dims = list(x.dims)
+        dims[d] = s
+        outs.append((x.dtype, tuple(dims)))
+    return L.emit_n("split", [x], {"dim": d, "sizes": sizes}, outs)
+
+
+@rule(aten.slice_backward.default)
+def _slice_backward(L, node, grad, input_sizes, dim, start, end, step):
+    d = _norm_dim(dim, len(input_sizes))
+    b, e, step = _slice_bounds(input_sizes[d], start, end, step)
+    if step != 1:
+        L.unsupported(f"slice_backward with step {step}")
+    before, after = b, input_sizes[d] - e
+    if before == 0 and after == 0:
+        return grad
+    return L.emit("pad", [grad], {"dim": d, "before": before, "after": after}, _out(node))
+
+
+@rule(aten.constant_pad_nd.default)
+def _constant_pad(L, node, x, pad, value=0):
+    """Zeros are Loom's pad; another value is the tensor joined with filled pieces."""
+    v = x
+    rank = len(x.dims)
+    for k in range(len(pad) // 2):
+        d = rank - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        if before < 0 or after < 0:
+            L.unsupported("constant_pad_nd with a negative pad")
+        if before == 0 and after == 0:
+            continue
+        dims = list(v.dims)
+        dims[d] += before + after
+        if value == 0:
+            v = L.emit("pad", [v], {"dim": d, "before": before, "after": after},
+                       (v.dtype, tuple(dims)))
+            continue
+        parts = []
+        for size in (before, after):
+            piece = list(v.dims)
+            piece[d] = size
+            parts.append(L.fill(value, v.dtype, piece) if size else None)
+        joined = [p for p in (parts[0], v, parts[1]) if p is not None]
+        v = L.emit("concat", joined, {"dim": d}, (v.dtype, tuple(dims)))
+    return v
+
+
+# ---- arithmetic -------------------------------------------------------------------
+
+def _binary(L, node, kind, a, b):
+    dtype, dims = _out(node)
+    return L.emit(kind, [L.tensor(a, dtype), L.tensor(b, dtype)], {}, (dtype, dims))
+
+
+def _scaled(L, x, alpha, dtype):
+    if alpha == 1:
+        return x
+    if isinstance(x, Value):
+        if dtype in FLOAT:
+            return L.emit("scale", [L.cast(x, dtype)], {"factor": float(alpha)}, (dtype, x.dims))
+        return L.emit("mul", [L.cast(x, dtype), L.fill(alpha, dtype)], {}, (dtype, x.dims))
+    return x * alpha
+
+
+@rule(aten.add.Tensor, aten.add.Scalar, aten.add_.Tensor, aten.add_.Scalar)
+def _add(L, node, a, b, alpha=1):
+    dtype, _ = _out(node)
+    return _binary(L, node, "add", a, _scaled(L, b, alpha, dtype))
+
+
+@rule(aten.sub.Tensor, aten.sub.Scalar, aten.sub_.Tensor)
+def _sub(L, node, a, b, alpha=1):
+    dtype, _ = _out(node)
+    return _binary(L, node, "sub", a, _scaled(L, b, alpha, dtype))
+
+
+@rule(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(L, node, a, b, alpha=1):
+    dtype, _ = _out(node)
+    return _binary(L, node, "sub", b, _scaled(L, a, alpha, dtype))
+
+
+@rule(aten.mul.Tensor, aten.mul.Scalar, aten.mul_.Tensor, aten.mul_.Scalar)
+def _mul(L, node, a, b):
+    dtype, dims = _out(node)
+    if isinstance(a, Value) and not isinstance(b, Value) and dtype in FLOAT:
+        return L.emit("scale", [L.cast(a, dtype)], {"factor": float(b)}, (dtype, dims))
+    if isinstance(b, Value) and not isinstance(a, Value) and dtype in FLOAT:
+        return L.emit("scale", [L.cast(b, dtype)], {"factor": float(a)}, (dtype, dims))
+    return _binary(L, node, "mul", a, b)
+
+
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div_.Tensor, aten.div_.Scalar)
+def _div(L, node, a, b):
+    return _binary(L, node, "div", a, b)
+
+
+def _unary(kind):
+    def lower(L, node, x, *args, **kwargs):
+        dtype, dims = _out(node)
+        return L.emit(kind, [L.cast(x, dtype)], {}, (dtype, dims))
+    return lower
+
+
+for _target, _kind in [
+        (aten.neg.default, "neg"), (aten.exp.default, "exp"), (aten.log.default, "log"),
+        (aten.sqrt.default, "sqrt"), (aten.rsqrt.default, "rsqrt"), (aten.cos.default, "cos"),
+        (aten.sin.default, "sin"), (aten.tanh.default, "tanh"), (aten.sigmoid.default, "sigmoid"),
+        (aten.relu.default, "relu"), (aten.silu.default, "silu")]:
+    RULES[_target] = _unary(_kind)
+
+
+@rule(aten.pow.Tensor_Scalar)
+def _pow(L, node, x, exponent):
+    dtype, dims = _out(node)
+    if exponent == 1:
+        return L.cast(x, dtype)
+    return L.emit("pow", [L.cast(x, dtype)], {"exponent": float(exponent)}, (dtype, dims))
+
+
+@rule(aten.silu_backward.default)
+def _silu_backward(L, node, dy, x):
+    return L.emit("silu_grad", [x, dy], {}, _out(node))
+
+
+@rule(aten.tanh_backward.default)
+def _tanh_backward(L, node, dy, y):
+    return L.emit("tanh_grad", [y, dy], {}, _out(node))
+
+
+@rule(aten.sigmoid_backward.default)
+def _sigmoid_backward(L, node, dy, y):
+    return L.emit("sigmoid_grad", [y, dy], {}, _out(node))
+
+
+@rule(aten.threshold_backward.default)
+def _threshold_backward(L, node, dy, x, threshold):
+    if threshold != 0:
+        L.unsupported(f"threshold_backward with threshold {threshold}")
+    return L.emit("relu_grad", [x, dy], {}, _out(node))
+
+
+@rule(aten.lerp_.Scalar, aten.lerp.Scalar)
+def _lerp(L, node, a, b, weight):
+    dtype, dims = _out(node)
+    diff = L.emit("sub", [b, a], {}, (dtype, dims))
+    step = L.emit("scale", [diff], {"factor": float(weight)}, (dtype, dims))
+    return L.emit("add", [a, step], {}, (dtype, dims))
+
+
+@rule(aten.addcmul_.default, aten.addcmul.default)
+def _addcmul(L, node, a, t1, t2, value=1):
+    dtype, dims = _out(node)
+    prod = L.emit("mul", [t1, t2], {}, (dtype, dims))
+    if value != 1:
+        prod = L.emit("scale", [prod], {"factor": float(value)}, (dtype, dims))
+    return L.emit("add", [a, prod], {}, (dtype, dims))
+
+
+@rule(aten.addcdiv_.default, aten.addcdiv.default)
+def _addcdiv(L, node, a, t1, t2, value=1):
+    dtype, dims = _out(node)
+    q = L.emit("div", [t1, t2], {}, (dtype, dims))
+    if value != 1:
+        q = L.emit("scale", [q], {"factor": float(value)}, (dtype, dims))
+    return L.emit("add", [a, q], {}, (dtype, dims))
+
+
+@rule(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar)
+def _where(L, node, cond, a, b):
+    dtype, dims = _out(node)
+    return L.emit("where", [L.cast(cond, "bool"), L.tensor(a, dtype), L.tensor(b, dtype)], {},
+                  (dtype, dims))
+
+
+def _compare(op):
+    def lower(L, node, a, b):
+        dtype, dims = _out(node)
+        va = node.args[0].meta["val"] if isinstance(node.args[0], torch.fx.Node) else a
+        vb = node.args[1].meta["val"] if isinstance(node.args[1], torch.fx.Node) else b
+        common = DTYPES[torch.result_type(va, vb)]
+        return L.emit("compare", [L.tensor(a, common), L.tensor(b, common)], {"op": op},
+                      (dtype, dims))
+    return lower
+
+
+for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
+    for _overload in ("Tensor", "Scalar"):
+        RULES[getattr(getattr(aten, _op), _overload)] = _compare(_op)
+
+
+def _logical(op):
+    def lower(L, node, a, b):
+        if a.dtype != "bool" or b.dtype != "bool":
+            L.unsupported(f"bitwise {op} of {a.dtype} and {b.dtype} tensors (only of bools)")
+        return L.emit("logical", [a, b], {"op": op}, _out(node))
+    return lower
+
+
+RULES[aten.bitwise_and.Tensor] = _logical("and")
+RULES[aten.logical_and.default] = _logical("and")
+RULES[aten.bitwise_or.Tensor] = _logical("or")
+RULES[aten.logical_or.default] = _logical("or")
+
+
+# ---- reductions and matrix products ----------------------------------------------------
+
+def _reduce(kind):
+    def lower(L, node, x, dims=None, keepdim=False, dtype=None):
+        out_dtype, out_dims = _out(node)
+        rank = len(x.dims)
+        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+            dims = list(range(rank))
+        if isinstance(dims, int):
+            dims = [dims]
+        dims = sorted(_norm_dim(d, rank) for d in dims)
+        kept = tuple(s for i, s in enumerate(x.dims) if i not in dims)
+        v = L.emit(kind, [L.cast(x, out_dtype)], {"dims": dims}, (out_dtype, kept))
+        return L.reshape(v, out_dims)
+    return lower
+
+
+RULES[aten.sum.dim_IntList] = _reduce("sum")
+RULES[aten.sum.default] = _reduce("sum")
+RULES[aten.mean.dim] = _reduce("mean")
+RULES[aten.mean.default] = _reduce("mean")
+
+
+@rule(aten.cumsum.default)
+def _cumsum(L, node, x, dim, dtype=None):
+    out_dtype, dims = _out(node)
+    return L.emit("cumsum", [L.cast(x, out_dtype)], {"dim": _norm_dim(dim, len(x.dims))},
+                  (out_dtype, dims))
+
+
+@rule(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _mm(L, node, a, b):
+    return L.emit("matmul", [a, b], {}, _out(node))
+
+
+@rule(aten.addmm.default)
+def _addmm(L, node, bias, a, b, beta=1, alpha=1):
+    if beta != 1 or alpha != 1:
+        L.unsupported(f"addmm with beta={beta}, alpha={alpha}")
+    dtype, dims = _out(node)
+    prod = L.emit("matmul", [a, b], {}, (dtype, dims))
+    return L.emit("add", [prod, bias], {}, (dtype, dims))
+
+
+def _last_dim(L, x, dim, what):
+    if _norm_dim(dim, len(x.dims)) != len(x.dims) - 1:
+        L.unsupported(f"{what} over dim {dim}, not the last")
+
+
+@rule(aten._softmax.default)
+def _softmax(L, node, x, dim, half_to_float=False):
+    _last_dim(L, x, dim, "softmax")
+    return L.emit("softmax", [x], {}, _out(node))
+
+
+@rule(aten._softmax_backward_data.default)
+def _softmax_backward(L, node, dy, y, dim, input_dtype):
+    _last_dim(L, y, dim, "softmax backward")
+    return L.emit("softmax_grad", [y, dy], {}, _out(node))
+
+
+@rule(aten._log_softmax.default)
+def _log_softmax(L, node, x, dim, half_to_float=False):
+    _last_dim(L, x, dim, "log_softmax")
+    return L.emit("log_softmax", [x], {}, _out(node))
+
+
+@rule(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(L, node, dy, y, dim, input_dtype):
+    _last_dim(L, y, dim, "log_softmax backward")
+    return L.emit("log_softmax_grad", [y, dy], {}, _out(node))
+
+
+@rule(aten.embedding.default)
+def _embedding(L, node, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return L.emit("embedding", [ids, weight], {}, _out(node))
+
+
+@rule(aten.embedding_dense_backward.default)
+def _embedding_backward(L, node, dy, ids, num_weights, padding_idx, scale_grad_by_freq):
+    if padding_idx != -1 or scale_grad_by_freq:
+        L.unsupported("embedding backward with a padding index or frequency scaling")
+    return L.emit("embedding_grad", [ids, dy], {"vocab": int(num_weights)}, _out(node))
+
+
+@rule(aten.native_layer_norm.default)
+def _layer_norm(L, node, x, normalized_shape, weight, bias, eps):
+    if len(normalized_shape) != 1 or weight is None or bias is None:
+        L.unsupported("layer_norm over more than the last dim, or without weight and bias")
+    y = L.emit("layernorm", [x, weight, bias], {"eps": float(eps)}, _out_n(node, 0))
+    return [y, ("layer_norm_stat", node, eps), ("layer_norm_stat", node, eps)]
+
+
+@rule(aten.native_layer_norm_backward.default)
+def _layer_norm_backward(L, node, dy, x, normalized_shape, mean, rstd, weight, bias, mask):
+    if not (isinstance(mean, tuple) and mean[0] == "layer_norm_stat"):
+        L.unsupported("layer_norm backward of statistics not from native_layer_norm")
+    eps = mean[2]
+    outs = [_out_n(node, i) for i in range(3)]
+    return L.emit_n("layernorm_grad", [x, weight, dy], {"eps": float(eps)}, outs)
+
+
+def _out_n(node, i):
+    val = node.meta["val"][i]
+    return _dtype(val), _dims(val)
+
+
+@rule(aten.nll_loss_forward.default)
+def _nll_loss(L, node, logp, target, weight, reduction, ignore_index):
+    if weight is not None:
+        L.unsupported("nll_loss with class weights")
+    dtype = logp.dtype
+    vocab = logp.dims[-1]
+    picked = L.emit("pick", [logp, target], {"vocab_begin": 0}, (dtype, target.dims))
+    valid = L.emit("compare", [target, L.fill(ignore_index, target.dtype)], {"op": "ne"},
+                   ("bool", target.dims))
+    count = L.emit("sum", [L.cast(valid, dtype)], {"dims": list(range(len(target.dims)))},
+                   (dtype, ()))
+    if reduction == 0:
+        loss = L.emit("neg", [picked], {}, (dtype, target.dims))
+    else:
+        total = L.emit("sum", [picked], {"dims": list(range(len(target.dims)))}, (dtype, ()))
+        if reduction == 1:
+            total = L.emit("div", [total, count], {}, (dtype, ()))
+        loss = L.emit("neg", [total], {}, (dtype, ()), hint=node.name)
+    del vocab
+    return [loss, count]
+
+
+@rule(aten.nll_loss_backward.default)
+def _nll_loss_backward(L, node, dloss, logp, target, weight, reduction, ignore_index,
+                       total_weight):
+    if weight is not None:
+        L.unsupported("nll_loss backward with class weights")
+    dtype = logp.dtype
+    g = L.emit("neg", [dloss], {}, (dtype, dloss.dims))
+    if reduction == 1:
+        g = L.emit("div", [g, total_weight], {}, (dtype, dloss.dims))
+    if g.dims != target.dims:
+        g = _expand_to(L, g, target.dims)
+    return L.emit("pick_grad", [target, g], {"vocab": logp.dims[-1], "vocab_begin": 0},
+                  _out(node))
+
+
+def _expand_to(L, v, dims):
+    v = L.reshape(v, (1,) * (len(dims) - len(v.dims)) + tuple(v.dims))
+    for d in range(len(dims)):
+        if v.dims[d] != dims[d]:
+            new = list(v.dims)
+            new[d] = dims[d]
+            v = L.emit("expand", [v], {"dim": d, "size": dims[d]}, (v.dtype, tuple(new)))
+    return v
+
+
+# ---- constants and positions --------------------------------------------------------
+
+def _fill_like(L, node, value):
+    dtype, dims = _out(node)
+    return L.emit("fill", [], {"shape": list(dims), "value": float(value), "dtype": dtype},
+                  (dtype, dims))
+
+
+@rule(aten.full.default, aten.new_full.default)
+def _full(L, node, *args, **kwargs):
+    value = args[-1] if node.target is aten.full.default else args[2]
+    return _fill_like(L, node, value)
+
+
+@rule(aten.ones_like.default, aten.new_ones.default, aten.ones.default)
+def _ones(L, node, *args, **kwargs):
+    return _fill_like(L, node, 1.0)
+
+
+@rule(aten.zeros_like.default, aten.new_zeros.default, aten.zeros.default)
+def _zeros(L, node, *args, **kwargs):
+    return _fill_like(L, node, 0.0)
+
+
+@rule(aten.scalar_tensor.default)
+def _scalar_tensor(L, node, value, **kwargs):
+    return _fill_like(L, node, value)
+
+
+@rule(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange(L, node, *args, **kwargs):
+    if node.target is aten.arange.default:
+        start, step = 0, 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else kwargs.get("step", 1)
+    dtype, dims = _out(node)
+    return L.emit("arange", [], {"start": start, "step": step, "size": dims[0], "dtype": dtype},
+                  (dtype, dims))
+
+
+@rule(aten.index.Tensor)
+def _index(L, node, x, indices):
+    if any(i is None for i in indices):
+        L.unsupported("indexing that skips a dim (None among the indices)")
+    if any(i.dtype == "bool" for i in indices):
+        L.unsupported("boolean mask indexing")
+    return L.emit("index", [x, *indices], {}, _out(node))
+
+
+@rule(torch.ops.profiler._record_function_enter_new.default,
+      torch.ops.profiler._record_function_exit._RecordFunction)
+def _profiler(L, node, *args, **kwargs):
+    return None
+
+
+def lower_trace(trace, name):
+    """The Loom graph of a traced step: (GraphBuilder, Lowering) with the graph's
+    outputs set (the loss, then every updated parameter and optimizer state)."""
+    L = Lowering(trace, name)
+    outs = L.run()
+    names = []
+    produced = {n for op in L.g.ops for n in op["outputs"]}
+    for (kind, name), v in zip(trace.outputs, outs):
+        if not isinstance(v, Value):
+            raise CaptureError(f"the step's {kind} output is not a tensor")
+        role = {"loss": "loss", "parameter": "parameter", "state": "state"}[kind]
+        out_name = v.name
+        if v.name in produced and v.name not in names:
+            # The loss, and each update named after what it updates.
+            wanted = "loss" if kind == "loss" else f"{name}.new"
+            if wanted not in L.g.types:
+                L.g.rename(v.name, wanted)
+                out_name = wanted
+            L.g.roles[out_name] = role
+        names.append(out_name)
+    for op in L.g.ops:
+        for n in op["outputs"]:
+            if L.g.roles[n] == "activation" and op["phase"] != "forward":
+                L.g.roles[n] = "gradient"
+    L.g.set_outputs(names)
+    return L

@@ -1,0 +1,104 @@
+"""The spec: one training step of a PyTorch model, captured as Loom's logical graph."""
+
+import contextlib
+import dataclasses
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import loom
+from loom.torch.capture import trace_step
+from loom.torch.errors import CaptureError
+from loom.torch.lower import lower_trace
+
+
+@dataclasses.dataclass
+class Spec:
+    """A captured training step.
+
+    step: the loom.Step (Loom's logical graph of forward, loss, backward, update);
+    text: its text IR; origins: Loom tensor name -> where its op comes from
+    (module path, source "file:line", code, phase, the ATen op); inputs: Loom input
+    name -> the tensor the capture was given (real at tiny size, fake at real size).
+    """
+    step: object
+    text: str
+    origins: dict
+    inputs: dict
+    outputs: list
+    trace: object
+    lowering: object
+
+    def feeds(self):
+        """Values of every input of the step, as NumPy float64 arrays (real captures)."""
+        out = {}
+        for name, t in self.inputs.items():
+            if t is None:
+                continue
+            out[name] = t.detach().to(torch.float64).numpy()
+        return out
+
+
+def _build(builder, fake):
+    if not fake:
+        return builder()
+    return builder()
+
+
+@contextlib.contextmanager
+def _maybe_fake(fake):
+    if not fake:
+        yield None
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        yield mode
+
+
+def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model_instance=None):
+    """Captures one training step of the model `model()` builds on the batch
+    `inputs()`: loss(output) is the loss, optimizer(params) builds the torch.optim
+    optimizer. With fake=True nothing is allocated (real sizes): the model, the
+    batch and every value are FakeTensors."""
+    with _maybe_fake(fake):
+        module = model_instance if model_instance is not None else model()
+        if not isinstance(module, torch.nn.Module):
+            raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
+        batch = inputs()
+        opt = optimizer(list(module.parameters()))
+        trace = trace_step(module, batch, loss, opt, fake=fake)
+    lowering = lower_trace(trace, name or type(module).__name__)
+    text = lowering.g.text()
+    step = loom.parse_step(text, origin=f"<{name or type(module).__name__} step>")
+    origins = {}
+    for op in lowering.g.ops:
+        for n in op["outputs"]:
+            origins[n] = op["origin"]
+    values = {}
+    for n, ph in lowering.inputs.items():
+        values[n] = ph.value
+    values.update(lowering.constants)
+    return Spec(step=step, text=text, origins=origins, inputs=values,
+                outputs=list(lowering.g.outputs), trace=trace, lowering=lowering)
+
+
+_LOWER = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class KeepFloat64(TorchDispatchMode):
+    """Runs a program in float64 throughout: every float tensor an op reads is taken
+    in float64, and an op asked for another float dtype (a cast, a float32 buffer
+    or constant) makes float64 instead. Loom's float64 evaluation computes every
+    value in float64 whatever its dtype; this makes torch's step comparable with it
+    (a model's own `.float()` or a float32 buffer would otherwise round there)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def widen(x):
+            if isinstance(x, torch.Tensor) and x.dtype in _LOWER:
+                return x.to(torch.float64)
+            return x
+
+        args = torch.utils._pytree.tree_map(widen, args)
+        kwargs = {k: (torch.float64 if k == "dtype" and v in _LOWER else widen(v))
+                  for k, v in (kwargs or {}).items()}
+        return func(*args, **kwargs)
