@@ -2,11 +2,14 @@
 
 capture_step captures one training step of a torch.nn.Module (forward, loss,
 backward and the torch.optim update) as Loom's logical graph, from the model's own
-code.
+code; verify captures the per-rank programs torch.distributed runs after the
+launcher's own parallelize function and proves them equivalent to that step.
 """
 
+from loom.torch.api import Failure, Report, verify
 from loom.torch.errors import CaptureError
 from loom.torch.lower import UnsupportedOp
 from loom.torch.spec import KeepFloat64, Spec, capture_step
 
-__all__ = ["CaptureError", "KeepFloat64", "Spec", "UnsupportedOp", "capture_step"]
+__all__ = ["CaptureError", "Failure", "KeepFloat64", "Report", "Spec", "UnsupportedOp",
+           "capture_step", "verify"]

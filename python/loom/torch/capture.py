@@ -35,7 +35,8 @@ class Placeholder:
     kind: str          # "parameter", "buffer", "state" or "input"
     name: str          # its tensor name in Loom's graph
     fqn: str = ""      # the parameter or buffer it belongs to
-    value: object = None  # the tensor given to the trace
+    value: object = None  # the tensor given to the trace (a DTensor's local tensor)
+    dtensor: object = None  # the DTensor's spec (mesh, placements, global shape)
 
 
 @dataclasses.dataclass
@@ -144,10 +145,34 @@ def _step_count(counts):
         adam_module._get_value = original
 
 
-def trace_step(model, batch, loss_fn, optimizer, *, fake):
+def _dtensor_spec(t):
+    from torch.distributed.tensor import DTensor
+    return t._spec if isinstance(t, DTensor) else None
+
+
+def _local(t):
+    from torch.distributed.tensor import DTensor
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _as_dtensor(local, spec):
+    """The DTensor of `spec` whose local tensor is `local` (traced)."""
+    from torch.distributed.tensor import DTensor
+    if spec is None:
+        return local
+    return DTensor.from_local(local, spec.mesh, spec.placements, run_check=False,
+                              shape=spec.shape, stride=spec.stride)
+
+
+def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None):
     """Traces one training step of `model` on `batch` (a tuple of positional
     arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
-    loss, `optimizer` the torch.optim optimizer built over model.parameters()."""
+    loss, `optimizer` the torch.optim optimizer built over model.parameters().
+
+    DTensor parameters, buffers and states (a parallelized model) enter the trace as
+    their local tensors and are made DTensors again inside it, so that the graph is
+    the rank's own program on local tensors; `recorder` (a context manager, entered
+    inside the trace) may observe it."""
     name, group = _check_optimizer(optimizer)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -181,19 +206,22 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake):
 
     placeholders = []
     for fqn, p in params.items():
-        placeholders.append(Placeholder("parameter", fqn, fqn, p))
+        placeholders.append(Placeholder("parameter", fqn, fqn, _local(p), _dtensor_spec(p)))
     for fqn, b in buffers.items():
-        placeholders.append(Placeholder("buffer", fqn, fqn, b))
+        placeholders.append(Placeholder("buffer", fqn, fqn, _local(b), _dtensor_spec(b)))
     for fqn, k, t in states:
-        placeholders.append(Placeholder("state", f"{fqn}.{k}", fqn, t))
+        placeholders.append(Placeholder("state", f"{fqn}.{k}", fqn, _local(t), _dtensor_spec(t)))
     for i in data_positions:
-        placeholders.append(Placeholder("input", data_paths[i], "", flat_batch[i]))
+        x = flat_batch[i]
+        placeholders.append(Placeholder("input", data_paths[i], "", _local(x), _dtensor_spec(x)))
+    specs = [ph.dtensor for ph in placeholders]
 
     n_params, n_buffers, n_states = len(params), len(buffers), len(states)
     param_names = list(params)
     buffer_names = list(buffers)
 
     def step_fn(*flat):
+        flat = [_as_dtensor(x, spec) for x, spec in zip(flat, specs)]
         ps = list(flat[:n_params])
         bs = flat[n_params:n_params + n_buffers]
         ss = flat[n_params + n_buffers:n_params + n_buffers + n_states]
@@ -241,7 +269,7 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake):
         for fqn, k, _ in states:
             t = traced[param_names.index(fqn)]
             out_states.append(updated[t][k])
-        return (loss, *traced, *out_states)
+        return tuple(_local(x) for x in (loss, *traced, *out_states))
 
     model_tagger = _ModuleTagger(model)
     inputs = []
@@ -252,9 +280,14 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake):
         else:
             t = t.detach()
         inputs.append(t)
+    traced_fn = step_fn
+    if recorder is not None:
+        def traced_fn(*flat):
+            with recorder:
+                return step_fn(*flat)
     try:
         with fx_traceback.preserve_node_meta(), _no_autograd_threads():
-            module = make_fx(step_fn, record_stack_traces=True)(*inputs)
+            module = make_fx(traced_fn, record_stack_traces=True)(*inputs)
     except CaptureError:
         raise
     except Exception as e:  # torch's own tracing errors, with their place

@@ -54,6 +54,32 @@ class Value:
     dims: tuple
 
 
+@dataclasses.dataclass(frozen=True)
+class Merged:
+    """A view that merges the first `lead` dims of `value` into one, kept unmerged.
+
+    torch.matmul of tensors with several batch dims merges them for bmm (a view to
+    [b * h, m, k]), multiplies, and views the result back. A piece of such a merged
+    dim whose inner dim is split (heads under tensor parallelism) is no box of the
+    merged tensor, so the lowering keeps the batch dims apart instead: a transpose of
+    the last two dims and a bmm act on the unmerged value (a batched matmul), and the
+    view back gives it. Any other use merges it (a reshape)."""
+    value: Value
+    lead: int
+
+    @property
+    def dims(self):
+        d = self.value.dims
+        merged = 1
+        for x in d[:self.lead]:
+            merged *= x
+        return (merged,) + tuple(d[self.lead:])
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+
 # ---------------------------------------------------------------------------------
 # Where an op comes from: module, source line, phase.
 
@@ -168,6 +194,7 @@ class Lowering:
         self.node_param = {}  # fx node -> parameter fqn its optimizer update belongs to
         self.current = None  # the FX node being lowered
         self.origin = None
+        self.node_ops = {}  # fx node -> indices of the Loom ops lowering it emitted
 
     # ---- emitting ----------------------------------------------------------------
     def emit(self, kind, inputs, attrs, out, hint=None):
@@ -208,6 +235,14 @@ class Lowering:
         return self.emit("reshape", [v], {"shape": list(dims)}, (v.dtype, dims),
                          hint=f"{self.current.name}.view")
 
+    def merge(self, x):
+        """A Merged value made an ordinary one (a reshape); anything else unchanged."""
+        if isinstance(x, Merged):
+            return self.reshape(x.value, x.dims)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.merge(y) for y in x)
+        return x
+
     def unsupported(self, what):
         raise UnsupportedOp(what, self.origin)
 
@@ -234,12 +269,16 @@ class Lowering:
                 continue
             self._check_fresh(node)
             if node.op == "get_attr":
+                first = len(self.g.ops)
                 self.env[node] = self._constant(node)
+                self.node_ops[node] = list(range(first, len(self.g.ops)))
                 self._track(node, None)
                 continue
             if node.op != "call_function":
                 self.unsupported(f"FX node '{node.op}' ({node.target})")
+            first = len(self.g.ops)
             result = self._lower(node)
+            self.node_ops[node] = list(range(first, len(self.g.ops)))
             self.env[node] = result
             self._track(node, mutated)
         outs = [self.env[n] if isinstance(n, torch.fx.Node) else None
@@ -373,6 +412,9 @@ class Lowering:
         target = node.target
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+        if target not in _MERGE_AWARE:
+            args = [self.merge(a) for a in args]
+            kwargs = {k: self.merge(v) for k, v in kwargs.items()}
         if target is operator.getitem:
             seq, i = args
             if not isinstance(seq, (list, tuple)):
@@ -435,6 +477,17 @@ def _to_copy(L, node, x, **kwargs):
       aten.flatten.using_ints)
 def _view(L, node, x, *args, **kwargs):
     dtype, dims = _out(node)
+    if isinstance(x, Merged):
+        if tuple(x.value.dims) == tuple(dims):
+            return x.value  # the view back of a batched matmul's result
+        x = L.merge(x)
+    if node.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+        for lead in range(len(x.dims), 1, -1):
+            merged = 1
+            for d in x.dims[:lead]:
+                merged *= d
+            if tuple(dims) == (merged,) + tuple(x.dims[lead:]) and len(x.dims) - lead == 2:
+                return Merged(x, lead)
     return L.reshape(x, dims)
 
 
@@ -448,6 +501,19 @@ def _t(L, node, x):
 
 @rule(aten.transpose.int)
 def _transpose(L, node, x, d0, d1):
+    if isinstance(x, Merged):
+        rank = len(x.dims)
+        d0, d1 = _norm_dim(d0, rank), _norm_dim(d1, rank)
+        if min(d0, d1) >= 1:
+            inner = x.value
+            shift = x.lead - 1
+            perm = list(range(len(inner.dims)))
+            perm[d0 + shift], perm[d1 + shift] = perm[d1 + shift], perm[d0 + shift]
+            dims = list(inner.dims)
+            dims[d0 + shift], dims[d1 + shift] = dims[d1 + shift], dims[d0 + shift]
+            out = L.emit("transpose", [inner], {"perm": perm}, (inner.dtype, tuple(dims)))
+            return Merged(out, x.lead)
+        x = L.merge(x)
     rank = len(x.dims)
     d0, d1 = _norm_dim(d0, rank), _norm_dim(d1, rank)
     if d0 == d1:
@@ -632,6 +698,11 @@ def _mul(L, node, a, b):
 
 @rule(aten.div.Tensor, aten.div.Scalar, aten.div_.Tensor, aten.div_.Scalar)
 def _div(L, node, a, b):
+    dtype, dims = _out(node)
+    if isinstance(a, Value) and not isinstance(b, Value) and dtype in FLOAT:
+        # A division by a number is a scale: a piece scaled differently is reported as
+        # scaled by the ratio.
+        return L.emit("scale", [L.cast(a, dtype)], {"factor": 1.0 / float(b)}, (dtype, dims))
     return _binary(L, node, "div", a, b)
 
 
@@ -775,7 +846,12 @@ def _cumsum(L, node, x, dim, dtype=None):
 
 @rule(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def _mm(L, node, a, b):
-    return L.emit("matmul", [a, b], {}, _out(node))
+    if isinstance(a, Merged) and isinstance(b, Merged) and a.lead == b.lead and \
+            a.value.dims[:a.lead] == b.value.dims[:b.lead]:
+        dtype, _ = _out(node)
+        dims = tuple(a.value.dims[:-1]) + (b.value.dims[-1],)
+        return Merged(L.emit("matmul", [a.value, b.value], {}, (dtype, dims)), a.lead)
+    return L.emit("matmul", [L.merge(a), L.merge(b)], {}, _out(node))
 
 
 @rule(aten.addmm.default)
@@ -951,6 +1027,11 @@ def _index(L, node, x, indices):
       torch.ops.profiler._record_function_exit._RecordFunction)
 def _profiler(L, node, *args, **kwargs):
     return None
+
+
+# Rules that take Merged operands (the others see them merged).
+_MERGE_AWARE = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+                aten.transpose.int, aten.bmm.default}
 
 
 def lower_trace(trace, name):

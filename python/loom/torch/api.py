@@ -1,0 +1,193 @@
+"""loom.torch.verify: one call for a launcher (docs/torch.md).
+
+    report = loom.torch.verify(model=build, parallelize=parallelize, mesh={"tp": 2},
+                               inputs=batch, loss=loss, optimizer=optimizer)
+
+captures the model's single-device training step (the spec), then each rank's
+program as torch.distributed runs it after the launcher's own `parallelize(module,
+mesh)` (the plan), and proves the plan equivalent to the spec with Loom's verifier.
+"""
+
+import dataclasses
+import math
+import re
+import time
+
+import torch
+
+import loom
+from loom.torch import claims as C
+from loom.torch.distributed import mesh_shape, trace_rank
+from loom.torch.errors import CaptureError
+from loom.torch.plan import build_plan
+from loom.torch.spec import capture_step
+
+# Mesh dims whose ranks split the batch (data parallelism); the others see all of it.
+DATA_PARALLEL_DIMS = ("dp", "dp_replicate", "dp_shard", "fsdp", "hsdp", "ddp", "data")
+
+
+@dataclasses.dataclass
+class Failure:
+    """One place where the ranks' programs do not compute the model's step."""
+    cls: str            # "missing_reduction", "scaled", "wrong_shard", ...
+    tensor: str         # the logical tensor (Loom's name for it)
+    module: str         # the module path of the op: "model.layers.3.mlp.down_proj"
+    source: str         # "file.py:123" of the user's code that ran the op
+    code: str           # that line's code
+    item: str           # Loom's task or collective
+    devices: list       # ranks
+    box: str
+    part: str
+    message: str
+    counterexample: str
+    aten: str           # the ATen op
+    phase: str
+
+    def __str__(self):
+        where = ", ".join(p for p in (self.module, self.source) if p)
+        return (f"{self.cls} in '{self.tensor}' ({where}) on ranks "
+                f"{','.join(map(str, self.devices))}: {self.message}")
+
+
+@dataclasses.dataclass
+class Report:
+    verdict: str        # "proved equivalent", "not equivalent", "undecided"
+    exit_code: int      # 0, 1, 2
+    failures: list      # Failure
+    undecided: list     # (item, reason)
+    loom_report: object  # the loom.Report
+    spec: object
+    plan: object
+    plan_json: str
+    times: dict         # seconds: capture (spec), ranks, plan, verify
+
+    @property
+    def ok(self):
+        return self.exit_code == 0
+
+    def summary(self):
+        lines = [f"verdict:   {self.verdict}",
+                 f"spec:      {self.spec.step}",
+                 f"plan:      {self.plan}",
+                 "time:      " + ", ".join(f"{k} {v:.2f} s" for k, v in self.times.items())]
+        lines.append(f"failures:  {len(self.failures)}")
+        for f in self.failures:
+            lines.append(f"  {f}")
+            if f.counterexample:
+                lines.append(f"    {f.counterexample}")
+        for item, reason in self.undecided:
+            lines.append(f"  undecided {item}: {reason}")
+        return "\n".join(lines)
+
+
+def data_claim_for(mesh_names, mesh_sizes):
+    """Claims of a rank's batch tensors: dim 0 split over the data-parallel mesh dims
+    (in mesh order), whole over the others."""
+    data_dims = [i for i, n in enumerate(mesh_names) if n in DATA_PARALLEL_DIMS]
+
+    def claim(ph, tensor, full_dims, local_dims, rank):
+        box = [[0, d] for d in full_dims]
+        if data_dims and full_dims:
+            parts = math.prod(mesh_sizes[i] for i in data_dims)
+            index = 0
+            for i in data_dims:
+                index = index * mesh_sizes[i] + rank.coordinate[i]
+            if full_dims[0] % parts:
+                raise CaptureError(f"batch input '{ph.name}' has {full_dims[0]} rows, which the "
+                                   f"{parts} data-parallel ranks cannot share equally")
+            rows = full_dims[0] // parts
+            box[0] = [index * rows, (index + 1) * rows]
+        return C.Claim(tensor=tensor, box=tuple(tuple(b) for b in box), part=C.FULL)
+    return claim
+
+
+def batch_for(inputs, mesh_names, mesh_sizes):
+    """The batch rank r reads: the rows of `inputs()` its data-parallel coordinate
+    gives it (every tensor's dim 0), the whole batch without data parallelism."""
+    data_dims = [i for i, n in enumerate(mesh_names) if n in DATA_PARALLEL_DIMS]
+
+    def batch(rank, device_mesh):
+        whole = inputs()
+        if not data_dims:
+            return whole
+        from loom.torch.distributed import coordinate_of
+        coord = coordinate_of(rank, mesh_sizes)
+        parts = math.prod(mesh_sizes[i] for i in data_dims)
+        index = 0
+        for i in data_dims:
+            index = index * mesh_sizes[i] + coord[i]
+
+        def rows(x):
+            if isinstance(x, torch.Tensor) and x.dim() > 0:
+                n = x.shape[0] // parts
+                return x[index * n:(index + 1) * n]
+            return x
+        return torch.utils._pytree.tree_map(rows, whole)
+    return batch
+
+
+def _origin_of(item, doc, spec):
+    m = re.match(r"task (\d+)", item or "")
+    if m and int(m.group(1)) < len(doc.origin_of_task):
+        return doc.origin_of_task[int(m.group(1))] or {}
+    return {}
+
+
+def _failures(report, doc, spec):
+    out = []
+    for f in report.failures:
+        origin = _origin_of(f.item, doc, spec)
+        if not origin:
+            origin = spec.origins.get(f.tensor, {})
+        out.append(Failure(cls=f.cls, tensor=f.tensor, module=origin.get("module", ""),
+                           source=origin.get("source", ""), code=origin.get("code", ""),
+                           item=f.item, devices=list(f.devices), box=f.box, part=f.part,
+                           message=f.message, counterexample=f.counterexample,
+                           aten=origin.get("target", ""), phase=origin.get("phase", "")))
+    return out
+
+
+def verify(*, model, parallelize, mesh, inputs, loss, optimizer, fake=False, name=None,
+           timeout_ms=10000, threads=0, cache_dir=""):
+    """Proves that the programs torch runs on the ranks of `mesh` after
+    `parallelize(module, device_mesh)` compute the training step of `model()`.
+
+    model: builds the torch.nn.Module (called once for the spec and once per rank).
+    parallelize: the launcher's own function; applies DTensor parallel styles, FSDP2,
+        ... to the module (returning it, or a replacement, or None).
+    mesh: {"dp": 2, "tp": 2}, outermost dim first; dims named dp (dp_shard, fsdp, ...)
+        split the batch.
+    inputs: returns one batch: a tuple of positional arguments or a dict of keyword
+        arguments of the model's forward (the global batch; a data-parallel rank reads
+        its rows).
+    loss: loss(output) -> the scalar loss. optimizer: optimizer(params) -> a
+        torch.optim.AdamW, Adam or SGD.
+    fake: build everything from FakeTensors (real sizes, nothing allocated).
+
+    Returns a Report (.verdict, .exit_code 0/1/2, .failures with .module and .source).
+    CaptureError (a ValueError) for a program or model Loom cannot capture.
+    """
+    times = {}
+    t0 = time.perf_counter()
+    spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name)
+    times["spec"] = time.perf_counter() - t0
+    names, sizes = mesh_shape(mesh)
+    t0 = time.perf_counter()
+    batch = batch_for(inputs, names, sizes)
+    ranks = [trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake)
+             for r in range(math.prod(sizes))]
+    times["ranks"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    doc, lowerings = build_plan(spec, ranks, names, sizes, data_claim_for(names, sizes),
+                               name or spec.trace.model_class)
+    text = doc.json()
+    plan = loom.parse_plan(text, origin="<captured plan>")
+    times["plan"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = loom.verify(spec.step, plan, timeout_ms=timeout_ms, threads=threads,
+                         cache_dir=cache_dir)
+    times["verify"] = time.perf_counter() - t0
+    return Report(verdict=report.verdict, exit_code=report.exit_code,
+                  failures=_failures(report, doc, spec),
+                  undecided=[(u.item, u.reason) for u in report.undecided],
+                  loom_report=report, spec=spec, plan=plan, plan_json=text, times=times)

@@ -1,0 +1,86 @@
+"""Claims: the piece of a logical tensor a plan value says it holds (a box, one
+interval per dim, and a value part, a set of disjoint intervals of [0, 1) that says
+which share of a sum it is; docs/formats.md, "Value parts").
+
+What DTensor says a local tensor holds becomes a claim here; so does what an op's
+partition signature implies for a value torch says nothing about.
+"""
+
+import dataclasses
+from fractions import Fraction
+
+FULL = ((Fraction(0), Fraction(1)),)
+EMPTY = ()
+
+
+def share(part, k, n):
+    """Share k of n of `part`: every interval cut into n equal ones, the k-th kept."""
+    out = []
+    for lo, hi in part:
+        step = (hi - lo) / n
+        out.append((lo + k * step, lo + (k + 1) * step))
+    return tuple(out)
+
+
+def part_text(part):
+    if part == FULL:
+        return "full"
+    if not part:
+        return "0"
+
+    def num(x):
+        return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+    return "+".join(f"[{num(lo)},{num(hi)})" for lo, hi in sorted(part))
+
+
+@dataclasses.dataclass
+class Claim:
+    tensor: int          # logical tensor id in the spec
+    box: tuple           # ((begin, end), ...) per dim
+    part: tuple = FULL
+    combine: str = "sum"  # how a share that is neither full nor empty combines
+    torch_says: bool = False  # the claim is DTensor's (else the signature's)
+
+
+def chunk(size, n, k):
+    """torch.chunk's k-th of n pieces of `size` elements: [begin, end)."""
+    step = -(-size // n)
+    begin = min(k * step, size)
+    return begin, min(begin + step, size)
+
+
+def from_dtensor_spec(spec, tensor, coordinate):
+    """The claim of the local tensor of a DTensor of `spec` on the rank at
+    `coordinate` (one entry per mesh dim): Shard(d) cuts dim d as torch.chunk does,
+    mesh dims applied in order; Partial makes the value share c of n of a sum (or
+    of a maximum); Replicate keeps the whole."""
+    from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
+    shape = tuple(int(d) for d in spec.shape)
+    box = [[0, s] for s in shape]
+    part = FULL
+    combine = "sum"
+    for mesh_dim, placement in enumerate(spec.placements):
+        n = spec.mesh.size(mesh_dim)
+        c = coordinate[mesh_dim]
+        if isinstance(placement, Shard) and type(placement).__name__ == "Shard":
+            d = placement.dim
+            begin, end = box[d]
+            lo, hi = chunk(end - begin, n, c)
+            box[d] = [begin + lo, begin + hi]
+        elif isinstance(placement, Partial):
+            op = getattr(placement, "reduce_op", "sum")
+            if op == "max":
+                combine = "max"
+            elif op != "sum":
+                raise ValueError(f"Partial({op}) has no Loom value part")
+            part = share(part, c, n)
+        elif isinstance(placement, Replicate):
+            continue
+        else:
+            raise ValueError(f"placement {placement} has no Loom claim")
+    return Claim(tensor=tensor, box=tuple(tuple(b) for b in box), part=part, combine=combine,
+                 torch_says=True)
+
+
+def full_claim(tensor, dims):
+    return Claim(tensor=tensor, box=tuple((0, int(d)) for d in dims), part=FULL)

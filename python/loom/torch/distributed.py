@@ -1,0 +1,99 @@
+"""The per-rank programs torch.distributed will run, captured one rank at a time
+under a fake process group (nothing communicates; collectives are recorded).
+
+For rank r of the mesh, in this process: the fake process group of rank r, the
+DeviceMesh, the model the user's builder makes, the user's own `parallelize(module,
+mesh)` applied to it, the optimizer over its (now distributed) parameters, and the
+trace of one training step on rank r's batch, with the Recorder noting what DTensor
+says every local tensor holds and where it redistributes.
+"""
+
+import contextlib
+import dataclasses
+import math
+
+import torch
+import torch.distributed as dist
+
+from loom.torch.capture import trace_step
+from loom.torch.errors import CaptureError
+from loom.torch.rank_trace import Recorder
+from loom.torch.spec import _maybe_fake
+
+
+@dataclasses.dataclass
+class RankTrace:
+    rank: int
+    coordinate: tuple     # the rank's coordinate in the mesh, outermost dim first
+    trace: object         # capture.Trace of its step
+    recorder: Recorder
+    groups: dict          # process group name -> ranks of the group, in group order
+
+
+@contextlib.contextmanager
+def fake_process_group(rank, world_size):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if dist.is_initialized():
+        raise CaptureError("a process group is already initialized in this process; "
+                           "loom.torch captures each rank under a fake one of its own")
+    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def mesh_shape(mesh):
+    """(names, sizes) of a mesh given as {"dp": 2, "tp": 2} (outermost first)."""
+    if not isinstance(mesh, dict) or not mesh:
+        raise CaptureError("mesh must be a dict of dim name -> size, e.g. {'dp': 2, 'tp': 2}")
+    names, sizes = [], []
+    for name, size in mesh.items():
+        if not isinstance(name, str) or not isinstance(size, int) or size < 1:
+            raise CaptureError(f"mesh dim {name!r}: size {size!r} is not a positive integer")
+        names.append(name)
+        sizes.append(size)
+    return tuple(names), tuple(sizes)
+
+
+def coordinate_of(rank, sizes):
+    coord = []
+    for size in reversed(sizes):
+        coord.append(rank % size)
+        rank //= size
+    return tuple(reversed(coord))
+
+
+def _groups():
+    """Every process group torch created: its name and ranks (in group rank order)."""
+    from torch.distributed.distributed_c10d import _world
+    out = {}
+    for pg in list(_world.pg_map):
+        try:
+            name = pg.group_name
+            ranks = dist.get_process_group_ranks(pg)
+        except Exception:  # groups this rank is not part of
+            continue
+        out[name] = list(ranks)
+    return out
+
+
+def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake):
+    names, sizes = mesh_shape(mesh)
+    world = math.prod(sizes)
+    with fake_process_group(rank, world), _maybe_fake(fake):
+        from torch.distributed.device_mesh import init_device_mesh
+        device_mesh = init_device_mesh("cpu", sizes, mesh_dim_names=names)
+        module = model()
+        if not isinstance(module, torch.nn.Module):
+            raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
+        result = parallelize(module, device_mesh)
+        if isinstance(result, torch.nn.Module):
+            module = result
+        opt = optimizer(list(module.parameters()))
+        recorder = Recorder()
+        trace = trace_step(module, batch_of_rank(rank, device_mesh), loss, opt, fake=fake,
+                           recorder=recorder)
+        groups = _groups()
+    return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,
+                     recorder=recorder, groups=groups)

@@ -1,0 +1,588 @@
+"""The plan: the per-rank programs torch.distributed runs, as a Loom plan over the
+captured spec.
+
+Each rank's traced program (distributed.RankTrace) is walked in order:
+
+- its inputs are the spec's inputs (parameters by name, optimizer states, batch
+  tensors), each claiming what DTensor (or, for the batch, the data layout) says
+  the rank holds of it;
+- an op of the model's code is matched to the op of the spec it is a piece of, by
+  data flow: the op of the same ATen kind whose operands are the spec images of
+  its own operands (the source line, then the order, tell apart ops that read the
+  same operands); it is lowered with the same rules as the spec, and each Loom op
+  it gives is a task computing a piece of the spec's Loom op in the same place;
+- a redistribution DTensor ran (a Partial made Replicate, a Shard gathered, ...)
+  becomes the collectives and local copies its placement change means, mesh dim by
+  mesh dim, in torch's own order (torch's _gen_transform_infos); the members of a
+  collective are the ranks that share every mesh coordinate but its dim's;
+- every value claims what DTensor says its local tensor holds where DTensor says
+  anything (the trace's Recorder), and what its op's partition signature implies
+  otherwise; the verifier checks every claim against what the plan computes.
+
+An op with no counterpart in the spec stops the plan (CaptureError naming the op,
+the module and the source line): the rank does not run the model's computation.
+"""
+
+import collections
+import dataclasses
+import json
+from fractions import Fraction
+
+import torch
+
+import loom
+from loom.torch import claims as C
+from loom.torch.errors import CaptureError
+from loom.torch.lower import RULES, Lowering, UnsupportedOp, Value, user_frame
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class PValue(Value):
+    """A plan value: a buffer on one device, with its claim."""
+    id: int = -1
+    device: int = -1
+    claim: object = None
+
+
+# ---------------------------------------------------------------------------------
+# The spec, indexed for matching.
+
+# Non-tensor arguments that say which piece of an operand an op takes or which dims
+# it works on, whatever the operand's size: ops reading the same operands are told
+# apart by them.
+_STRUCTURAL_ARGS = {
+    aten.transpose.int: (1, 2), aten.permute.default: (1,), aten.sum.dim_IntList: (1, 2),
+    aten.mean.dim: (1, 2), aten._softmax.default: (1,), aten._log_softmax.default: (1,),
+    aten.cat.default: (1,), aten.unsqueeze.default: (1,), aten.squeeze.dim: (1,),
+    aten.cumsum.default: (1,), aten.select.int: (1, 2),
+}
+
+
+# One name for ATen ops that differ only in how torch lays out memory: a reshape is
+# a view or a copy and an _unsafe_view depending on the operand's strides.
+_CANONICAL_TARGET = {aten._unsafe_view.default: aten.view.default,
+                     aten.reshape.default: aten.view.default}
+
+
+def _target(node):
+    if node.op != "call_function":
+        return "get_attr"
+    return _CANONICAL_TARGET.get(node.target, node.target)
+
+
+def is_identity(node):
+    """An op that only copies or re-labels its operand: a clone, a detach, a view or
+    a cast that keeps the shape and dtype (DTensor's from_local and to_local too)."""
+    if node.op != "call_function":
+        return False
+    if node.target in (aten.alias.default, aten.detach.default, aten.clone.default,
+                       aten.contiguous.default, aten.lift_fresh_copy.default):
+        return True
+    if node.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+                       aten._to_copy.default):
+        src = node.args[0]
+        if not isinstance(src, torch.fx.Node):
+            return False
+        a, b = src.meta.get("val"), node.meta.get("val")
+        return a is not None and b is not None and tuple(a.shape) == tuple(b.shape) and \
+            a.dtype == b.dtype
+    return False
+
+
+def canonical(node):
+    """`node`'s operand chain followed through identity ops."""
+    while node is not None and is_identity(node):
+        node = node.args[0]
+    return node
+
+
+def _site(node):
+    f = user_frame(node.meta.get("stack_trace"))
+    return (f[0], f[1]) if f else None
+
+
+class SpecIndex:
+    def __init__(self, spec):
+        self.spec = spec
+        self.L = spec.lowering
+        self.graph = spec.trace.module.graph
+        self.g = self.L.g
+        self.tensor_id = {}
+        for what, item in self.g._items:
+            names = [item] if what == "input" else self.g.ops[item]["outputs"]
+            for n in names:
+                self.tensor_id[n] = len(self.tensor_id)
+        self.placeholder = {}
+        nodes = [n for n in self.graph.nodes if n.op == "placeholder"]
+        for node, ph in zip(nodes, spec.trace.placeholders):
+            self.placeholder[ph.name] = node
+        self.origins = self.L.origins
+        self.candidates = collections.defaultdict(list)
+        for n in self.graph.nodes:
+            if n.op in ("call_function", "get_attr") and n in self.L.node_ops and \
+                    not is_identity(n):
+                self.candidates[self.key(n, lambda a: a)].append(n)
+        self.used = set()
+        self.signatures = {}
+
+    def key(self, node, image):
+        """(target, the spec images of its tensor operands)."""
+        args = [canonical(image(a)) for a in _flat_nodes((node.args, node.kwargs))]
+        target = _target(node)
+        if node.target is _getitem():
+            return (target, tuple(args), node.args[1])
+        return (target, tuple(args))
+
+    def match(self, node, image):
+        """The spec node `node` (of a rank's program) is a piece of, or None."""
+        key = self.key(node, image)
+        if any(k is None for k in key[1]):
+            return None
+        found = [m for m in self.candidates.get(key, ()) if m not in self.used]
+        if not found:
+            return None
+        positions = _STRUCTURAL_ARGS.get(node.target, ())
+        if positions:
+            found = [m for m in found if all(_arg(m, i) == _arg(node, i) for i in positions)] \
+                or found
+        site = _site(node)
+        same_site = [m for m in found if _site(m) == site]
+        m = (same_site or found)[0]
+        self.used.add(m)
+        return m
+
+    def signature(self, index):
+        sig = self.signatures.get(index)
+        if sig is None:
+            op = self.g.ops[index]
+            types = [(list(self.g.types[n][1]), self.g.types[n][0]) for n in op["inputs"]]
+            sig = loom.signature(op["kind"], types, op["attrs"])
+            self.signatures[index] = sig
+        return sig
+
+    def dims(self, tensor_name):
+        return self.g.types[tensor_name][1]
+
+
+def _getitem():
+    import operator
+    return operator.getitem
+
+
+def _flat_nodes(tree):
+    out = []
+
+    def walk(x):
+        if isinstance(x, torch.fx.Node):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                walk(y)
+    walk(tree)
+    return out
+
+
+def _arg(node, i):
+    if i < len(node.args):
+        return node.args[i]
+    return None
+
+
+# ---------------------------------------------------------------------------------
+# The plan being built.
+
+class PlanDocument:
+    def __init__(self, spec_index, mesh_names, mesh_sizes, model_name):
+        self.S = spec_index
+        self.mesh = list(zip(mesh_names, mesh_sizes))
+        self.model = model_name
+        self.values = []
+        self.tasks = []
+        self.collectives = []
+        self.outputs = []
+        self.origin_of_task = []
+
+    def value(self, device, claim, dtype, dims):
+        v = PValue(name=f"v{len(self.values)}", dtype=dtype, dims=tuple(dims),
+                   id=len(self.values), device=device, claim=claim)
+        self.values.append(v)
+        return v
+
+    def task(self, device, op, kind, attrs, inputs, outputs, phase, layer, origin):
+        self.tasks.append(dict(id=len(self.tasks), op=op, kind=kind, attrs=attrs, device=device,
+                               phase=phase, layer=layer, inputs=[v.id for v in inputs],
+                               outputs=[v.id for v in outputs]))
+        self.origin_of_task.append(origin)
+
+    def json(self):
+        def attrs_json(attrs):
+            out = {}
+            for k, v in attrs.items():
+                if isinstance(v, bool):
+                    out[k] = {"int": int(v)}
+                elif isinstance(v, int):
+                    out[k] = {"int": v}
+                elif isinstance(v, float):
+                    out[k] = {"float": v}
+                elif isinstance(v, str):
+                    out[k] = {"string": v}
+                else:
+                    out[k] = {"ints": [int(x) for x in v]}
+            return out
+
+        values = []
+        for v in self.values:
+            c = v.claim
+            item = {"id": v.id, "device": v.device, "tensor": c.tensor,
+                    "box": [list(b) for b in c.box], "part": C.part_text(c.part),
+                    "dtype": v.dtype}
+            if c.combine != "sum" and c.part not in (C.FULL, C.EMPTY):
+                item["combine"] = c.combine
+            values.append(item)
+        tasks = []
+        for t in self.tasks:
+            tasks.append({"id": t["id"], "op": t["op"], "kind": t["kind"],
+                          "attrs": attrs_json(t["attrs"]), "device": t["device"],
+                          "phase": t["phase"], "layer": t["layer"], "inputs": t["inputs"],
+                          "outputs": t["outputs"]})
+        doc = {
+            "format": "loom.plan", "version": 1, "model": self.model,
+            "mesh": [{"name": n, "size": s} for n, s in self.mesh],
+            "values": values, "tasks": tasks, "collectives": self.collectives,
+            "outputs": self.outputs, "order": [],
+        }
+        return json.dumps(doc)
+
+
+# ---------------------------------------------------------------------------------
+# Claims the signature implies.
+
+def _interval_part(begin, end, extent):
+    return ((Fraction(begin, extent), Fraction(end, extent)),) if extent else C.FULL
+
+
+def implied_claims(S, index, inputs, out_tensor_ids):
+    """The claims of the outputs of a piece of spec op `index` whose inputs hold
+    `inputs` (PValues), by the op's partition signature: each output dim takes the
+    interval its label has on the inputs (the whole dim for a label only outputs
+    carry); a split reduction makes the outputs that share of the sum; a partial
+    operand passes its share on."""
+    op = S.g.ops[index]
+    sig = S.signature(index)
+    # A label covers the same fraction of every dim carrying it.
+    fraction = {}
+    for i, labels in enumerate(sig["inputs"]):
+        box = inputs[i].claim.box
+        dims = S.dims(op["inputs"][i])
+        for d, label in enumerate(labels):
+            if dims[d]:
+                fraction.setdefault(label, (Fraction(box[d][0], dims[d]),
+                                            Fraction(box[d][1], dims[d])))
+    part, combine = C.FULL, "sum"
+    for label, kind in sig["kinds"].items():
+        if kind in ("reduction", "max_reduction") and label in fraction:
+            lo, hi = fraction[label]
+            if (lo, hi) != (0, 1):
+                part = ((lo, hi),)
+                combine = "max" if kind == "max_reduction" else "sum"
+    if part == C.FULL:
+        for v in inputs:
+            if v.claim.part not in (C.FULL, C.EMPTY):
+                part, combine = v.claim.part, v.claim.combine
+                break
+    out = []
+    for k, labels in enumerate(sig["outputs"]):
+        dims = S.dims(op["outputs"][k])
+        box = []
+        for d, label in enumerate(labels):
+            lo, hi = fraction.get(label, (Fraction(0), Fraction(1)))
+            box.append((int(lo * dims[d]), int(hi * dims[d])))
+        out.append(C.Claim(tensor=out_tensor_ids[k], box=tuple(box), part=part,
+                           combine=combine))
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# One rank's program.
+
+class RankLowering(Lowering):
+    """Lowers a rank's matched ops with the spec's rules; each Loom op becomes a task
+    paired with the spec op the same rule gave for the matched spec node."""
+
+    def __init__(self, S, rank, doc, data_claim):
+        self.S = S
+        self.rank = rank
+        self.doc = doc
+        self.device = rank.rank
+        self.trace = rank.trace
+        self.data_claim = data_claim
+        self.origins = __import__("loom.torch.lower", fromlist=["Origins"]).Origins(
+            rank.trace.module.graph)
+        self.env = {}
+        self.image = {}       # rank FX node -> spec FX node it is a piece of (or its source)
+        self.current = None
+        self.origin = None
+        self.node_param = {}
+        self.template = []
+        self.cursor = 0
+        self.collective_log = []  # (key, mesh_dim, kind, attrs, in value, out value)
+        self.constants = {}
+        self.inputs = {}
+
+    # ---- tasks -----------------------------------------------------------------------
+    def emit_n(self, kind, inputs, attrs, outs, hint=None):
+        if self.cursor >= len(self.template):
+            self.unsupported(f"the rank lowers '{self.current.target}' to more ops than the "
+                             "model's step does")
+        index = self.template[self.cursor]
+        op = self.S.g.ops[index]
+        if op["kind"] != kind:
+            self.unsupported(f"the rank lowers '{self.current.target}' to '{kind}' where the "
+                             f"model's step has '{op['kind']}'")
+        self.cursor += 1
+        tensors = [self.S.tensor_id[n] for n in op["outputs"]]
+        implied = implied_claims(self.S, index, inputs, tensors)
+        outputs = [self.doc.value(self.device, c, dt, dims)
+                   for c, (dt, dims) in zip(implied, outs)]
+        self.doc.task(self.device, index, kind, attrs, inputs, outputs, op["phase"],
+                      op["layer"], self.origin)
+        return outputs
+
+    # ---- the walk ----------------------------------------------------------------------
+    def run(self):
+        graph = self.trace.module.graph
+        output_node = graph.output_node()
+        live = self._live(graph, output_node)
+        rec = self.rank.recorder
+        redistributions = {r.output_node: r for r in rec.redistributions if r.nodes}
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for node, ph in zip(placeholders, self.trace.placeholders):
+            self._placeholder(node, ph)
+        for node in graph.nodes:
+            if node.op in ("placeholder", "output") or node not in live:
+                continue
+            self.current = node
+            self.origin = self.origins.of(node)
+            if node.name in rec.glue:
+                r = redistributions.get(node.name)
+                if r is not None:
+                    self._redistribute(node, r)
+                continue
+            self._model_op(node)
+        outs = []
+        for n, (kind, name) in zip(output_node.args[0], self.trace.outputs):
+            outs.append(self.env.get(n) if isinstance(n, torch.fx.Node) else None)
+        return outs
+
+    def _placeholder(self, node, ph):
+        spec_node = self.S.placeholder.get(ph.name)
+        if spec_node is None:
+            raise CaptureError(f"rank {self.device}: input '{ph.name}' is not an input of the "
+                               "model's step")
+        sval = self.S.L.env[spec_node]
+        tensor = self.S.tensor_id[sval.name]
+        val = node.meta["val"]
+        dims = tuple(int(d) for d in val.shape)
+        if ph.dtensor is not None:
+            claim = C.from_dtensor_spec(ph.dtensor, tensor, self.rank.coordinate)
+        elif ph.kind == "input":
+            claim = self.data_claim(ph, tensor, sval.dims, dims, self.rank)
+        else:
+            claim = C.full_claim(tensor, sval.dims)
+        self.env[node] = self.doc.value(self.device, claim, sval.dtype, dims)
+        self.image[node] = spec_node
+
+    def _spec_image(self, a):
+        return self.image.get(a)
+
+    def _model_op(self, node):
+        if is_identity(node):
+            src = node.args[0]
+            self.env[node] = self.env[src]
+            self.image[node] = self.image.get(src)
+            spec = self.rank.recorder.specs.get(node.name)
+            if spec is not None and isinstance(self.env[node], PValue) and \
+                    not self.env[node].claim.torch_says:
+                self.env[node] = self._claimed(self.env[node], spec)
+            return
+        m = self.S.match(node, self._spec_image)
+        if m is None:
+            self.unsupported(f"the rank runs '{node.target}' where the model's step has no "
+                             "such op on the same operands")
+        self.image[node] = m
+        self.template = self.S.L.node_ops.get(m, [])
+        self.cursor = 0
+        if node.op == "get_attr":
+            result = self._constant(node)
+        else:
+            result = self._lower(node)
+        if self.cursor != len(self.template):
+            self.unsupported(f"the rank lowers '{node.target}' to fewer ops than the model's "
+                             "step does")
+        # What DTensor says the local tensor holds is the value's claim.
+        spec = self.rank.recorder.specs.get(node.name)
+        if spec is not None and isinstance(result, PValue):
+            result = self._claimed(result, spec)
+        self.env[node] = result
+
+    def _claimed(self, v, spec):
+        claim = C.from_dtensor_spec(spec, v.claim.tensor, self.rank.coordinate)
+        self.doc.values[v.id] = dataclasses.replace(v, claim=claim)
+        return self.doc.values[v.id]
+
+    def _constant(self, node):
+        t = getattr(self.trace.module, node.target)
+        from loom.torch.lower import _dtype, _scalar_value
+        dtype = _dtype(t, self.origin)
+        if t.dim() != 0:
+            self.unsupported("a tensor constant in a rank's program")
+        return self.fill(_scalar_value(t), dtype, ())
+
+    # ---- redistributions ----------------------------------------------------------------
+    def _redistribute(self, node, r):
+        from torch.distributed.tensor._redistribute import _gen_transform_infos
+        from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
+        source_node = self._find(r.input_node)
+        v = self.env[source_node]
+        self.image[node] = self.image.get(source_node)
+        infos = _gen_transform_infos(r.source, r.target)
+        coord = self.rank.coordinate
+        for step, info in enumerate(infos):
+            a, b = info.src_dst_placements
+            mesh_dim = info.mesh_dim
+            n = r.source.mesh.size(mesh_dim)
+            key = (r.index, step)
+            if isinstance(a, Partial) and isinstance(b, Replicate):
+                reduce = getattr(a, "reduce_op", "sum")
+                v = self._collective(key, mesh_dim, "all_reduce", {"reduce": reduce}, v,
+                                     dataclasses.replace(v.claim, part=C.FULL), v.dims)
+            elif isinstance(a, Partial) and isinstance(b, Shard):
+                d = b.dim
+                box = list(v.claim.box)
+                begin, end = box[d]
+                lo, hi = C.chunk(end - begin, n, coord[mesh_dim])
+                box[d] = (begin + lo, begin + hi)
+                dims = list(v.dims)
+                dims[d] = hi - lo
+                v = self._collective(key, mesh_dim, "reduce_scatter",
+                                     {"reduce": getattr(a, "reduce_op", "sum"), "dim": d}, v,
+                                     dataclasses.replace(v.claim, part=C.FULL, box=tuple(box)),
+                                     dims)
+            elif isinstance(a, Shard) and isinstance(b, Replicate):
+                d = a.dim
+                full = self.S.g.types[self._tensor_name(v.claim.tensor)][1]
+                box = list(v.claim.box)
+                box[d] = (0, full[d])
+                dims = list(v.dims)
+                dims[d] = full[d]
+                v = self._collective(key, mesh_dim, "all_gather", {"dim": d}, v,
+                                     dataclasses.replace(v.claim, box=tuple(box)), dims)
+            elif isinstance(a, Replicate) and isinstance(b, Shard):
+                d = b.dim
+                lo, hi = C.chunk(v.dims[d], n, coord[mesh_dim])
+                box = list(v.claim.box)
+                begin = box[d][0]
+                box[d] = (begin + lo, begin + hi)
+                dims = list(v.dims)
+                dims[d] = hi - lo
+                out = self.doc.value(self.device, dataclasses.replace(v.claim, box=tuple(box)),
+                                     v.dtype, dims)
+                self.doc.task(self.device, -1, "slice", {"dim": d, "begin": lo, "end": hi}, [v],
+                              [out], self.origin.get("phase", "forward"), -1, self.origin)
+                v = out
+            else:
+                self.unsupported(f"redistribution from {a} to {b}")
+        # What DTensor says the result holds.
+        v = self._claimed(v, r.target) if v.id >= 0 else v
+        self.env[node] = v
+
+    def _find(self, name):
+        for n in self.trace.module.graph.nodes:
+            if n.name == name:
+                return n
+        raise CaptureError(f"rank {self.device}: node {name} not found")
+
+    def _tensor_name(self, tensor_id):
+        if not hasattr(self, "_names_by_id"):
+            self._names_by_id = {i: n for n, i in self.S.tensor_id.items()}
+        return self._names_by_id[tensor_id]
+
+    def _collective(self, key, mesh_dim, kind, attrs, v, claim, dims):
+        out = self.doc.value(self.device, claim, v.dtype, dims)
+        self.collective_log.append(dict(key=key, mesh_dim=mesh_dim, kind=kind, attrs=attrs,
+                                        input=v, output=out, origin=self.origin))
+        return out
+
+
+# ---------------------------------------------------------------------------------
+# All ranks together.
+
+def _groups_along(mesh_sizes, mesh_dim):
+    """For each rank, the ranks sharing every coordinate but mesh_dim's, in order."""
+    import itertools
+    ranks = {}
+    all_coords = list(itertools.product(*[range(s) for s in mesh_sizes]))
+
+    def rank_of(coord):
+        r = 0
+        for c, s in zip(coord, mesh_sizes):
+            r = r * s + c
+        return r
+    for coord in all_coords:
+        members = []
+        for k in range(mesh_sizes[mesh_dim]):
+            c = list(coord)
+            c[mesh_dim] = k
+            members.append(rank_of(c))
+        ranks[rank_of(coord)] = members
+    return ranks
+
+
+def assemble_collectives(doc, lowerings, mesh_sizes):
+    by_key = collections.defaultdict(dict)  # (key, group) -> {rank: entry}
+    for L in lowerings:
+        for e in L.collective_log:
+            group = tuple(_groups_along(mesh_sizes, e["mesh_dim"])[L.device])
+            by_key[(e["key"], group)][L.device] = e
+    for (key, group), members in by_key.items():
+        missing = [r for r in group if r not in members]
+        if missing:
+            raise CaptureError(f"ranks {missing} do not take part in a collective of ranks "
+                               f"{sorted(members)} ({next(iter(members.values()))['kind']})")
+        entries = [members[r] for r in group]
+        kinds = {e["kind"] for e in entries}
+        if len(kinds) != 1:
+            raise CaptureError(f"ranks {list(group)} run different collectives at one place: "
+                               f"{sorted(kinds)}")
+        e0 = entries[0]
+        item = {"id": len(doc.collectives), "kind": e0["kind"],
+                "reduce": e0["attrs"].get("reduce", "sum"), "devices": list(group),
+                "inputs": [e["input"].id for e in entries],
+                "outputs": [e["output"].id for e in entries],
+                "dim": e0["attrs"].get("dim", -1), "dim2": -1,
+                "phase": e0["origin"].get("phase", "forward"), "layer": -1}
+        doc.collectives.append(item)
+
+
+def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name):
+    """The Loom plan (JSON text) of the ranks' programs over `spec`, and the
+    lowerings (for the places of failures)."""
+    S = SpecIndex(spec)
+    doc = PlanDocument(S, mesh_names, mesh_sizes, model_name)
+    lowerings = []
+    for rank in ranks:
+        L = RankLowering(S, rank, doc, data_claim)
+        S.used = set()
+        outs = L.run()
+        for (kind, name), v in zip(rank.trace.outputs, outs):
+            if not isinstance(v, PValue):
+                raise CaptureError(f"rank {rank.rank}: output {name} is not a plan value")
+            doc.outputs.append(v.id)
+        lowerings.append(L)
+    assemble_collectives(doc, lowerings, mesh_sizes)
+    return doc, lowerings

@@ -1,0 +1,126 @@
+"""What torch says the values of a rank's program hold, recorded while it is traced.
+
+A rank's trace (capture.trace_step of a parallelized model under a fake process
+group) is the program of local tensors torch will run on that rank. The Recorder,
+entered inside the trace, joins it to DTensor's own statements:
+
+- every DTensor that an op reads or writes: the FX node of its local tensor gets
+  the DTensor's spec (mesh, placements, global shape): what torch says that local
+  tensor holds (its claim);
+- every redistribution (redistribute_local_tensor, which DTensor runs before an op
+  whose inputs are not laid out as its strategy needs, and in `redistribute`):
+  the nodes it creates (collectives and the local copies around them) are marked
+  as one redistribution, with the spec it starts from and the one it gives.
+"""
+
+import contextlib
+import dataclasses
+
+import torch
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils import _pytree as pytree
+
+
+@dataclasses.dataclass
+class Redistribution:
+    index: int
+    source: object       # DTensorSpec it starts from
+    target: object       # DTensorSpec it gives
+    input_node: str      # FX node of the local tensor it reads
+    output_node: str     # FX node of the local tensor it gives
+    nodes: list          # FX nodes it created, in order
+
+
+def _node_of(t):
+    mode = get_proxy_mode()
+    if mode is None or not isinstance(t, torch.Tensor):
+        return None
+    try:
+        slot = get_proxy_slot(t, mode.tracer)
+    except (KeyError, AssertionError, RuntimeError):
+        return None
+    proxy = getattr(slot, "proxy", None)
+    return getattr(proxy, "node", None)
+
+
+def _last_node():
+    mode = get_proxy_mode()
+    return None if mode is None else mode.tracer.graph._root._prev
+
+
+def _created_after(last):
+    nodes = []
+    if last is None:
+        return nodes
+    graph_root = get_proxy_mode().tracer.graph._root
+    n = last._next
+    while n is not graph_root:
+        nodes.append(n)
+        n = n._next
+    return nodes
+
+
+class _SpecMode(TorchDispatchMode):
+    def __init__(self, recorder):
+        super().__init__()
+        self._recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in pytree.tree_leaves((args, kwargs, out)):
+            self._recorder.note(t)
+        return out
+
+
+class Recorder(contextlib.AbstractContextManager):
+    """Entered inside a rank's trace; see the module docstring."""
+
+    def __init__(self):
+        self.specs = {}          # FX node name -> DTensorSpec of the local tensor it holds
+        self.glue = {}           # FX node name -> index of the redistribution that made it
+        self.redistributions = []
+        self._stack = contextlib.ExitStack()
+
+    def note(self, t):
+        from torch.distributed.tensor import DTensor
+        if isinstance(t, DTensor):
+            node = _node_of(t._local_tensor)
+            if node is not None:
+                self.specs.setdefault(node.name, t._spec)
+
+    def _wrap(self, original):
+        def redistribute_local_tensor(local_tensor, current_spec, target_spec, **kwargs):
+            last = _last_node()
+            out = original(local_tensor, current_spec, target_spec, **kwargs)
+            created = _created_after(last)
+            index = len(self.redistributions)
+            for n in created:
+                self.glue[n.name] = index
+            src, dst = _node_of(local_tensor), _node_of(out)
+            if src is not None:
+                self.specs.setdefault(src.name, current_spec)
+            if dst is not None:
+                self.specs[dst.name] = target_spec
+            self.redistributions.append(Redistribution(
+                index, current_spec, target_spec, src.name if src is not None else "",
+                dst.name if dst is not None else "", [n.name for n in created]))
+            return out
+        return redistribute_local_tensor
+
+    def __enter__(self):
+        import torch.distributed.tensor._api as api
+        import torch.distributed.tensor._dispatch as dispatch
+        import torch.distributed.tensor._redistribute as redistribute
+        original = redistribute.redistribute_local_tensor
+        wrapped = self._wrap(original)
+        for module in (redistribute, dispatch, api):
+            if getattr(module, "redistribute_local_tensor", None) is original:
+                self._stack.callback(setattr, module, "redistribute_local_tensor", original)
+                module.redistribute_local_tensor = wrapped
+        self._stack.enter_context(_SpecMode(self))
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+        return False
