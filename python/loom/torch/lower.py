@@ -55,6 +55,25 @@ class Value:
 
 
 @dataclasses.dataclass(frozen=True)
+class MaskedIds:
+    """Ids read against a vocabulary piece [begin, begin + size) of a table split over
+    ranks (DTensor's _MaskPartial): torch rewrites them to the piece's rows and masks
+    the others; Loom's embedding ops take the ids as they are and the piece's
+    `vocab_begin`, which they mask themselves."""
+    value: Value
+    begin: int
+    size: int
+
+    @property
+    def dims(self):
+        return self.value.dims
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+
+@dataclasses.dataclass(frozen=True)
 class Merged:
     """A view that merges the first `lead` dims of `value` into one, kept unmerged.
 
@@ -415,6 +434,8 @@ class Lowering:
         if target not in _MERGE_AWARE:
             args = [self.merge(a) for a in args]
             kwargs = {k: self.merge(v) for k, v in kwargs.items()}
+        if target not in _MASK_AWARE and any(isinstance(a, MaskedIds) for a in args):
+            self.unsupported(f"'{target}' reads ids masked for a vocabulary piece")
         if target is operator.getitem:
             seq, i = args
             if not isinstance(seq, (list, tuple)):
@@ -894,6 +915,8 @@ def _log_softmax_backward(L, node, dy, y, dim, input_dtype):
 
 @rule(aten.embedding.default)
 def _embedding(L, node, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if isinstance(ids, MaskedIds):
+        return L.emit("embedding", [ids.value, weight], {"vocab_begin": ids.begin}, _out(node))
     return L.emit("embedding", [ids, weight], {}, _out(node))
 
 
@@ -901,6 +924,9 @@ def _embedding(L, node, weight, ids, padding_idx=-1, scale_grad_by_freq=False, s
 def _embedding_backward(L, node, dy, ids, num_weights, padding_idx, scale_grad_by_freq):
     if padding_idx != -1 or scale_grad_by_freq:
         L.unsupported("embedding backward with a padding index or frequency scaling")
+    if isinstance(ids, MaskedIds):
+        return L.emit("embedding_grad", [ids.value, dy],
+                      {"vocab": int(num_weights), "vocab_begin": ids.begin}, _out(node))
     return L.emit("embedding_grad", [ids, dy], {"vocab": int(num_weights)}, _out(node))
 
 
@@ -1032,6 +1058,8 @@ def _profiler(L, node, *args, **kwargs):
 # Rules that take Merged operands (the others see them merged).
 _MERGE_AWARE = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
                 aten.transpose.int, aten.bmm.default}
+# Rules that take MaskedIds operands.
+_MASK_AWARE = {aten.embedding.default, aten.embedding_dense_backward.default}
 
 
 def lower_trace(trace, name):

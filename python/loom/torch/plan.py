@@ -33,7 +33,7 @@ import torch
 import loom
 from loom.torch import claims as C
 from loom.torch.errors import CaptureError
-from loom.torch.lower import RULES, Lowering, UnsupportedOp, Value, user_frame
+from loom.torch.lower import RULES, Lowering, MaskedIds, UnsupportedOp, Value, user_frame
 
 aten = torch.ops.aten
 
@@ -448,6 +448,13 @@ class RankLowering(Lowering):
         from torch.distributed.tensor._redistribute import _gen_transform_infos
         from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
         source_node = self._find(r.input_node)
+        # A redistribution may read a tensor an earlier one updated in place (the
+        # rows of a vocabulary piece's output zeroed before its reduction): in Loom's
+        # terms the same value.
+        while source_node not in self.env and source_node.name in self.rank.recorder.glue and \
+                hasattr(source_node.target, "_schema") and \
+                source_node.target._schema.name.endswith("_"):
+            source_node = source_node.args[0]
         v = self.env[source_node]
         self.image[node] = self.image.get(source_node)
         infos = _gen_transform_infos(r.source, r.target)
@@ -482,6 +489,14 @@ class RankLowering(Lowering):
                 dims[d] = full[d]
                 v = self._collective(key, mesh_dim, "all_gather", {"dim": d}, v,
                                      dataclasses.replace(v.claim, box=tuple(box)), dims)
+            elif isinstance(a, Replicate) and type(b).__name__ == "_MaskPartial":
+                # Ids for a vocabulary-split table: the rank's piece of the vocabulary.
+                vocab = b.offset_shape[b.offset_dim]
+                lo, hi = C.chunk(vocab, n, coord[mesh_dim])
+                if step != len(infos) - 1:
+                    self.unsupported("ids masked for a vocabulary piece, then redistributed")
+                self.env[node] = MaskedIds(v, lo, hi - lo)
+                return
             elif isinstance(a, Replicate) and isinstance(b, Shard):
                 d = b.dim
                 lo, hi = C.chunk(v.dims[d], n, coord[mesh_dim])
