@@ -57,6 +57,7 @@ class Report:
     undecided: list     # (item, reason)
     loom_report: object  # the loom.Report
     spec: object
+    step: object        # the loom.Step proved (spec.step, or without the loss)
     plan: object
     plan_json: str
     times: dict         # seconds: capture (spec), ranks, plan, verify
@@ -147,6 +148,18 @@ def _failures(report, doc, spec):
     return out
 
 
+def _plan_failures(doc):
+    out = []
+    for f in doc.failures:
+        origin = f.get("origin") or {}
+        out.append(Failure(cls=f["cls"], tensor=f["tensor"], module=origin.get("module", ""),
+                           source=origin.get("source", ""), code=origin.get("code", ""),
+                           item="capture", devices=f["devices"], box="", part="",
+                           message=f["message"], counterexample="",
+                           aten=origin.get("target", ""), phase=origin.get("phase", "")))
+    return out
+
+
 def verify(*, model, parallelize, mesh, inputs, loss, optimizer, fake=False, name=None,
            timeout_ms=10000, threads=0, cache_dir=""):
     """Proves that the programs torch runs on the ranks of `mesh` after
@@ -178,16 +191,22 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, fake=False, nam
              for r in range(math.prod(sizes))]
     times["ranks"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    data_dims = [i for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS]
     doc, lowerings = build_plan(spec, ranks, names, sizes, data_claim_for(names, sizes),
-                               name or spec.trace.model_class)
+                               name or spec.trace.model_class, data_dims=data_dims)
     text = doc.json()
     plan = loom.parse_plan(text, origin="<captured plan>")
+    step = spec.step if doc.loss_output else spec.step_without_loss()
     times["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    report = loom.verify(spec.step, plan, timeout_ms=timeout_ms, threads=threads,
+    report = loom.verify(step, plan, timeout_ms=timeout_ms, threads=threads,
                          cache_dir=cache_dir)
     times["verify"] = time.perf_counter() - t0
-    return Report(verdict=report.verdict, exit_code=report.exit_code,
-                  failures=_failures(report, doc, spec),
+    failures = _plan_failures(doc) + _failures(report, doc, spec)
+    verdict, exit_code = report.verdict, report.exit_code
+    if doc.failures:
+        verdict, exit_code = "not equivalent", 1
+    return Report(verdict=verdict, exit_code=exit_code, failures=failures,
                   undecided=[(u.item, u.reason) for u in report.undecided],
-                  loom_report=report, spec=spec, plan=plan, plan_json=text, times=times)
+                  loom_report=report, spec=spec, step=step, plan=plan, plan_json=text,
+                  times=times)

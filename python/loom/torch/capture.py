@@ -164,7 +164,7 @@ def _as_dtensor(local, spec):
                               shape=spec.shape, stride=spec.stride)
 
 
-def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None):
+def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_views=None):
     """Traces one training step of `model` on `batch` (a tuple of positional
     arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
     loss, `optimizer` the torch.optim optimizer built over model.parameters().
@@ -172,7 +172,9 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None):
     DTensor parameters, buffers and states (a parallelized model) enter the trace as
     their local tensors and are made DTensors again inside it, so that the graph is
     the rank's own program on local tensors; `recorder` (a context manager, entered
-    inside the trace) may observe it."""
+    inside the trace) may observe it. `param_views` (fqn -> function) gives, for a
+    parameter FSDP manages, the value the module computes with (fsdp.py)."""
+    param_views = param_views or {}
     name, group = _check_optimizer(optimizer)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -231,7 +233,8 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None):
             leaves[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(leaves, batch_spec)
         _set_phase("forward")
-        weights = dict(zip(param_names, ps))
+        weights = {fqn: param_views[fqn](p) if fqn in param_views else p
+                   for fqn, p in zip(param_names, ps)}
         weights.update(zip(buffer_names, bs))
         output = torch.func.functional_call(model, weights, tuple(call_args), call_kwargs)
         _set_phase("forward", module="loss")

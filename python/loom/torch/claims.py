@@ -68,10 +68,14 @@ def from_dtensor_spec(spec, tensor, coordinate):
             lo, hi = chunk(end - begin, n, c)
             box[d] = [begin + lo, begin + hi]
         elif isinstance(placement, Partial):
+            # Partial("avg"): data-parallel gradients averaged over the ranks. The
+            # average's 1/n is the loss's: each rank's mean is over its own tokens,
+            # and the plan divides by the count all ranks hold together (plan.py), so
+            # that a rank holds its share of the sum.
             op = getattr(placement, "reduce_op", "sum")
             if op == "max":
                 combine = "max"
-            elif op != "sum":
+            elif op not in ("sum", "avg"):
                 raise ValueError(f"Partial({op}) has no Loom value part")
             part = share(part, c, n)
         elif isinstance(placement, Replicate):

@@ -28,6 +28,7 @@ class RankTrace:
     trace: object         # capture.Trace of its step
     recorder: Recorder
     groups: dict          # process group name -> ranks of the group, in group order
+    managed: dict = None  # fqn -> fsdp.ManagedParam (FSDP2 / replicate)
 
 
 @contextlib.contextmanager
@@ -90,10 +91,13 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         result = parallelize(module, device_mesh)
         if isinstance(result, torch.nn.Module):
             module = result
+        from loom.torch import fsdp
+        managed = fsdp.managed_params(module)
         opt = optimizer(list(module.parameters()))
         recorder = Recorder()
+        views = {fqn: fsdp.unsharded_view(m) for fqn, m in managed.items()}
         trace = trace_step(module, batch_of_rank(rank, device_mesh), loss, opt, fake=fake,
-                           recorder=recorder)
+                           recorder=recorder, param_views=views)
         groups = _groups()
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,
-                     recorder=recorder, groups=groups)
+                     recorder=recorder, groups=groups, managed=managed)

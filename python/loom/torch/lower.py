@@ -214,6 +214,9 @@ class Lowering:
         self.current = None  # the FX node being lowered
         self.origin = None
         self.node_ops = {}  # fx node -> indices of the Loom ops lowering it emitted
+        self.decisions = {}  # fx node -> the shape-dependent choices its rule made
+        self.folded = {}     # fx node -> the value of a folded shape-only node
+        self.folded_origin = {}  # Loom input name of a folded value -> its op's origin
 
     # ---- emitting ----------------------------------------------------------------
     def emit(self, kind, inputs, attrs, out, hint=None):
@@ -249,10 +252,23 @@ class Lowering:
 
     def reshape(self, v, dims):
         dims = tuple(int(d) for d in dims)
-        if dims == v.dims:
+        if not self.decide(dims != v.dims):
             return v
         return self.emit("reshape", [v], {"shape": list(dims)}, (v.dtype, dims),
                          hint=f"{self.current.name}.view")
+
+    def decide(self, condition):
+        """A choice a rule makes from shapes (emit a reshape, expand this dim, ...).
+        The spec's choice is recorded; a rank lowering a piece of that op makes the
+        same one (plan.py), so that both give the same ops even where a rank's local
+        shapes make a step a no-op (a batch of one row expanded to one row)."""
+        self.decisions.setdefault(self.current, []).append(bool(condition))
+        return bool(condition)
+
+    def count_across_data(self, count):
+        """A loss's token count: in one program, the count itself (plan.py sums the
+        data-parallel ranks' counts)."""
+        return count
 
     def merge(self, x):
         """A Merged value made an ordinary one (a reshape); anything else unchanged."""
@@ -266,10 +282,20 @@ class Lowering:
         raise UnsupportedOp(what, self.origin)
 
     # ---- the walk -------------------------------------------------------------------
+    def fold_constants(self, graph, live):
+        """Shape-only values the program reads, computed (constants.py): the folded
+        node -> its value, and the live set with their ancestors left out."""
+        from loom.torch import constants
+        nodes = constants.foldable(graph, live)
+        values = constants.evaluate(self.trace.module, nodes)
+        folded = {n: v for n, v in values.items() if v is not None}
+        return folded, self._live(graph, graph.output_node(), stop=set(folded))
+
     def run(self):
         graph = self.trace.module.graph
         output_node = graph.output_node()
         live = self._live(graph, output_node)
+        self.folded, live = self.fold_constants(graph, live)
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.trace.placeholders):
             raise CaptureError("the trace's inputs do not match the step's")
@@ -287,6 +313,11 @@ class Lowering:
                     self._bump(mutated)
                 continue
             self._check_fresh(node)
+            if node in self.folded:
+                self.env[node] = self._folded(node)
+                self.node_ops[node] = []
+                self._track(node, None)
+                continue
             if node.op == "get_attr":
                 first = len(self.g.ops)
                 self.env[node] = self._constant(node)
@@ -304,16 +335,28 @@ class Lowering:
                 for n in output_node.args[0]]
         return outs
 
-    def _live(self, graph, output_node):
+    def _live(self, graph, output_node, stop=()):
         live = set()
         stack = [output_node]
         while stack:
             n = stack.pop()
+            if n in stop:
+                continue
             for a in n.all_input_nodes:
                 if a not in live:
                     live.add(a)
                     stack.append(a)
         return live
+
+    def _folded(self, node):
+        """A folded shape-only value: an input of the graph holding it."""
+        value = self.folded[node]
+        dtype = _dtype(value, self.origin)
+        name = self.g.input(self.g.fresh(f"const.{node.name}"), dtype, tuple(value.shape),
+                            "input")
+        self.constants[name] = value
+        self.folded_origin[name] = self.origin
+        return Value(name, dtype, tuple(value.shape))
 
     def _name_outputs(self, output_node):
         # Which parameter each optimizer-phase node updates: the one its inputs lead
@@ -499,16 +542,16 @@ def _to_copy(L, node, x, **kwargs):
 def _view(L, node, x, *args, **kwargs):
     dtype, dims = _out(node)
     if isinstance(x, Merged):
-        if tuple(x.value.dims) == tuple(dims):
+        if L.decide(tuple(x.value.dims) == tuple(dims)):
             return x.value  # the view back of a batched matmul's result
         x = L.merge(x)
     if node.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
-        for lead in range(len(x.dims), 1, -1):
-            merged = 1
-            for d in x.dims[:lead]:
-                merged *= d
-            if tuple(dims) == (merged,) + tuple(x.dims[lead:]) and len(x.dims) - lead == 2:
-                return Merged(x, lead)
+        lead = len(x.dims) - 2
+        merged = 1
+        for d in x.dims[:max(lead, 0)]:
+            merged *= d
+        if L.decide(lead >= 2 and tuple(dims) == (merged,) + tuple(x.dims[lead:])):
+            return Merged(x, lead)
     return L.reshape(x, dims)
 
 
@@ -558,7 +601,7 @@ def _expand(L, node, x, sizes, **kwargs):
     rank = len(dims)
     v = L.reshape(x, (1,) * (rank - len(x.dims)) + tuple(x.dims))
     for d in range(rank):
-        if v.dims[d] != dims[d]:
+        if L.decide(v.dims[d] != dims[d]):
             if v.dims[d] != 1:
                 L.unsupported(f"expand of dim {d} from {v.dims[d]} to {dims[d]}")
             new = list(v.dims)
@@ -585,7 +628,7 @@ def _slice(L, node, x, dim=0, start=None, end=None, step=1):
     b, e, step = _slice_bounds(x.dims[d], start, end, step)
     if step != 1:
         L.unsupported(f"slice with step {step}")
-    if b == 0 and e == x.dims[d]:
+    if not L.decide(b != 0 or e != x.dims[d]):
         return x
     return L.emit("slice", [x], {"dim": d, "begin": b, "end": e}, _out(node))
 
@@ -597,7 +640,7 @@ def _select(L, node, x, dim, index):
     dims = list(x.dims)
     dims[d] = 1
     piece = x
-    if x.dims[d] != 1:
+    if L.decide(x.dims[d] != 1):
         piece = L.emit("slice", [x], {"dim": d, "begin": i, "end": i + 1},
                        (x.dtype, tuple(dims)))
     return L.reshape(piece, _out(node)[1])
@@ -608,7 +651,7 @@ def _cat(L, node, tensors, dim=0):
     parts = [t for t in tensors if not (len(t.dims) == 1 and t.dims[0] == 0)]
     dtype, dims = _out(node)
     parts = [L.cast(p, dtype) for p in parts]
-    if len(parts) == 1:
+    if not L.decide(len(parts) != 1):
         return parts[0]
     d = _norm_dim(dim, len(dims))
     return L.emit("concat", parts, {"dim": d}, (dtype, dims))
@@ -622,7 +665,7 @@ def _split(L, node, x, split, dim=0):
         sizes = [split] * (size // split) + ([size % split] if size % split else [])
     else:
         sizes = list(split)
-    if len(sizes) == 1:
+    if not L.decide(len(sizes) != 1):
         return [x]
     outs = []
     for s in sizes:
@@ -639,7 +682,7 @@ def _slice_backward(L, node, grad, input_sizes, dim, start, end, step):
     if step != 1:
         L.unsupported(f"slice_backward with step {step}")
     before, after = b, input_sizes[d] - e
-    if before == 0 and after == 0:
+    if not L.decide(before != 0 or after != 0):
         return grad
     return L.emit("pad", [grad], {"dim": d, "before": before, "after": after}, _out(node))
 
@@ -654,7 +697,7 @@ def _constant_pad(L, node, x, pad, value=0):
         before, after = pad[2 * k], pad[2 * k + 1]
         if before < 0 or after < 0:
             L.unsupported("constant_pad_nd with a negative pad")
-        if before == 0 and after == 0:
+        if not L.decide(before != 0 or after != 0):
             continue
         dims = list(v.dims)
         dims[d] += before + after
@@ -963,6 +1006,7 @@ def _nll_loss(L, node, logp, target, weight, reduction, ignore_index):
                    ("bool", target.dims))
     count = L.emit("sum", [L.cast(valid, dtype)], {"dims": list(range(len(target.dims)))},
                    (dtype, ()))
+    count = L.count_across_data(count)
     if reduction == 0:
         loss = L.emit("neg", [picked], {}, (dtype, target.dims))
     else:
@@ -992,7 +1036,7 @@ def _nll_loss_backward(L, node, dloss, logp, target, weight, reduction, ignore_i
 def _expand_to(L, v, dims):
     v = L.reshape(v, (1,) * (len(dims) - len(v.dims)) + tuple(v.dims))
     for d in range(len(dims)):
-        if v.dims[d] != dims[d]:
+        if L.decide(v.dims[d] != dims[d]):
             new = list(v.dims)
             new[d] = dims[d]
             v = L.emit("expand", [v], {"dim": d, "size": dims[d]}, (v.dtype, tuple(new)))

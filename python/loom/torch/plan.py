@@ -120,8 +120,11 @@ class SpecIndex:
             self.placeholder[ph.name] = node
         self.origins = self.L.origins
         self.candidates = collections.defaultdict(list)
+        self.folded = collections.defaultdict(list)  # (target, site) -> folded spec nodes
         for n in self.graph.nodes:
-            if n.op in ("call_function", "get_attr") and n in self.L.node_ops and \
+            if n in self.L.folded:
+                self.folded[(_target(n), _site(n))].append(n)
+            elif n.op in ("call_function", "get_attr") and n in self.L.node_ops and \
                     not is_identity(n):
                 self.candidates[self.key(n, lambda a: a)].append(n)
         self.used = set()
@@ -152,6 +155,16 @@ class SpecIndex:
         m = (same_site or found)[0]
         self.used.add(m)
         return m
+
+    def match_folded(self, node):
+        """The spec's folded shape-only value a rank's folded one stands for: the one
+        made by the same op at the same line, in order."""
+        found = [m for m in self.folded.get((_target(node), _site(node)), ())
+                 if m not in self.used]
+        if not found:
+            return None
+        self.used.add(found[0])
+        return found[0]
 
     def signature(self, index):
         sig = self.signatures.get(index)
@@ -206,6 +219,7 @@ class PlanDocument:
         self.collectives = []
         self.outputs = []
         self.origin_of_task = []
+        self.failures = []  # found while building the plan (a folded value of no region)
 
     def value(self, device, claim, dtype, dims):
         v = PValue(name=f"v{len(self.values)}", dtype=dtype, dims=tuple(dims),
@@ -266,7 +280,7 @@ def _interval_part(begin, end, extent):
     return ((Fraction(begin, extent), Fraction(end, extent)),) if extent else C.FULL
 
 
-def implied_claims(S, index, inputs, out_tensor_ids):
+def implied_claims(S, index, inputs, out_tensor_ids, out_dims=None, free_box=None):
     """The claims of the outputs of a piece of spec op `index` whose inputs hold
     `inputs` (PValues), by the op's partition signature: each output dim takes the
     interval its label has on the inputs (the whole dim for a label only outputs
@@ -300,11 +314,28 @@ def implied_claims(S, index, inputs, out_tensor_ids):
         dims = S.dims(op["outputs"][k])
         box = []
         for d, label in enumerate(labels):
+            if label not in fraction and out_dims is not None and out_dims[k][d] != dims[d]:
+                # A label only outputs carry (an expanded dim), computed in part: where
+                # in the dim the rank's positions lie (free_box).
+                box.append(free_box(dims[d], out_dims[k][d]) if free_box else
+                           (0, out_dims[k][d]))
+                continue
             lo, hi = fraction.get(label, (Fraction(0), Fraction(1)))
             box.append((int(lo * dims[d]), int(hi * dims[d])))
         out.append(C.Claim(tensor=out_tensor_ids[k], box=tuple(box), part=part,
                            combine=combine))
     return out
+
+
+def _reduce_of(partial):
+    """Loom's reduce op of a Partial: sum, max; an average sums (its 1/n is in the
+    loss's count, see claims.from_dtensor_spec)."""
+    op = getattr(partial, "reduce_op", "sum")
+    if op in ("sum", "avg"):
+        return "sum"
+    if op == "max":
+        return "max"
+    raise CaptureError(f"a reduction by {op} has no Loom collective")
 
 
 # ---------------------------------------------------------------------------------
@@ -330,9 +361,14 @@ class RankLowering(Lowering):
         self.node_param = {}
         self.template = []
         self.cursor = 0
+        self.spec_node = None
+        self.dcursor = 0
         self.collective_log = []  # (key, mesh_dim, kind, attrs, in value, out value)
         self.constants = {}
         self.inputs = {}
+        self.data_dims = ()   # mesh dims that split the batch (set by build_plan)
+        self.batch_rows = None  # (batch size, first row, rows) of the rank's batch
+        self._counts = 0
 
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
@@ -346,7 +382,12 @@ class RankLowering(Lowering):
                              f"model's step has '{op['kind']}'")
         self.cursor += 1
         tensors = [self.S.tensor_id[n] for n in op["outputs"]]
-        implied = implied_claims(self.S, index, inputs, tensors)
+        if kind in ("fill", "expand"):
+            whole = self._whole_broadcast(index, op, inputs, attrs, tensors, outs)
+            if whole is not None:
+                return whole
+        implied = implied_claims(self.S, index, inputs, tensors, [d for _, d in outs],
+                                 self.free_box)
         outputs = [self.doc.value(self.device, c, dt, dims)
                    for c, (dt, dims) in zip(implied, outs)]
         self.doc.task(self.device, index, kind, attrs, inputs, outputs, op["phase"],
@@ -358,6 +399,7 @@ class RankLowering(Lowering):
         graph = self.trace.module.graph
         output_node = graph.output_node()
         live = self._live(graph, output_node)
+        self.folded, live = self.fold_constants(graph, live)
         rec = self.rank.recorder
         redistributions = {r.output_node: r for r in rec.redistributions if r.nodes}
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -368,10 +410,15 @@ class RankLowering(Lowering):
                 continue
             self.current = node
             self.origin = self.origins.of(node)
+            if node in self.folded:
+                self._folded_value(node)
+                continue
             if node.name in rec.glue:
                 r = redistributions.get(node.name)
                 if r is not None:
                     self._redistribute(node, r)
+                elif node.name in rec.aliases:
+                    self._alias(node, rec.aliases[node.name])
                 continue
             self._model_op(node)
         outs = []
@@ -392,31 +439,131 @@ class RankLowering(Lowering):
             claim = C.from_dtensor_spec(ph.dtensor, tensor, self.rank.coordinate)
         elif ph.kind == "input":
             claim = self.data_claim(ph, tensor, sval.dims, dims, self.rank)
+            if sval.dims and self.batch_rows is None:
+                begin, end = claim.box[0]
+                self.batch_rows = (sval.dims[0], begin, end - begin)
         else:
             claim = C.full_claim(tensor, sval.dims)
         self.env[node] = self.doc.value(self.device, claim, sval.dtype, dims)
         self.image[node] = spec_node
 
+    def _folded_value(self, node):
+        """A rank's folded shape-only value: a plan input claiming the region of the
+        spec's value it equals (constants.py); none is a failure here."""
+        from loom.torch import constants
+        m = self.S.match_folded(node)
+        if m is None:
+            self.unsupported(f"the rank computes a value from shapes ('{node.target}') the "
+                             "model's step does not")
+        sval = self.S.L.env[m]
+        tensor = self.S.tensor_id[sval.name]
+        whole = self.S.L.folded[m]
+        piece = self.folded[node]
+        preferred = {0: self.batch_rows[1]} if self.batch_rows else None
+        box = constants.region_of(whole, piece, preferred)
+        if box is None:
+            self.doc.failures.append(dict(
+                cls="wrong_shard", tensor=sval.name, devices=[self.device],
+                message=(f"rank {self.device} computes {list(piece.shape)} values from "
+                         f"shapes that are no region of the model's {list(whole.shape)}"),
+                origin=self.origin))
+            box = tuple((0, d) for d in piece.shape)
+        claim = C.Claim(tensor=tensor, box=box, part=C.FULL)
+        self.env[node] = self.doc.value(self.device, claim, sval.dtype, tuple(piece.shape))
+        self.image[node] = m
+
     def _spec_image(self, a):
         return self.image.get(a)
 
+    def _whole_broadcast(self, index, op, inputs, attrs, tensors, outs):
+        """A fill or an expand a rank computes in part along the dim it makes (a batch
+        of rows it has only some of): Loom's pieces compute such a dim whole, so the
+        task computes all of it and a slice keeps the rank's rows. Every position
+        along that dim holds the same values, so this is what the rank computes.
+        None when the rank computes the whole dim."""
+        dtype, dims = outs[0]
+        full = self.S.dims(op["outputs"][0])
+        if tuple(dims) == tuple(full):
+            return None
+        if op["kind"] == "fill":
+            made = [d for d in range(len(full))]
+        else:
+            made = [op["attrs"]["dim"]]
+        partial = [d for d in range(len(full)) if dims[d] != full[d]]
+        if any(d not in made for d in partial):
+            return None
+        whole_attrs = dict(attrs)
+        if op["kind"] == "fill":
+            whole_attrs["shape"] = list(full)
+            whole_dims = tuple(full)
+        else:
+            whole_attrs["size"] = op["attrs"]["size"]
+            whole_dims = tuple(full[d] if d in made else dims[d] for d in range(len(full)))
+        claims = implied_claims(self.S, index, inputs, tensors, [whole_dims], None)
+        v = self.doc.value(self.device, claims[0], dtype, whole_dims)
+        self.doc.task(self.device, index, op["kind"], whole_attrs, inputs, [v], op["phase"],
+                      op["layer"], self.origin)
+        for d in partial:
+            lo, hi = self.free_box(full[d], dims[d])
+            box = list(v.claim.box)
+            box[d] = (box[d][0] + lo, box[d][0] + hi)
+            piece_dims = list(v.dims)
+            piece_dims[d] = hi - lo
+            out = self.doc.value(self.device, dataclasses.replace(v.claim, box=tuple(box)),
+                                 dtype, tuple(piece_dims))
+            self.doc.task(self.device, -1, "slice", {"dim": d, "begin": lo, "end": hi}, [v],
+                          [out], op["phase"], -1, self.origin)
+            v = out
+        return [v]
+
+    def free_box(self, extent, size):
+        """Where a rank's `size` positions of a dim of `extent` lie when nothing but
+        the rank's own shape says: broadcast over the batch (an expand to the batch
+        size), they are the rank's rows of the batch; otherwise the first ones."""
+        if self.batch_rows is not None:
+            total, begin, rows = self.batch_rows
+            # The same fraction of the dim as of the batch (the batch, or the batch
+            # flattened with other dims): the rank's rows' positions there.
+            if extent * rows == size * total and (extent * begin) % total == 0:
+                first = extent * begin // total
+                return (first, first + size)
+        return (0, size)
+
+    def decide(self, condition):
+        """The choice the spec's lowering of the matched op made (Lowering.decide)."""
+        made = self.S.L.decisions.get(self.spec_node, [])
+        if self.dcursor >= len(made):
+            self.unsupported(f"the rank's '{self.current.target}' lowers differently from the "
+                             "model's step")
+        choice = made[self.dcursor]
+        self.dcursor += 1
+        return choice
+
+    def _alias(self, node, source_name):
+        """`node` re-labels the value of `source_name` (DTensor's from_local/to_local):
+        the same plan value, claiming what DTensor now says it holds."""
+        src = self._find(source_name)
+        while src not in self.env and src.name in self.rank.recorder.aliases:
+            src = self._find(self.rank.recorder.aliases[src.name])
+        self.env[node] = self.env[src]
+        self.image[node] = self.image.get(src)
+        spec = self.rank.recorder.specs.get(node.name)
+        if spec is not None and isinstance(self.env[node], PValue):
+            self.env[node] = self._claimed(self.env[node], spec)
+
     def _model_op(self, node):
-        if is_identity(node):
-            src = node.args[0]
-            self.env[node] = self.env[src]
-            self.image[node] = self.image.get(src)
-            spec = self.rank.recorder.specs.get(node.name)
-            if spec is not None and isinstance(self.env[node], PValue) and \
-                    not self.env[node].claim.torch_says:
-                self.env[node] = self._claimed(self.env[node], spec)
-            return
         m = self.S.match(node, self._spec_image)
+        if m is None and is_identity(node):
+            self._alias(node, node.args[0].name)
+            return
         if m is None:
             self.unsupported(f"the rank runs '{node.target}' where the model's step has no "
                              "such op on the same operands")
         self.image[node] = m
+        self.spec_node = m
         self.template = self.S.L.node_ops.get(m, [])
         self.cursor = 0
+        self.dcursor = 0
         if node.op == "get_attr":
             result = self._constant(node)
         else:
@@ -465,7 +612,7 @@ class RankLowering(Lowering):
             n = r.source.mesh.size(mesh_dim)
             key = (r.index, step)
             if isinstance(a, Partial) and isinstance(b, Replicate):
-                reduce = getattr(a, "reduce_op", "sum")
+                reduce = _reduce_of(a)
                 v = self._collective(key, mesh_dim, "all_reduce", {"reduce": reduce}, v,
                                      dataclasses.replace(v.claim, part=C.FULL), v.dims)
             elif isinstance(a, Partial) and isinstance(b, Shard):
@@ -477,7 +624,7 @@ class RankLowering(Lowering):
                 dims = list(v.dims)
                 dims[d] = hi - lo
                 v = self._collective(key, mesh_dim, "reduce_scatter",
-                                     {"reduce": getattr(a, "reduce_op", "sum"), "dim": d}, v,
+                                     {"reduce": _reduce_of(a), "dim": d}, v,
                                      dataclasses.replace(v.claim, part=C.FULL, box=tuple(box)),
                                      dims)
             elif isinstance(a, Shard) and isinstance(b, Replicate):
@@ -527,6 +674,19 @@ class RankLowering(Lowering):
             self._names_by_id = {i: n for n, i in self.S.tensor_id.items()}
         return self._names_by_id[tensor_id]
 
+    def count_across_data(self, count):
+        """A loss's token count summed over the data-parallel ranks: each rank's
+        mean is over its own tokens and torch averages the gradients, which is the
+        gradient of the sum over the ranks' tokens divided by the count they hold
+        together when every rank holds as many tokens (docs/torch.md)."""
+        dims = self.data_dims
+        if not dims:
+            return count
+        key = ("count", self._counts)
+        self._counts += 1
+        return self._collective(key, dims, "all_reduce", {"reduce": "sum"}, count,
+                                dataclasses.replace(count.claim, part=C.FULL), count.dims)
+
     def _collective(self, key, mesh_dim, kind, attrs, v, claim, dims):
         out = self.doc.value(self.device, claim, v.dtype, dims)
         self.collective_log.append(dict(key=key, mesh_dim=mesh_dim, kind=kind, attrs=attrs,
@@ -537,22 +697,24 @@ class RankLowering(Lowering):
 # ---------------------------------------------------------------------------------
 # All ranks together.
 
-def _groups_along(mesh_sizes, mesh_dim):
-    """For each rank, the ranks sharing every coordinate but mesh_dim's, in order."""
+def _groups_along(mesh_sizes, mesh_dims):
+    """For each rank, the ranks sharing every coordinate but those of `mesh_dims` (a
+    dim or a tuple of dims), in row-major order of those."""
     import itertools
+    dims = (mesh_dims,) if isinstance(mesh_dims, int) else tuple(mesh_dims)
     ranks = {}
-    all_coords = list(itertools.product(*[range(s) for s in mesh_sizes]))
 
     def rank_of(coord):
         r = 0
         for c, s in zip(coord, mesh_sizes):
             r = r * s + c
         return r
-    for coord in all_coords:
+    for coord in itertools.product(*[range(s) for s in mesh_sizes]):
         members = []
-        for k in range(mesh_sizes[mesh_dim]):
+        for sub in itertools.product(*[range(mesh_sizes[d]) for d in dims]):
             c = list(coord)
-            c[mesh_dim] = k
+            for d, k in zip(dims, sub):
+                c[d] = k
             members.append(rank_of(c))
         ranks[rank_of(coord)] = members
     return ranks
@@ -584,20 +746,32 @@ def assemble_collectives(doc, lowerings, mesh_sizes):
         doc.collectives.append(item)
 
 
-def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name):
+def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data_dims=()):
     """The Loom plan (JSON text) of the ranks' programs over `spec`, and the
-    lowerings (for the places of failures)."""
+    lowerings (for the places of failures). `data_dims`: the mesh dims that split
+    the batch. The plan's outputs are every rank's updated parameters and optimizer
+    states, and its loss where the rank holds the whole loss (doc.loss_output)."""
     S = SpecIndex(spec)
     doc = PlanDocument(S, mesh_names, mesh_sizes, model_name)
     lowerings = []
+    losses = []
     for rank in ranks:
         L = RankLowering(S, rank, doc, data_claim)
+        L.data_dims = tuple(data_dims)
         S.used = set()
         outs = L.run()
         for (kind, name), v in zip(rank.trace.outputs, outs):
             if not isinstance(v, PValue):
                 raise CaptureError(f"rank {rank.rank}: output {name} is not a plan value")
-            doc.outputs.append(v.id)
+            if kind == "loss":
+                losses.append(v)
+            else:
+                doc.outputs.append(v.id)
         lowerings.append(L)
+    # The loss is an output where every rank holds it whole (tensor parallelism);
+    # data-parallel ranks each hold their share of it, and torch never adds them.
+    doc.loss_output = all(v.claim.part == C.FULL for v in losses)
+    if doc.loss_output:
+        doc.outputs = [v.id for v in losses] + doc.outputs
     assemble_collectives(doc, lowerings, mesh_sizes)
     return doc, lowerings

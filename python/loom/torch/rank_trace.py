@@ -80,6 +80,7 @@ class Recorder(contextlib.AbstractContextManager):
         self.specs = {}          # FX node name -> DTensorSpec of the local tensor it holds
         self.glue = {}           # FX node name -> index of the redistribution that made it
         self.redistributions = []
+        self.aliases = {}        # FX node name -> the node it re-labels (from_local, to_local)
         self._stack = contextlib.ExitStack()
 
     def note(self, t):
@@ -108,6 +109,22 @@ class Recorder(contextlib.AbstractContextManager):
             return out
         return redistribute_local_tensor
 
+    def _wrap_alias(self, original, result_local, input_local):
+        """A from_local / to_local (or its backward): the value it gives is the one it
+        reads, labelled for DTensor or not."""
+        def wrapped(*args, **kwargs):
+            last = _last_node()
+            out = original(*args, **kwargs)
+            created = _created_after(last)
+            for n in created:
+                self.glue[n.name] = -1
+            src = _node_of(input_local(args))
+            dst = _node_of(result_local(out))
+            if src is not None and dst is not None and dst is not src:
+                self.aliases[dst.name] = src.name
+            return out
+        return staticmethod(wrapped)
+
     def __enter__(self):
         import torch.distributed.tensor._api as api
         import torch.distributed.tensor._dispatch as dispatch
@@ -118,6 +135,22 @@ class Recorder(contextlib.AbstractContextManager):
             if getattr(module, "redistribute_local_tensor", None) is original:
                 self._stack.callback(setattr, module, "redistribute_local_tensor", original)
                 module.redistribute_local_tensor = wrapped
+        from torch.distributed.tensor import DTensor
+
+        def local(x):
+            return x._local_tensor if isinstance(x, DTensor) else x
+
+        def first(result):
+            return local(result[0] if isinstance(result, tuple) else result)
+
+        for cls, method, result_local, input_local in (
+                (api._ToTorchTensor, "forward", local, lambda a: local(a[1])),
+                (api._ToTorchTensor, "backward", first, lambda a: local(a[1])),
+                (api._FromTorchTensor, "forward", local, lambda a: local(a[1])),
+                (api._FromTorchTensor, "backward", first, lambda a: local(a[1]))):
+            original = cls.__dict__[method]
+            self._stack.callback(setattr, cls, method, original)
+            setattr(cls, method, self._wrap_alias(original.__func__, result_local, input_local))
         self._stack.enter_context(_SpecMode(self))
         return self
 

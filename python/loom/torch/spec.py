@@ -28,6 +28,21 @@ class Spec:
     outputs: list
     trace: object
     lowering: object
+    _without_loss: object = None
+
+    def step_without_loss(self):
+        """The step with the updated parameters and optimizer states as its outputs,
+        not the loss: what a data-parallel plan holds (each rank its share of the
+        loss, which torch never adds up)."""
+        if self._without_loss is None:
+            g = self.lowering.g
+            saved = g.outputs
+            g.outputs = [n for n in saved if g.roles.get(n) != "loss"]
+            try:
+                self._without_loss = loom.parse_step(g.text(), origin="<step without the loss>")
+            finally:
+                g.outputs = saved
+        return self._without_loss
 
     def feeds(self):
         """Values of every input of the step, as NumPy float64 arrays (real captures)."""
@@ -70,7 +85,7 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
     lowering = lower_trace(trace, name or type(module).__name__)
     text = lowering.g.text()
     step = loom.parse_step(text, origin=f"<{name or type(module).__name__} step>")
-    origins = {}
+    origins = dict(lowering.folded_origin)
     for op in lowering.g.ops:
         for n in op["outputs"]:
             origins[n] = op["origin"]
