@@ -141,6 +141,20 @@ def test_data_parallelism_is_proved_and_runs_like_torch(parallelize):
     assert executor_difference(report) < 1e-10
 
 
+def test_tensor_and_data_parallelism_together_are_proved():
+    # tp2 x dp2: TP first, then FSDP2 over the dp mesh dim (torchtitan's order); FSDP
+    # shards what TP already split (_StridedShard), gradients reduce over dp only.
+    def tp_fsdp(model, mesh):
+        tensor_parallel(model, mesh)
+        fsdp(model, mesh)
+
+    report = loom.torch.verify(model=torch_models.builder("llama"), parallelize=tp_fsdp,
+                               mesh={"dp": 2, "tp": 2}, inputs=torch_models.batch(batch_size=4),
+                               loss=torch_models.hf_loss, optimizer=torch_models.adamw)
+    assert report.verdict == "proved equivalent", report.summary()
+    assert executor_difference(report) < 1e-10
+
+
 def test_a_program_torch_cannot_run_is_a_capture_error():
     # Rowwise where the input is whole: torch's own sharding check stops the trace.
     def swapped(model, mesh):

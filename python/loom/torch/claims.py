@@ -49,20 +49,51 @@ def chunk(size, n, k):
     return begin, min(begin + step, size)
 
 
-def from_dtensor_spec(spec, tensor, coordinate):
-    """The claim of the local tensor of a DTensor of `spec` on the rank at
-    `coordinate` (one entry per mesh dim): Shard(d) cuts dim d as torch.chunk does,
-    mesh dims applied in order; Partial makes the value share c of n of a sum (or
-    of a maximum); Replicate keeps the whole."""
+def coordinate_in(mesh, rank):
+    """The coordinate of global `rank` in `mesh` (a DeviceMesh, possibly a sub-mesh
+    of the launch's mesh), from the mesh's own table of ranks."""
+    table = getattr(mesh, "_loom_ranks", None)
+    if table is None:
+        table = mesh.mesh
+    where = (table == rank).nonzero()
+    if where.shape[0] != 1:
+        raise ValueError(f"rank {rank} is not in mesh {mesh}")
+    return tuple(int(c) for c in where[0])
+
+
+def from_dtensor_spec(spec, tensor, rank):
+    """The claim of the local tensor of a DTensor of `spec` on global rank `rank`:
+    Shard(d) cuts dim d as torch.chunk does, mesh dims applied in order; Partial
+    makes the value share c of n of a sum (or of a maximum); Replicate keeps the
+    whole (coordinates are the rank's in the spec's own mesh)."""
+    coordinate = coordinate_in(spec.mesh, rank)
     from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
     shape = tuple(int(d) for d in spec.shape)
     box = [[0, s] for s in shape]
     part = FULL
     combine = "sum"
+    # The order shardings of one tensor dim apply in: mesh dims left to right, but a
+    # _StridedShard (FSDP over a dim tensor parallelism already shards) after the
+    # Shard of the later mesh dim it was split by.
+    order = []
+    strided = []
     for mesh_dim, placement in enumerate(spec.placements):
+        if type(placement).__name__ == "_StridedShard":
+            strided.append(mesh_dim)
+        else:
+            order.append(mesh_dim)
+    for mesh_dim in strided:
+        placement = spec.placements[mesh_dim]
+        later = [k for k in order if k > mesh_dim and isinstance(spec.placements[k], Shard)
+                 and spec.placements[k].dim == placement.dim]
+        if len(later) != 1 or spec.mesh.size(later[0]) != placement.split_factor:
+            raise ValueError(f"placement {placement} on mesh dim {mesh_dim} has no Loom claim")
+        order.insert(order.index(later[0]) + 1, mesh_dim)
+    for mesh_dim in order:
+        placement = spec.placements[mesh_dim]
         n = spec.mesh.size(mesh_dim)
         c = coordinate[mesh_dim]
-        if isinstance(placement, Shard) and type(placement).__name__ == "Shard":
+        if isinstance(placement, Shard) or mesh_dim in strided:
             d = placement.dim
             begin, end = box[d]
             lo, hi = chunk(end - begin, n, c)

@@ -31,17 +31,35 @@ class RankTrace:
     managed: dict = None  # fqn -> fsdp.ManagedParam (FSDP2 / replicate)
 
 
+def _clear_dtensor_caches():
+    """DTensor caches sharding decisions and redistribution plans by spec, and specs
+    compare meshes by shape, not by rank: a decision cached while tracing one rank
+    would be reused, with that rank's mesh and process groups, for the next."""
+    from torch.distributed.tensor._collective_utils import MeshTopoInfo
+    from torch.distributed.tensor._redistribute import _gen_transform_infos
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    _clear_sharding_prop_cache()
+    _gen_transform_infos.cache_clear()
+    MeshTopoInfo.build_from_mesh.cache_clear()
+    from torch.distributed.tensor import DTensor
+    prop = DTensor._op_dispatcher.sharding_propagator
+    if hasattr(prop, "_propagate_tensor_meta_cached"):
+        prop._propagate_tensor_meta_cached.cache_clear()
+
+
 @contextlib.contextmanager
 def fake_process_group(rank, world_size):
     from torch.testing._internal.distributed.fake_pg import FakeStore
     if dist.is_initialized():
         raise CaptureError("a process group is already initialized in this process; "
                            "loom.torch captures each rank under a fake one of its own")
+    _clear_dtensor_caches()
     dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
     try:
         yield
     finally:
         dist.destroy_process_group()
+        _clear_dtensor_caches()
 
 
 def mesh_shape(mesh):
@@ -79,6 +97,19 @@ def _groups():
     return out
 
 
+def _keep_mesh_tables(trace, recorder):
+    """Every mesh the rank's DTensors live on keeps its table of global ranks
+    (DeviceMesh computes it from the process group, which is gone after the trace)."""
+    specs = [ph.dtensor for ph in trace.placeholders if ph.dtensor is not None]
+    specs += list(recorder.specs.values())
+    for r in recorder.redistributions:
+        specs += [r.source, r.target]
+    for spec in specs:
+        mesh = spec.mesh
+        if getattr(mesh, "_loom_ranks", None) is None:
+            mesh._loom_ranks = mesh.mesh.clone()
+
+
 def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake):
     names, sizes = mesh_shape(mesh)
     world = math.prod(sizes)
@@ -99,5 +130,6 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         trace = trace_step(module, batch_of_rank(rank, device_mesh), loss, opt, fake=fake,
                            recorder=recorder, param_views=views)
         groups = _groups()
+        _keep_mesh_tables(trace, recorder)
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,
                      recorder=recorder, groups=groups, managed=managed)

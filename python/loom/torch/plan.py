@@ -367,6 +367,7 @@ class RankLowering(Lowering):
         self.constants = {}
         self.inputs = {}
         self.data_dims = ()   # mesh dims that split the batch (set by build_plan)
+        self.mesh_sizes = ()  # the launch mesh (set by build_plan)
         self.batch_rows = None  # (batch size, first row, rows) of the rank's batch
         self._counts = 0
 
@@ -436,7 +437,7 @@ class RankLowering(Lowering):
         val = node.meta["val"]
         dims = tuple(int(d) for d in val.shape)
         if ph.dtensor is not None:
-            claim = C.from_dtensor_spec(ph.dtensor, tensor, self.rank.coordinate)
+            claim = C.from_dtensor_spec(ph.dtensor, tensor, self.device)
         elif ph.kind == "input":
             claim = self.data_claim(ph, tensor, sval.dims, dims, self.rank)
             if sval.dims and self.batch_rows is None:
@@ -578,9 +579,43 @@ class RankLowering(Lowering):
         self.env[node] = result
 
     def _claimed(self, v, spec):
-        claim = C.from_dtensor_spec(spec, v.claim.tensor, self.rank.coordinate)
-        self.doc.values[v.id] = dataclasses.replace(v, claim=claim)
+        """`v` claiming what DTensor says it holds. A DTensor of a sub-mesh (tensor
+        parallelism inside data parallelism) speaks of the tensor its own mesh sees:
+        the rank's batch rows of an activation, its share of a gradient summed over
+        the batch. Along the dims it splits, and for the share of a sum over its own
+        mesh, it says what the value holds; the rest comes from the data flow (the
+        claim the value's op implies)."""
+        claim = C.from_dtensor_spec(spec, v.claim.tensor, self.device)
+        full = self.S.dims(self._tensor_name(v.claim.tensor))
+        dt_shape = tuple(int(d) for d in spec.shape)
+        if self._covers_launch_mesh(spec.mesh) and dt_shape == tuple(full):
+            self.doc.values[v.id] = dataclasses.replace(v, claim=claim)
+            return self.doc.values[v.id]
+        implied = v.claim
+        box = []
+        for d, (b, e) in enumerate(claim.box):
+            if (b, e) == (0, dt_shape[d]):
+                box.append(tuple(implied.box[d]))
+                continue
+            offset = 0
+            if dt_shape[d] != full[d]:
+                offset = self.free_box(full[d], dt_shape[d])[0]
+            box.append((offset + b, offset + e))
+        part, combine = implied.part, implied.combine
+        if claim.part != C.FULL:
+            part, combine = claim.part, claim.combine
+        merged = C.Claim(tensor=claim.tensor, box=tuple(box), part=part, combine=combine,
+                         torch_says=True)
+        self.doc.values[v.id] = dataclasses.replace(v, claim=merged)
         return self.doc.values[v.id]
+
+    def _covers_launch_mesh(self, mesh):
+        table = getattr(mesh, "_loom_ranks", None)
+        size = table.numel() if table is not None else mesh.size()
+        total = 1
+        for n in self.mesh_sizes:
+            total *= n
+        return size == total
 
     def _constant(self, node):
         t = getattr(self.trace.module, node.target)
@@ -605,15 +640,16 @@ class RankLowering(Lowering):
         v = self.env[source_node]
         self.image[node] = self.image.get(source_node)
         infos = _gen_transform_infos(r.source, r.target)
-        coord = self.rank.coordinate
+        coord = C.coordinate_in(r.source.mesh, self.device)
         for step, info in enumerate(infos):
             a, b = info.src_dst_placements
             mesh_dim = info.mesh_dim
             n = r.source.mesh.size(mesh_dim)
             key = (r.index, step)
+            group = _group_in(r.source.mesh, mesh_dim, coord)
             if isinstance(a, Partial) and isinstance(b, Replicate):
                 reduce = _reduce_of(a)
-                v = self._collective(key, mesh_dim, "all_reduce", {"reduce": reduce}, v,
+                v = self._collective(key, group, "all_reduce", {"reduce": reduce}, v,
                                      dataclasses.replace(v.claim, part=C.FULL), v.dims)
             elif isinstance(a, Partial) and isinstance(b, Shard):
                 d = b.dim
@@ -623,7 +659,7 @@ class RankLowering(Lowering):
                 box[d] = (begin + lo, begin + hi)
                 dims = list(v.dims)
                 dims[d] = hi - lo
-                v = self._collective(key, mesh_dim, "reduce_scatter",
+                v = self._collective(key, group, "reduce_scatter",
                                      {"reduce": _reduce_of(a), "dim": d}, v,
                                      dataclasses.replace(v.claim, part=C.FULL, box=tuple(box)),
                                      dims)
@@ -634,8 +670,10 @@ class RankLowering(Lowering):
                 box[d] = (0, full[d])
                 dims = list(v.dims)
                 dims[d] = full[d]
-                v = self._collective(key, mesh_dim, "all_gather", {"dim": d}, v,
+                v = self._collective(key, group, "all_gather", {"dim": d}, v,
                                      dataclasses.replace(v.claim, box=tuple(box)), dims)
+            elif type(a).__name__ == "_StridedShard" or type(b).__name__ == "_StridedShard":
+                self.unsupported(f"redistribution from {a} to {b} along one mesh dim")
             elif isinstance(a, Replicate) and type(b).__name__ == "_MaskPartial":
                 # Ids for a vocabulary-split table: the rank's piece of the vocabulary.
                 vocab = b.offset_shape[b.offset_dim]
@@ -684,18 +722,31 @@ class RankLowering(Lowering):
             return count
         key = ("count", self._counts)
         self._counts += 1
-        return self._collective(key, dims, "all_reduce", {"reduce": "sum"}, count,
+        group = tuple(_groups_along(self.mesh_sizes, dims)[self.device])
+        return self._collective(key, group, "all_reduce", {"reduce": "sum"}, count,
                                 dataclasses.replace(count.claim, part=C.FULL), count.dims)
 
-    def _collective(self, key, mesh_dim, kind, attrs, v, claim, dims):
+    def _collective(self, key, group, kind, attrs, v, claim, dims):
+        """This rank's part in a collective of `group` (global ranks, in order)."""
         out = self.doc.value(self.device, claim, v.dtype, dims)
-        self.collective_log.append(dict(key=key, mesh_dim=mesh_dim, kind=kind, attrs=attrs,
+        self.collective_log.append(dict(key=key, group=tuple(group), kind=kind, attrs=attrs,
                                         input=v, output=out, origin=self.origin))
         return out
 
 
 # ---------------------------------------------------------------------------------
 # All ranks together.
+
+def _group_in(mesh, mesh_dim, coordinate):
+    """The global ranks of `mesh` (a DeviceMesh) that differ from `coordinate` only
+    along `mesh_dim`, in order along it."""
+    index = list(coordinate)
+    index[mesh_dim] = slice(None)
+    table = getattr(mesh, "_loom_ranks", None)
+    if table is None:
+        table = mesh.mesh
+    return tuple(int(r) for r in table[tuple(index)].flatten())
+
 
 def _groups_along(mesh_sizes, mesh_dims):
     """For each rank, the ranks sharing every coordinate but those of `mesh_dims` (a
@@ -724,8 +775,7 @@ def assemble_collectives(doc, lowerings, mesh_sizes):
     by_key = collections.defaultdict(dict)  # (key, group) -> {rank: entry}
     for L in lowerings:
         for e in L.collective_log:
-            group = tuple(_groups_along(mesh_sizes, e["mesh_dim"])[L.device])
-            by_key[(e["key"], group)][L.device] = e
+            by_key[(e["key"], e["group"])][L.device] = e
     for (key, group), members in by_key.items():
         missing = [r for r in group if r not in members]
         if missing:
@@ -758,6 +808,7 @@ def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data
     for rank in ranks:
         L = RankLowering(S, rank, doc, data_claim)
         L.data_dims = tuple(data_dims)
+        L.mesh_sizes = tuple(mesh_sizes)
         S.used = set()
         outs = L.run()
         for (kind, name), v in zip(rank.trace.outputs, outs):
