@@ -11,6 +11,7 @@ says every local tensor holds and where it redistributes.
 import contextlib
 import dataclasses
 import math
+import sys
 
 import torch
 import torch.distributed as dist
@@ -54,11 +55,15 @@ def fake_process_group(rank, world_size):
         raise CaptureError("a process group is already initialized in this process; "
                            "loom.torch captures each rank under a fake one of its own")
     _clear_dtensor_caches()
+    # init_process_group prefixes every later traceback with "[rank<r>]:" (its own
+    # excepthook); the capture is one process, so the hook goes with the group.
+    excepthook = sys.excepthook
     dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
     try:
         yield
     finally:
         dist.destroy_process_group()
+        sys.excepthook = excepthook
         _clear_dtensor_caches()
 
 
