@@ -112,6 +112,12 @@ std::vector<std::vector<int>> LinearGroups(OpKind kind, int num_inputs) {
   }
 }
 
+// Ops whose pieces write the part of an output-only dim (a vocabulary range) that
+// their attributes name (vocab_begin, vocab).
+bool WritesClaimedVocabRange(OpKind kind) {
+  return kind == OpKind::kPickGrad || kind == OpKind::kEmbeddingGrad;
+}
+
 bool Subset(const std::vector<int>& a, const std::vector<int>& b) {
   return std::all_of(a.begin(), a.end(),
                      [&](int x) { return std::find(b.begin(), b.end(), x) != b.end(); });

@@ -34,16 +34,21 @@ def tensor_parallel(model, mesh):
     parallelize_module(model, mesh["tp"], tp_plan(model))
 
 
-def sequence_parallel(model, mesh):
+def sequence_parallel(model, mesh, loss_parallel=False):
     """torchtitan's tensor and sequence parallelism, on Hugging Face module names: a
     vocabulary-split embedding whose output is split along the sequence, sequence-
-    parallel norms, attention and MLP inputs gathered, outputs reduce-scattered."""
+    parallel norms, attention and MLP inputs gathered, outputs reduce-scattered.
+    With `loss_parallel` the logits stay split along the vocabulary (the loss is
+    computed under torch's loss_parallel)."""
     tp = mesh["tp"]
+    lm_head = ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
+                              use_local_output=False) if loss_parallel else \
+        ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     parallelize_module(model, tp, {
         "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
                                               use_local_output=False),
         "model.norm": SequenceParallel(),
-        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+        "lm_head": lm_head,
     })
     for layer in model.model.layers:
         parallelize_module(layer, tp, {
@@ -112,6 +117,24 @@ def test_sequence_parallelism_is_proved_and_runs_like_torch():
     assert report.verdict == "proved equivalent", report.summary()
     kinds = {c["kind"] for c in __import__("json").loads(report.plan_json)["collectives"]}
     assert {"all_gather", "reduce_scatter"} <= kinds
+    assert executor_difference(report) < 1e-10
+
+
+def test_loss_parallel_is_proved_and_runs_like_torch():
+    # The logits stay split along the vocabulary and torch's loss_parallel computes
+    # the cross-entropy over the pieces: a max and a sum of exponentials all-reduced,
+    # the picked log-probabilities masked to each piece and summed.
+    from torch.distributed.tensor.parallel import loss_parallel
+    report = loom.torch.verify(model=torch_models.builder("llama"),
+                               parallelize=lambda m, mesh: sequence_parallel(
+                                   m, mesh, loss_parallel=True),
+                               mesh={"tp": 2}, inputs=torch_models.batch(),
+                               loss=torch_models.hf_loss, optimizer=torch_models.adamw,
+                               train_context=loss_parallel)
+    assert report.verdict == "proved equivalent", report.summary()
+    reduces = [c["reduce"] for c in __import__("json").loads(report.plan_json)["collectives"]
+               if c["kind"] == "all_reduce"]
+    assert "max" in reduces
     assert executor_difference(report) < 1e-10
 
 

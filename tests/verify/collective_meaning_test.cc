@@ -56,7 +56,8 @@ struct Spec {
 Spec MakeSpec() {
   auto g = ir::ParseGraph(kSpec, "collectives.loom");
   EXPECT_TRUE(g.ok()) << g.status();
-  Spec s{*std::move(g)};
+  Spec s;
+  s.graph = *std::move(g);
   s.x = 0, s.w = 1, s.t = 2, s.y = 3, s.z = 4;
   s.matmul = 0, s.max = 1;
   return s;

@@ -160,8 +160,8 @@ def _plan_failures(doc):
     return out
 
 
-def verify(*, model, parallelize, mesh, inputs, loss, optimizer, fake=False, name=None,
-           timeout_ms=10000, threads=0, cache_dir=""):
+def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=None,
+           fake=False, name=None, timeout_ms=10000, threads=0, cache_dir=""):
     """Proves that the programs torch runs on the ranks of `mesh` after
     `parallelize(module, device_mesh)` compute the training step of `model()`.
 
@@ -175,6 +175,9 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, fake=False, nam
         its rows).
     loss: loss(output) -> the scalar loss. optimizer: optimizer(params) -> a
         torch.optim.AdamW, Adam or SGD.
+    train_context: train_context() gives a context manager each rank enters around
+        its forward, loss and backward, as torchtitan's train context does (e.g.
+        torch.distributed.tensor.parallel.loss_parallel).
     fake: build everything from FakeTensors (real sizes, nothing allocated).
 
     Returns a Report (.verdict, .exit_code 0/1/2, .failures with .module and .source).
@@ -187,7 +190,8 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, fake=False, nam
     names, sizes = mesh_shape(mesh)
     t0 = time.perf_counter()
     batch = batch_for(inputs, names, sizes)
-    ranks = [trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake)
+    ranks = [trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake,
+                        context=train_context)
              for r in range(math.prod(sizes))]
     times["ranks"] = time.perf_counter() - t0
     t0 = time.perf_counter()

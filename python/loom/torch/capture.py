@@ -24,6 +24,7 @@ import torch.fx.traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
+from loom.torch import cross_entropy
 from loom.torch.errors import CaptureError
 
 SUPPORTED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
@@ -50,6 +51,7 @@ class Trace:
     fake: bool
     fn: object = None      # the traced function of the flat inputs, to run it eagerly
     inputs: list = None    # the flat inputs it was traced with
+    notes: object = None   # cross_entropy.Notes of its decomposed cross-entropies
 
 
 def _layer_of(path):
@@ -164,7 +166,8 @@ def _as_dtensor(local, spec):
                               shape=spec.shape, stride=spec.stride)
 
 
-def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_views=None):
+def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_views=None,
+               context=None):
     """Traces one training step of `model` on `batch` (a tuple of positional
     arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
     loss, `optimizer` the torch.optim optimizer built over model.parameters().
@@ -173,8 +176,11 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     their local tensors and are made DTensors again inside it, so that the graph is
     the rank's own program on local tensors; `recorder` (a context manager, entered
     inside the trace) may observe it. `param_views` (fqn -> function) gives, for a
-    parameter FSDP manages, the value the module computes with (fsdp.py)."""
+    parameter FSDP manages, the value the module computes with (fsdp.py). `context()`
+    (a context manager, torchtitan's train context such as loss_parallel) is entered
+    around the forward, the loss and the backward."""
     param_views = param_views or {}
+    notes = cross_entropy.Notes()
     name, group = _check_optimizer(optimizer)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
@@ -232,20 +238,21 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
         for pos, value in zip(data_positions, data):
             leaves[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(leaves, batch_spec)
-        _set_phase("forward")
-        weights = {fqn: param_views[fqn](p) if fqn in param_views else p
-                   for fqn, p in zip(param_names, ps)}
-        weights.update(zip(buffer_names, bs))
-        output = torch.func.functional_call(model, weights, tuple(call_args), call_kwargs)
-        _set_phase("forward", module="loss")
-        loss = loss_fn(output)
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise CaptureError("loss(output) must give a scalar tensor")
-        _set_phase("backward")
-        from torch._functorch._aot_autograd.logging_utils import (
-            setup_stacktrace_preservation_hooks)
-        setup_stacktrace_preservation_hooks([loss.grad_fn])
-        grads = torch.autograd.grad(loss, ps, allow_unused=True)
+        with (context() if context is not None else contextlib.nullcontext()):
+            _set_phase("forward")
+            weights = {fqn: param_views[fqn](p) if fqn in param_views else p
+                       for fqn, p in zip(param_names, ps)}
+            weights.update(zip(buffer_names, bs))
+            output = torch.func.functional_call(model, weights, tuple(call_args), call_kwargs)
+            _set_phase("forward", module="loss")
+            loss = loss_fn(output)
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise CaptureError("loss(output) must give a scalar tensor")
+            _set_phase("backward")
+            from torch._functorch._aot_autograd.logging_utils import (
+                setup_stacktrace_preservation_hooks)
+            setup_stacktrace_preservation_hooks([loss.grad_fn])
+            grads = torch.autograd.grad(loss, ps, allow_unused=True)
         _set_phase("optimizer")
         traced = [p.detach() for p in ps]
         state = collections.defaultdict(dict)
@@ -285,12 +292,15 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
         inputs.append(t)
     traced_fn = step_fn
     if recorder is not None:
+        recorder.notes = notes
+
         def traced_fn(*flat):
             with recorder:
                 return step_fn(*flat)
     try:
         with fx_traceback.preserve_node_meta(), _no_autograd_threads():
-            module = make_fx(traced_fn, record_stack_traces=True)(*inputs)
+            module = make_fx(traced_fn, cross_entropy.decompositions(notes),
+                             record_stack_traces=True)(*inputs)
     except CaptureError:
         raise
     except Exception as e:  # torch's own tracing errors, with their place
@@ -304,7 +314,8 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     hyper = {k: v for k, v in group.items() if k != "params"}
     return Trace(module=module, placeholders=placeholders, outputs=outputs,
                  optimizer={"class": name, "hyper": hyper, "step": step_counts},
-                 model_class=type(model).__name__, fake=fake, fn=step_fn, inputs=inputs)
+                 model_class=type(model).__name__, fake=fake, fn=step_fn, inputs=inputs,
+                 notes=notes)
 
 
 @contextlib.contextmanager

@@ -109,13 +109,14 @@ def _keep_mesh_tables(trace, recorder):
     specs += list(recorder.specs.values())
     for r in recorder.redistributions:
         specs += [r.source, r.target]
-    for spec in specs:
-        mesh = spec.mesh
+    meshes = [spec.mesh for spec in specs] + [w.mesh for w in recorder.mask_windows.values()]
+    for mesh in meshes:
         if getattr(mesh, "_loom_ranks", None) is None:
             mesh._loom_ranks = mesh.mesh.clone()
 
 
-def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake):
+def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake,
+               context=None):
     names, sizes = mesh_shape(mesh)
     world = math.prod(sizes)
     with fake_process_group(rank, world), _maybe_fake(fake):
@@ -133,7 +134,7 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         recorder = Recorder()
         views = {fqn: fsdp.unsharded_view(m) for fqn, m in managed.items()}
         trace = trace_step(module, batch_of_rank(rank, device_mesh), loss, opt, fake=fake,
-                           recorder=recorder, param_views=views)
+                           recorder=recorder, param_views=views, context=context)
         groups = _groups()
         _keep_mesh_tables(trace, recorder)
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,

@@ -55,6 +55,18 @@ class Value:
 
 
 @dataclasses.dataclass(frozen=True)
+class VocabMask:
+    """The mask DTensor keeps for ids read against a vocabulary piece (True where an id
+    lies outside it), and what torch's loss-parallel backward makes of it: cast to
+    the gradient's dtype, less one, it is -1 at the rows whose id the piece holds.
+    Loom's pick_grad with the piece's `vocab_begin` writes only those rows, so there
+    the update is a plain -1 (`minus_one`)."""
+    ids: object          # the MaskedIds it masks
+    dtype: str = "bool"
+    minus_one: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class MaskedIds:
     """Ids read against a vocabulary piece [begin, begin + size) of a table split over
     ranks (DTensor's _MaskPartial): torch rewrites them to the piece's rows and masks
@@ -479,6 +491,8 @@ class Lowering:
             kwargs = {k: self.merge(v) for k, v in kwargs.items()}
         if target not in _MASK_AWARE and any(isinstance(a, MaskedIds) for a in args):
             self.unsupported(f"'{target}' reads ids masked for a vocabulary piece")
+        if target not in _MASK_AWARE and any(isinstance(a, VocabMask) for a in args):
+            self.unsupported(f"'{target}' reads the mask of a vocabulary piece")
         if target is operator.getitem:
             seq, i = args
             if not isinstance(seq, (list, tuple)):
@@ -890,6 +904,12 @@ def _reduce(kind):
             dims = [dims]
         dims = sorted(_norm_dim(d, rank) for d in dims)
         kept = tuple(s for i, s in enumerate(x.dims) if i not in dims)
+        if kind == "sum" and out_dtype in ("i64", "i32"):
+            # A count (a sum of bools): Loom sums floats; f64 holds it exactly below 2^53.
+            v = L.emit(kind, [L.cast(x, "f64")], {"dims": dims}, ("f64", kept))
+            if L.trace.notes is not None and node.name in L.trace.notes.counts:
+                v = L.count_across_data(v)
+            return L.reshape(L.cast(v, out_dtype), out_dims)
         v = L.emit(kind, [L.cast(x, out_dtype)], {"dims": dims}, (out_dtype, kept))
         return L.reshape(v, out_dims)
     return lower
@@ -906,6 +926,18 @@ def _cumsum(L, node, x, dim, dtype=None):
     out_dtype, dims = _out(node)
     return L.emit("cumsum", [L.cast(x, out_dtype)], {"dim": _norm_dim(dim, len(x.dims))},
                   (out_dtype, dims))
+
+
+@rule(aten.amax.default)
+def _amax(L, node, x, dims=(), keepdim=False):
+    dtype, out_dims = _out(node)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if len(dims) != 1:
+        L.unsupported(f"amax over {len(dims) or 'all'} dims (Loom's max takes one)")
+    dim = _norm_dim(dims[0], len(x.dims))
+    kept = tuple(s for i, s in enumerate(x.dims) if i != dim)
+    v = L.emit("max", [x], {"dim": dim}, (dtype, kept))
+    return L.reshape(v, out_dims)
 
 
 @rule(aten.mm.default, aten.bmm.default, aten.matmul.default)
@@ -1084,6 +1116,55 @@ def _arange(L, node, *args, **kwargs):
                   (dtype, dims))
 
 
+@rule(aten.gather.default)
+def _gather(L, node, x, dim, index, sparse_grad=False):
+    """One position along the last dim per row (a cross-entropy's picked
+    log-probability): Loom's pick, with the vocabulary piece of masked ids."""
+    ids, begin = (index.value, index.begin) if isinstance(index, MaskedIds) else (index, 0)
+    dtype, dims = _out(node)
+    if _norm_dim(dim, len(x.dims)) != len(x.dims) - 1 or ids.dims[-1] != 1 or \
+            ids.dims[:-1] != x.dims[:-1]:
+        L.unsupported("gather of other than one position along the last dim per row")
+    rows = ids.dims[:-1]
+    picked = L.emit("pick", [x, L.reshape(ids, rows)], {"vocab_begin": begin}, (dtype, rows))
+    return L.reshape(picked, dims)
+
+
+def _is_zeros(node):
+    from loom.torch.plan import canonical
+    n = canonical(node) if isinstance(node, torch.fx.Node) else None
+    if n is None or n.op != "call_function":
+        return False
+    if n.target in (aten.zeros_like.default, aten.new_zeros.default, aten.zeros.default):
+        return True
+    return n.target in (aten.full.default, aten.full_like.default) and n.args[-1] == 0
+
+
+@rule(aten.index_put_.default, aten.index_put.default)
+def _index_put(L, node, base, indices, values, accumulate=False):
+    """-1 at (row i, column ids[i]) of a zero [rows, V] tensor (cross_entropy.py's and
+    loss parallel's cross-entropy backward): Loom's pick_grad of -1s."""
+    from loom.torch.plan import canonical
+    rows_node = node.args[1][0] if len(node.args[1]) == 2 else None
+    rows = L.folded.get(canonical(rows_node)) if isinstance(rows_node, torch.fx.Node) else None
+    if isinstance(values, VocabMask):
+        minus_one = values.minus_one
+    else:
+        v = canonical(node.args[2]) if isinstance(node.args[2], torch.fx.Node) else None
+        constant = getattr(L.trace.module, v.target, None) if v is not None and \
+            v.op == "get_attr" else None
+        minus_one = isinstance(constant, torch.Tensor) and constant.dim() == 0 and \
+            _scalar_value(constant) == -1.0
+    if accumulate or len(base.dims) != 2 or not _is_zeros(node.args[0]) or rows is None or \
+            not torch.equal(rows, torch.arange(base.dims[0])) or not minus_one:
+        L.unsupported("an indexed update other than -1 at one column per row of zeros")
+    ids = indices[1]
+    ids, begin = (ids.value, ids.begin) if isinstance(ids, MaskedIds) else (ids, 0)
+    update = L.fill(-1.0, base.dtype, (base.dims[0],))
+    return L.emit("pick_grad", [ids, update], {"vocab": base.dims[1], "vocab_begin": begin},
+                  _out(node))
+
+
 @rule(aten.index.Tensor)
 def _index(L, node, x, indices):
     if any(i is None for i in indices):
@@ -1103,7 +1184,8 @@ def _profiler(L, node, *args, **kwargs):
 _MERGE_AWARE = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
                 aten.transpose.int, aten.bmm.default}
 # Rules that take MaskedIds operands.
-_MASK_AWARE = {aten.embedding.default, aten.embedding_dense_backward.default}
+_MASK_AWARE = {aten.embedding.default, aten.embedding_dense_backward.default,
+               aten.gather.default, aten.index_put_.default, aten.index_put.default}
 
 
 def lower_trace(trace, name):

@@ -33,7 +33,8 @@ import torch
 import loom
 from loom.torch import claims as C
 from loom.torch.errors import CaptureError
-from loom.torch.lower import RULES, Lowering, MaskedIds, UnsupportedOp, Value, user_frame
+from loom.torch.lower import (RULES, Lowering, MaskedIds, UnsupportedOp, Value, VocabMask,
+                              user_frame)
 
 aten = torch.ops.aten
 
@@ -60,10 +61,21 @@ _STRUCTURAL_ARGS = {
 }
 
 
+_ALL_REDUCE = torch.ops._c10d_functional.all_reduce.default
+_WAIT = torch.ops._c10d_functional.wait_tensor.default
+_FUNCTIONAL_COLLECTIVES = {
+    _ALL_REDUCE, _WAIT, torch.ops._c10d_functional.all_gather_into_tensor.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+    torch.ops._c10d_functional.all_to_all_single.default,
+    torch.ops._c10d_functional.broadcast.default}
+
 # One name for ATen ops that differ only in how torch lays out memory: a reshape is
 # a view or a copy and an _unsafe_view depending on the operand's strides.
 _CANONICAL_TARGET = {aten._unsafe_view.default: aten.view.default,
                      aten.reshape.default: aten.view.default}
+
+
+ANY = object()  # an operand image that matches any (SpecIndex.match)
 
 
 def _target(node):
@@ -132,7 +144,8 @@ class SpecIndex:
 
     def key(self, node, image):
         """(target, the spec images of its tensor operands)."""
-        args = [canonical(image(a)) for a in _flat_nodes((node.args, node.kwargs))]
+        args = [canonical(image(a)) if image(a) is not ANY else ANY
+                for a in _flat_nodes((node.args, node.kwargs))]
         target = _target(node)
         if node.target is _getitem():
             return (target, tuple(args), node.args[1])
@@ -143,7 +156,13 @@ class SpecIndex:
         key = self.key(node, image)
         if any(k is None for k in key[1]):
             return None
-        found = [m for m in self.candidates.get(key, ()) if m not in self.used]
+        if any(k is ANY for k in key[1]):
+            found = [m for k, ms in self.candidates.items()
+                     if k[0] == key[0] and len(k[1]) == len(key[1]) and
+                     all(a is ANY or a is b for a, b in zip(key[1], k[1]))
+                     for m in ms if m not in self.used]
+        else:
+            found = [m for m in self.candidates.get(key, ()) if m not in self.used]
         if not found:
             return None
         positions = _STRUCTURAL_ARGS.get(node.target, ())
@@ -370,6 +389,8 @@ class RankLowering(Lowering):
         self.mesh_sizes = ()  # the launch mesh (set by build_plan)
         self.batch_rows = None  # (batch size, first row, rows) of the rank's batch
         self._counts = 0
+        self._masked_sums = 0
+        self._functionals = 0
 
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
@@ -389,6 +410,12 @@ class RankLowering(Lowering):
                 return whole
         implied = implied_claims(self.S, index, inputs, tensors, [d for _, d in outs],
                                  self.free_box)
+        if kind == "pick_grad" and "vocab_begin" in attrs:
+            # A vocabulary piece's gradient: its range is the piece's, which no input
+            # of the op carries.
+            begin = attrs["vocab_begin"]
+            box = implied[0].box[:-1] + ((begin, begin + attrs["vocab"]),)
+            implied[0] = dataclasses.replace(implied[0], box=box)
         outputs = [self.doc.value(self.device, c, dt, dims)
                    for c, (dt, dims) in zip(implied, outs)]
         self.doc.task(self.device, index, kind, attrs, inputs, outputs, op["phase"],
@@ -418,8 +445,17 @@ class RankLowering(Lowering):
                 r = redistributions.get(node.name)
                 if r is not None:
                     self._redistribute(node, r)
+                elif node.name in rec.mask_windows:
+                    self._mask_window(node, rec.mask_windows[node.name])
                 elif node.name in rec.aliases:
                     self._alias(node, rec.aliases[node.name])
+                continue
+            if node.op == "call_function" and node.target in _FUNCTIONAL_COLLECTIVES:
+                self._functional_collective(node)
+                continue
+            if any(isinstance(self.env.get(a), VocabMask) for a in node.all_input_nodes) and \
+                    node.target not in (aten.index_put_.default, aten.index_put.default):
+                self._vocab_mask_op(node)
                 continue
             self._model_op(node)
         outs = []
@@ -474,6 +510,8 @@ class RankLowering(Lowering):
         self.image[node] = m
 
     def _spec_image(self, a):
+        if isinstance(self.env.get(a), VocabMask):
+            return ANY  # the update loss parallel writes, where the spec writes a -1
         return self.image.get(a)
 
     def _whole_broadcast(self, index, op, inputs, attrs, tensors, outs):
@@ -701,11 +739,76 @@ class RankLowering(Lowering):
         v = self._claimed(v, r.target) if v.id >= 0 else v
         self.env[node] = v
 
+    # ---- loss parallel's masked vocabulary pieces and collectives -------------------
+    def _mask_window(self, node, w):
+        """ids masked to the rank's vocabulary piece (MaskedIds; Loom's ops mask them
+        themselves), or a pick over the piece summed over the pieces (the masking is
+        the pick's own: it reads nothing outside the piece)."""
+        src = self._find(w.input_node)
+        v = self.env[src]
+        self.image[node] = self.image.get(src)
+        coord = C.coordinate_in(w.mesh, self.device)
+        n = w.mesh.size(w.mesh_dim)
+        if w.kind == "partition":
+            vocab = w.placement.offset_shape[w.placement.offset_dim]
+            lo, hi = C.chunk(vocab, n, coord[w.mesh_dim])
+            ids = MaskedIds(v, lo, hi - lo)
+            self.env[node] = ids
+            if w.mask_node:
+                self.env[self._find(w.mask_node)] = VocabMask(ids)
+            return
+        key = ("masked sum", self._masked_sums)
+        self._masked_sums += 1
+        group = _group_in(w.mesh, w.mesh_dim, coord)
+        self.env[node] = self._collective(key, group, "all_reduce", {"reduce": "sum"}, v,
+                                          dataclasses.replace(v.claim, part=C.FULL), v.dims)
+
+    def _vocab_mask_op(self, node):
+        """torch's loss-parallel backward turns the mask into the update it writes:
+        mask.to(dtype) - 1 (VocabMask)."""
+        m = self.env[node.args[0]] if node.args and node.args[0] in self.env else None
+        if isinstance(m, VocabMask) and node.target is aten._to_copy.default:
+            self.env[node] = dataclasses.replace(m, dtype="float")
+        elif isinstance(m, VocabMask) and m.dtype == "float" and not m.minus_one and \
+                node.target is aten.sub.Tensor and len(node.args) == 2 and \
+                node.args[1] == 1 and node.kwargs.get("alpha", 1) == 1:
+            self.env[node] = dataclasses.replace(m, minus_one=True)
+        else:
+            self.unsupported(f"'{node.target}' reads the mask of a vocabulary piece")
+
+    def _functional_collective(self, node):
+        """A collective the rank's code calls itself (functional collectives, as loss
+        parallel's log-softmax does): its result is the same piece of the same spec
+        tensor, summed (or maximized) over the group."""
+        if node.target is _WAIT:
+            src = node.args[0]
+            self.env[node] = self.env[src]
+            self.image[node] = self.image.get(src)
+            return
+        if node.target is not _ALL_REDUCE:
+            self.unsupported(f"collective '{node.target}' outside a DTensor redistribution")
+        src, reduce, group_name = node.args[:3]
+        v = self.env[src]
+        ranks = self.rank.groups.get(group_name)
+        if ranks is None:
+            self.unsupported(f"an all-reduce over process group '{group_name}', which the "
+                             "rank's program does not know")
+        if reduce not in ("sum", "max"):
+            self.unsupported(f"an all-reduce by {reduce}")
+        key = ("functional", self._functionals)
+        self._functionals += 1
+        claim = dataclasses.replace(v.claim, part=C.FULL, combine="sum")
+        self.env[node] = self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce},
+                                          v, claim, v.dims)
+        self.image[node] = self.image.get(src)
+
     def _find(self, name):
-        for n in self.trace.module.graph.nodes:
-            if n.name == name:
-                return n
-        raise CaptureError(f"rank {self.device}: node {name} not found")
+        if not hasattr(self, "_by_name"):
+            self._by_name = {n.name: n for n in self.trace.module.graph.nodes}
+        n = self._by_name.get(name)
+        if n is None:
+            raise CaptureError(f"rank {self.device}: node {name} not found")
+        return n
 
     def _tensor_name(self, tensor_id):
         if not hasattr(self, "_names_by_id"):

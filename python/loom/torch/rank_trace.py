@@ -10,7 +10,11 @@ entered inside the trace, joins it to DTensor's own statements:
 - every redistribution (redistribute_local_tensor, which DTensor runs before an op
   whose inputs are not laid out as its strategy needs, and in `redistribute`):
   the nodes it creates (collectives and the local copies around them) are marked
-  as one redistribution, with the spec it starts from and the one it gives.
+  as one redistribution, with the spec it starts from and the one it gives;
+- the masking of ids to a vocabulary piece and the masked sum that follows
+  (DTensor's _MaskPartial, which loss parallel runs outside any redistribution):
+  marked the same way, as a MaskWindow;
+- the token count of loss parallel's cross-entropy (cross_entropy.Notes).
 """
 
 import contextlib
@@ -30,6 +34,19 @@ class Redistribution:
     input_node: str      # FX node of the local tensor it reads
     output_node: str     # FX node of the local tensor it gives
     nodes: list          # FX nodes it created, in order
+
+
+@dataclasses.dataclass
+class MaskWindow:
+    """ids masked to a vocabulary piece ("partition"), or a value summed over the
+    pieces after masking ("reduce"), run by a _MaskPartial placement."""
+    kind: str            # "partition" or "reduce"
+    placement: object    # the _MaskPartial
+    mesh: object
+    mesh_dim: int
+    input_node: str
+    output_node: str
+    mask_node: str       # the mask a partition keeps ("" for a reduce)
 
 
 def _node_of(t):
@@ -81,6 +98,9 @@ class Recorder(contextlib.AbstractContextManager):
         self.glue = {}           # FX node name -> index of the redistribution that made it
         self.redistributions = []
         self.aliases = {}        # FX node name -> the node it re-labels (from_local, to_local)
+        self.mask_windows = {}   # FX node name of its output -> MaskWindow
+        self.notes = None        # the trace's cross_entropy.Notes (set by trace_step)
+        self._depth = 0          # redistributions entered
         self._stack = contextlib.ExitStack()
 
     def note(self, t):
@@ -93,7 +113,11 @@ class Recorder(contextlib.AbstractContextManager):
     def _wrap(self, original):
         def redistribute_local_tensor(local_tensor, current_spec, target_spec, **kwargs):
             last = _last_node()
-            out = original(local_tensor, current_spec, target_spec, **kwargs)
+            self._depth += 1
+            try:
+                out = original(local_tensor, current_spec, target_spec, **kwargs)
+            finally:
+                self._depth -= 1
             created = _created_after(last)
             index = len(self.redistributions)
             for n in created:
@@ -108,6 +132,38 @@ class Recorder(contextlib.AbstractContextManager):
                 dst.name if dst is not None else "", [n.name for n in created]))
             return out
         return redistribute_local_tensor
+
+    def _wrap_mask(self, original, kind):
+        """_MaskPartial._partition_value / _reduce_value, run outside a redistribution."""
+        def wrapped(placement, tensor, mesh, mesh_dim):
+            if self._depth:
+                return original(placement, tensor, mesh, mesh_dim)
+            last = _last_node()
+            src = _node_of(tensor)  # before a reduce masks it in place
+            out = original(placement, tensor, mesh, mesh_dim)
+            created = _created_after(last)
+            for n in created:
+                self.glue[n.name] = -1
+            dst = _node_of(out)
+            mask = _node_of(placement.mask_buffer.data) if kind == "partition" else None
+            if src is not None and dst is not None:
+                self.mask_windows[dst.name] = MaskWindow(
+                    kind, placement, mesh, mesh_dim, src.name, dst.name,
+                    mask.name if mask is not None else "")
+            return out
+        return wrapped
+
+    def _wrap_count(self, original):
+        """loss parallel's nll_loss forward: its token count is the sum under the cast."""
+        def wrapped(*args, **kwargs):
+            result, total_weight = original(*args, **kwargs)
+            node = _node_of(total_weight)
+            while node is not None and node.target is torch.ops.aten._to_copy.default:
+                node = node.args[0]
+            if node is not None and self.notes is not None:
+                self.notes.counts.add(node.name)
+            return result, total_weight
+        return wrapped
 
     def _wrap_alias(self, original, result_local, input_local):
         """A from_local / to_local (or its backward): the value it gives is the one it
@@ -151,6 +207,15 @@ class Recorder(contextlib.AbstractContextManager):
             original = cls.__dict__[method]
             self._stack.callback(setattr, cls, method, original)
             setattr(cls, method, self._wrap_alias(original.__func__, result_local, input_local))
+        from torch.distributed.tensor.placement_types import _MaskPartial
+        for method, kind in (("_partition_value", "partition"), ("_reduce_value", "reduce")):
+            original = _MaskPartial.__dict__[method]
+            self._stack.callback(setattr, _MaskPartial, method, original)
+            setattr(_MaskPartial, method, self._wrap_mask(original, kind))
+        import torch.distributed.tensor.parallel.loss as loss_parallel
+        original = loss_parallel._nll_loss_forward
+        self._stack.callback(setattr, loss_parallel, "_nll_loss_forward", original)
+        loss_parallel._nll_loss_forward = self._wrap_count(original)
         self._stack.enter_context(_SpecMode(self))
         return self
 
