@@ -42,11 +42,16 @@ class Failure:
     counterexample: str
     aten: str           # the ATen op
     phase: str
+    found_in: str = ""  # module (source) of the task where Loom found it, if elsewhere
+    loom_index: int = -1  # its first entry in the verifier's report (-1: the capture's)
 
     def __str__(self):
         where = ", ".join(p for p in (self.module, self.source) if p)
-        return (f"{self.cls} in '{self.tensor}' ({where}) on ranks "
-                f"{','.join(map(str, self.devices))}: {self.message}")
+        found = ""
+        if self.found_in and not self.found_in.startswith(self.module or "\0"):
+            found = f"; found in {self.found_in}"
+        return (f"{self.cls} at {where or '?'} on ranks {','.join(map(str, self.devices))} "
+                f"(tensor '{self.tensor}'{found}): {self.message}")
 
 
 @dataclasses.dataclass
@@ -134,17 +139,70 @@ def _origin_of(item, doc, spec):
     return {}
 
 
+def _place(origin):
+    return " ".join(p for p in (origin.get("module", ""),
+                                f"({origin['source']})" if origin.get("source") else "") if p)
+
+
+def _where_partial_was_made(doc, task):
+    """For a missing reduction found at `task`: the task that made the partial sum it
+    reads, followed back through the tasks that only pass a share on (a residual add
+    of a partial output): where the reduction went missing. None if a collective or
+    an input made it."""
+    producer = {}
+    for i, t in enumerate(doc.tasks):
+        for o in t["outputs"]:
+            producer[o] = i
+
+    def shares(i):
+        return [v for v in doc.tasks[i]["inputs"]
+                if doc.values[v].claim.part not in (C.FULL, C.EMPTY)]
+    seen = set()
+    current = shares(task)
+    while current:
+        made = producer.get(current[0])
+        if made is None or made in seen:
+            return None
+        seen.add(made)
+        earlier = shares(made)
+        if not earlier:
+            return made
+        current = earlier
+    return None
+
+
 def _failures(report, doc, spec):
+    """Loom's failures in the user's terms: the module and source line of the op where
+    the values first diverge (for a missing reduction, the op that made the partial
+    sum, not the one that found it incomplete; otherwise the spec op Loom names as
+    first_op), and the place of the task that found it."""
     out = []
-    for f in report.failures:
-        origin = _origin_of(f.item, doc, spec)
+    for index, f in enumerate(report.failures):
+        found = _origin_of(f.item, doc, spec) or spec.origins.get(f.tensor, {})
+        origin = {}
+        task = re.match(r"task (\d+)", f.item or "")
+        if f.cls == "missing_reduction" and task and int(task.group(1)) < len(doc.tasks):
+            made = _where_partial_was_made(doc, int(task.group(1)))
+            if made is not None:
+                origin = doc.origin_of_task[made] or {}
         if not origin:
-            origin = spec.origins.get(f.tensor, {})
-        out.append(Failure(cls=f.cls, tensor=f.tensor, module=origin.get("module", ""),
-                           source=origin.get("source", ""), code=origin.get("code", ""),
-                           item=f.item, devices=list(f.devices), box=f.box, part=f.part,
-                           message=f.message, counterexample=f.counterexample,
-                           aten=origin.get("target", ""), phase=origin.get("phase", "")))
+            first = re.search(r"-> '([^']+)'", f.first_op or "")
+            origin = spec.origins.get(first.group(1), {}) if first else {}
+        if not origin.get("module") and not origin.get("source"):
+            origin = found
+        failure = Failure(cls=f.cls, tensor=f.tensor, module=origin.get("module", ""),
+                          source=origin.get("source", ""), code=origin.get("code", ""),
+                          item=f.item, devices=list(f.devices), box=f.box, part=f.part,
+                          message=f.message, counterexample=f.counterexample,
+                          aten=origin.get("target", ""), phase=origin.get("phase", ""),
+                          found_in=_place(found), loom_index=index)
+        # The same failure on several ranks (each rank's piece): one, with its ranks.
+        same = next((g for g in out if (g.cls, g.tensor, g.module, g.source, g.message) ==
+                     (f.cls, f.tensor, failure.module, failure.source, f.message)), None)
+        if same is not None:
+            same.devices = sorted(set(same.devices) | set(failure.devices))
+        else:
+            out.append(failure)
     return out
 
 

@@ -119,9 +119,12 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
                context=None):
     names, sizes = mesh_shape(mesh)
     world = math.prod(sizes)
-    with fake_process_group(rank, world), _maybe_fake(fake):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(fake_process_group(rank, world))
         from torch.distributed.device_mesh import init_device_mesh
+        # The mesh's table of ranks is real (DeviceMesh reads it); the model is fake.
         device_mesh = init_device_mesh("cpu", sizes, mesh_dim_names=names)
+        stack.enter_context(_maybe_fake(fake))
         module = model()
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")

@@ -146,6 +146,17 @@ def user_frame(stack_trace):
     return None
 
 
+def short_path(path):
+    """A source file as a user reads it: an installed package's file from the package
+    on (transformers/models/llama/modeling_llama.py), the user's own relative to the
+    working directory when it lies below it."""
+    marker = os.sep + "site-packages" + os.sep
+    if marker in path:
+        return path.split(marker, 1)[1]
+    cwd = os.getcwd() + os.sep
+    return path[len(cwd):] if path.startswith(cwd) else path
+
+
 def layer_of(path):
     m = re.search(r"(?:^|\.)(?:layers|h|blocks|block|layer)\.(\d+)(?:\.|$)", path or "")
     return int(m.group(1)) if m else -1
@@ -177,7 +188,7 @@ class Origins:
         frame = user_frame(stack)
         source, code = "", ""
         if frame:
-            source, code = f"{frame[0]}:{frame[1]}", frame[2]
+            source, code = f"{short_path(frame[0])}:{frame[1]}", frame[2]
         return dict(node=node.name, target=str(node.target), phase=phase, module=module,
                     source=source, code=code)
 
