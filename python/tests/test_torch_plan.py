@@ -34,12 +34,13 @@ def tensor_parallel(model, mesh):
     parallelize_module(model, mesh["tp"], tp_plan(model))
 
 
-def sequence_parallel(model, mesh, loss_parallel=False):
+def sequence_parallel(model, mesh, loss_parallel=False, block_overrides=None):
     """torchtitan's tensor and sequence parallelism, on Hugging Face module names: a
     vocabulary-split embedding whose output is split along the sequence, sequence-
     parallel norms, attention and MLP inputs gathered, outputs reduce-scattered.
     With `loss_parallel` the logits stay split along the vocabulary (the loss is
-    computed under torch's loss_parallel)."""
+    computed under torch's loss_parallel). `block_overrides` {block index: {module:
+    style}} replaces styles of single blocks."""
     tp = mesh["tp"]
     lm_head = ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1),
                               use_local_output=False) if loss_parallel else \
@@ -50,7 +51,7 @@ def sequence_parallel(model, mesh, loss_parallel=False):
         "model.norm": SequenceParallel(),
         "lm_head": lm_head,
     })
-    for layer in model.model.layers:
+    for i, layer in enumerate(model.model.layers):
         parallelize_module(layer, tp, {
             "input_layernorm": SequenceParallel(),
             "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
@@ -66,6 +67,7 @@ def sequence_parallel(model, mesh, loss_parallel=False):
             "mlp.gate_proj": ColwiseParallel(),
             "mlp.up_proj": ColwiseParallel(),
             "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+            **(block_overrides or {}).get(i, {}),
         })
 
 

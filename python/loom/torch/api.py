@@ -144,47 +144,70 @@ def _place(origin):
                                 f"({origin['source']})" if origin.get("source") else "") if p)
 
 
-def _where_partial_was_made(doc, task):
-    """For a missing reduction found at `task`: the task that made the partial sum it
-    reads, followed back through the tasks that only pass a share on (a residual add
-    of a partial output): where the reduction went missing. None if a collective or
-    an input made it."""
-    producer = {}
-    for i, t in enumerate(doc.tasks):
-        for o in t["outputs"]:
-            producer[o] = i
+class _Producers:
+    """Which task made each plan value."""
 
-    def shares(i):
-        return [v for v in doc.tasks[i]["inputs"]
-                if doc.values[v].claim.part not in (C.FULL, C.EMPTY)]
-    seen = set()
-    current = shares(task)
-    while current:
-        made = producer.get(current[0])
-        if made is None or made in seen:
+    def __init__(self, doc):
+        self.doc = doc
+        self.of = {}
+        for i, t in enumerate(doc.tasks):
+            for o in t["outputs"]:
+                self.of[o] = i
+
+    def _shares(self, i):
+        return [v for v in self.doc.tasks[i]["inputs"]
+                if self.doc.values[v].claim.part not in (C.FULL, C.EMPTY)]
+
+    def partial_made(self, values):
+        """The task that made the partial sum among `values`, followed back through
+        the tasks that only pass a share on (a residual add of a partial output):
+        where the reduction went missing. None if a collective or an input made it."""
+        seen = set()
+        current = values
+        while current:
+            made = self.of.get(current[0])
+            if made is None or made in seen:
+                return None
+            seen.add(made)
+            earlier = self._shares(made)
+            if not earlier:
+                return made
+            current = earlier
+        return None
+
+    def made_for(self, f):
+        """For a missing reduction: the task where it went missing (a failure at a
+        task reads a partial sum; at a plan output, holds one)."""
+        if f.cls != "missing_reduction":
             return None
-        seen.add(made)
-        earlier = shares(made)
-        if not earlier:
-            return made
-        current = earlier
-    return None
+        task = re.match(r"task (\d+)", f.item or "")
+        if task and int(task.group(1)) < len(self.doc.tasks):
+            return self.partial_made(self._shares(int(task.group(1))))
+        value = re.search(r"value (\d+) holds a partial", f.message or "")
+        if value and int(value.group(1)) < len(self.doc.values):
+            return self.partial_made([int(value.group(1))])
+        return None
 
 
 def _failures(report, doc, spec):
     """Loom's failures in the user's terms: the module and source line of the op where
     the values first diverge (for a missing reduction, the op that made the partial
     sum, not the one that found it incomplete; otherwise the spec op Loom names as
-    first_op), and the place of the task that found it."""
+    first_op), and the place of the task that found it; in the spec's order of those
+    ops (the earliest divergence first), the same failure on several ranks once."""
+    producers = _Producers(doc)
+    order = doc.S.tensor_id
     out = []
     for index, f in enumerate(report.failures):
         found = _origin_of(f.item, doc, spec) or spec.origins.get(f.tensor, {})
         origin = {}
-        task = re.match(r"task (\d+)", f.item or "")
-        if f.cls == "missing_reduction" and task and int(task.group(1)) < len(doc.tasks):
-            made = _where_partial_was_made(doc, int(task.group(1)))
-            if made is not None:
-                origin = doc.origin_of_task[made] or {}
+        rank_key = order.get(f.tensor, len(order))
+        made = producers.made_for(f)
+        if made is not None:
+            origin = doc.origin_of_task[made] or {}
+            spec_op = doc.S.g.ops[doc.tasks[made]["op"]] if doc.tasks[made]["op"] >= 0 else None
+            if spec_op is not None and spec_op["outputs"]:
+                rank_key = order.get(spec_op["outputs"][0], rank_key)
         if not origin:
             first = re.search(r"-> '([^']+)'", f.first_op or "")
             origin = spec.origins.get(first.group(1), {}) if first else {}
@@ -196,13 +219,17 @@ def _failures(report, doc, spec):
                           message=f.message, counterexample=f.counterexample,
                           aten=origin.get("target", ""), phase=origin.get("phase", ""),
                           found_in=_place(found), loom_index=index)
+        failure._order = rank_key
         # The same failure on several ranks (each rank's piece): one, with its ranks.
-        same = next((g for g in out if (g.cls, g.tensor, g.module, g.source, g.message) ==
-                     (f.cls, f.tensor, failure.module, failure.source, f.message)), None)
+        key = (f.cls, f.tensor, failure.module, failure.source,
+               re.sub(r"value \d+", "value", f.message))
+        same = next((g for g in out if (g.cls, g.tensor, g.module, g.source,
+                                        re.sub(r"value \d+", "value", g.message)) == key), None)
         if same is not None:
             same.devices = sorted(set(same.devices) | set(failure.devices))
         else:
             out.append(failure)
+    out.sort(key=lambda g: g._order)
     return out
 
 

@@ -17,7 +17,9 @@ step will have is given to it instead; the update's arithmetic is torch's own.
 import collections
 import contextlib
 import dataclasses
+import os
 import re
+import traceback
 
 import torch
 import torch.fx.traceback as fx_traceback
@@ -28,6 +30,7 @@ from loom.torch import cross_entropy
 from loom.torch.errors import CaptureError
 
 SUPPORTED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
+_THIS_FILE = os.path.join("loom", "torch", "capture.py")
 
 
 @dataclasses.dataclass
@@ -52,6 +55,7 @@ class Trace:
     fn: object = None      # the traced function of the flat inputs, to run it eagerly
     inputs: list = None    # the flat inputs it was traced with
     notes: object = None   # cross_entropy.Notes of its decomposed cross-entropies
+    param_aliases: dict = None  # another name of a shared parameter -> its name here
 
 
 def _layer_of(path):
@@ -166,8 +170,24 @@ def _as_dtensor(local, spec):
                               shape=spec.shape, stride=spec.stride)
 
 
+def site_of(fn):
+    """(source, code) of the line in `fn` (the user's optimizer builder) that builds
+    the optimizer, for the ops of torch's update, which have no user frame."""
+    import inspect
+    from loom.torch.lower import short_path
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        path = inspect.getsourcefile(fn)
+    except (OSError, TypeError):
+        return None
+    for k, line in enumerate(lines):
+        if "optim" in line and not line.lstrip().startswith(("def ", "#")):
+            return f"{short_path(path)}:{first + k}", line.strip()
+    return f"{short_path(path)}:{first}", lines[0].strip()
+
+
 def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_views=None,
-               context=None):
+               context=None, optimizer_site=None):
     """Traces one training step of `model` on `batch` (a tuple of positional
     arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
     loss, `optimizer` the torch.optim optimizer built over model.parameters().
@@ -185,6 +205,9 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
     by_param = {id(p): fqn for fqn, p in params.items()}
+    # A parameter shared by two modules (tied embeddings): its other names.
+    aliases = {fqn: by_param[id(p)] for fqn, p in model.named_parameters(remove_duplicate=False)
+               if by_param.get(id(p), fqn) != fqn}
     if [id(p) for p in group["params"]] != [id(p) for p in params.values()]:
         missing = [fqn for fqn, p in params.items()
                    if id(p) not in {id(q) for q in group["params"]}]
@@ -298,7 +321,8 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
             with recorder:
                 return step_fn(*flat)
     try:
-        with fx_traceback.preserve_node_meta(), _no_autograd_threads():
+        with fx_traceback.preserve_node_meta(), _no_autograd_threads(), _quiet_fake_tensors(), \
+                _whole_stacks():
             module = make_fx(traced_fn, cross_entropy.decompositions(notes),
                              record_stack_traces=True)(*inputs)
     except CaptureError:
@@ -313,9 +337,51 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     outputs += [("state", f"{fqn}.{k}") for fqn, k, _ in states]
     hyper = {k: v for k, v in group.items() if k != "params"}
     return Trace(module=module, placeholders=placeholders, outputs=outputs,
-                 optimizer={"class": name, "hyper": hyper, "step": step_counts},
+                 optimizer={"class": name, "hyper": hyper, "step": step_counts,
+                            "site": optimizer_site},
                  model_class=type(model).__name__, fake=fake, fn=step_fn, inputs=inputs,
-                 notes=notes)
+                 notes=notes, param_aliases=aliases)
+
+
+@contextlib.contextmanager
+def _whole_stacks():
+    """make_fx keeps, of each op's Python stack, only frames named `forward`: the
+    user's loss function and helpers such as Hugging Face's apply_rotary_pos_emb would
+    be lost. The user's own frame inside the traced step is kept instead
+    (user_frame_index)."""
+    from torch.fx.proxy import TracerBase
+    original = TracerBase._filter_traceback_frames
+
+    def keep_step_frames(self, summary):
+        from loom.torch.lower import user_frame_index
+        frames = list(summary)
+        for i, frame in enumerate(frames):
+            if frame.name == "step_fn" and frame.filename.endswith(_THIS_FILE):
+                frames = frames[i + 1:]
+                break
+        # Only the frame the capture reports: formatting every frame costs.
+        i = user_frame_index([f.filename for f in frames])
+        return traceback.StackSummary.from_list([] if i is None else [frames[i]])
+
+    TracerBase._filter_traceback_frames = keep_step_frames
+    try:
+        yield
+    finally:
+        TracerBase._filter_traceback_frames = original
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensors():
+    """Fake tensors log a traceback for every op whose shapes do not fit before the
+    error reaches the caller; the capture reports the error once, with its place."""
+    import logging
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager

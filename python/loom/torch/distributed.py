@@ -16,7 +16,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from loom.torch.capture import trace_step
+from loom.torch.capture import site_of, trace_step
 from loom.torch.errors import CaptureError
 from loom.torch.rank_trace import Recorder
 from loom.torch.spec import _maybe_fake
@@ -137,7 +137,8 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         recorder = Recorder()
         views = {fqn: fsdp.unsharded_view(m) for fqn, m in managed.items()}
         trace = trace_step(module, batch_of_rank(rank, device_mesh), loss, opt, fake=fake,
-                           recorder=recorder, param_views=views, context=context)
+                           recorder=recorder, param_views=views, context=context,
+                           optimizer_site=site_of(optimizer))
         groups = _groups()
         _keep_mesh_tables(trace, recorder)
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,

@@ -130,20 +130,29 @@ def _frames(stack_trace):
     return frames
 
 
-def user_frame(stack_trace):
-    """The innermost frame of the user's code: outside torch and outside Loom. When
-    every frame is inside torch (the optimizer's update), the innermost one there
-    that is not tracing machinery."""
-    frames = _frames(stack_trace)
-    for f in reversed(frames):
-        if not f[0].startswith(_TORCH_DIR) and not f[0].startswith(_LOOM_DIR):
-            return f
-    machinery = ("/fx/", "/_ops.py", "/autograd/", "/utils/", "/nn/modules/module.py",
-                 "/_functorch/", "/optim/optimizer.py", "/_compile.py", "/_dynamo/")
-    for f in reversed(frames):
-        if f[0].startswith(_TORCH_DIR) and not any(m in f[0] for m in machinery):
-            return f
+_MACHINERY = ("/fx/", "/_ops.py", "/autograd/", "/utils/", "/nn/modules/module.py",
+              "/_functorch/", "/optim/optimizer.py", "/_compile.py", "/_dynamo/",
+              "/_subclasses/", "/_library/", "/_prims", "/_refs/", "/_decomp/")
+
+
+def user_frame_index(files):
+    """Which of a stack's files (innermost last) is the user's frame: the innermost
+    outside torch and outside Loom; when every frame is inside torch (the optimizer's
+    update), the innermost one there that is not tracing machinery. None if none."""
+    for i in range(len(files) - 1, -1, -1):
+        if not files[i].startswith(_TORCH_DIR) and not files[i].startswith(_LOOM_DIR):
+            return i
+    for i in range(len(files) - 1, -1, -1):
+        if files[i].startswith(_TORCH_DIR) and not any(m in files[i] for m in _MACHINERY):
+            return i
     return None
+
+
+def user_frame(stack_trace):
+    """(file, line, code) of the user's frame of an FX stack trace (user_frame_index)."""
+    frames = _frames(stack_trace)
+    i = user_frame_index([f[0] for f in frames])
+    return None if i is None else frames[i]
 
 
 def short_path(path):
@@ -166,7 +175,8 @@ class Origins:
     """Module path, phase and source of every FX node; a backward node takes its
     forward op's module and source (autograd sequence numbers)."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, optimizer_site=None):
+        self._optimizer_site = optimizer_site  # (source, code) of the optimizer's builder
         self._forward = {}
         for node in graph.nodes:
             custom = node.meta.get("custom") or {}
@@ -187,7 +197,10 @@ class Origins:
             module = param_of
         frame = user_frame(stack)
         source, code = "", ""
-        if frame:
+        if phase == "optimizer" and self._optimizer_site:
+            # torch's update runs no user code: the line that built the optimizer.
+            source, code = self._optimizer_site
+        elif frame:
             source, code = f"{short_path(frame[0])}:{frame[1]}", frame[2]
         return dict(node=node.name, target=str(node.target), phase=phase, module=module,
                     source=source, code=code)
@@ -226,7 +239,7 @@ class Lowering:
         self.trace = trace
         self.g = GraphBuilder(name)
         self.env = {}
-        self.origins = Origins(trace.module.graph)
+        self.origins = Origins(trace.module.graph, trace.optimizer.get("site"))
         self.storage = {}   # fx node -> storage key
         self.version = {}   # storage key -> version
         self.read_at = {}   # fx node -> version of its storage when it was made

@@ -151,8 +151,9 @@ class SpecIndex:
             return (target, tuple(args), node.args[1])
         return (target, tuple(args))
 
-    def match(self, node, image):
-        """The spec node `node` (of a rank's program) is a piece of, or None."""
+    def match(self, node, image, again=False):
+        """The spec node `node` (of a rank's program) is a piece of, or None. With
+        `again`, a spec node already taken may be taken again when no other fits."""
         key = self.key(node, image)
         if any(k is None for k in key[1]):
             return None
@@ -163,6 +164,8 @@ class SpecIndex:
                      for m in ms if m not in self.used]
         else:
             found = [m for m in self.candidates.get(key, ()) if m not in self.used]
+        if not found and again:
+            found = list(self.candidates.get(key, ()))
         if not found:
             return None
         positions = _STRUCTURAL_ARGS.get(node.target, ())
@@ -175,6 +178,30 @@ class SpecIndex:
         self.used.add(m)
         return m
 
+    def match_but_one(self, node, image):
+        """The one spec node with `node`'s target whose operands' images are
+        `node`'s but for one operand (at one position or more), or None (none, or more
+        than one). A spec node
+        already taken is taken again only if no other fits (a shared parameter the
+        rank updates twice)."""
+        key = self.key(node, image)
+        args = key[1]
+        if len(args) < 2 or any(a is None for a in args):
+            return None
+        fits = []
+        for k, ms in self.candidates.items():
+            if k[0] != key[0] or len(k[1]) != len(args) or k[2:] != key[2:]:
+                continue
+            differ = {a for a, b in zip(args, k[1]) if a is not ANY and a is not b}
+            if len(differ) == 1 and len(differ) < len(set(args)):
+                fits.extend(ms)
+        fresh = [m for m in fits if m not in self.used]
+        chosen = fresh if fresh else fits
+        if len(set(chosen)) != 1:
+            return None
+        self.used.add(chosen[0])
+        return chosen[0]
+
     def match_folded(self, node):
         """The spec's folded shape-only value a rank's folded one stands for: the one
         made by the same op at the same line, in order."""
@@ -184,6 +211,22 @@ class SpecIndex:
             return None
         self.used.add(found[0])
         return found[0]
+
+    def match_folded_by_value(self, node, piece, preferred):
+        """Failing that (the rank's value made at another line: torch's own code where
+        the spec runs Loom's decomposition), the first by the same op whose value
+        holds the rank's as a region."""
+        from loom.torch import constants
+        target = _target(node)
+        for (t, _), nodes in self.folded.items():
+            if t != target:
+                continue
+            for m in nodes:
+                if m not in self.used and \
+                        constants.region_of(self.L.folded[m], piece, preferred) is not None:
+                    self.used.add(m)
+                    return m
+        return None
 
     def signature(self, index):
         sig = self.signatures.get(index)
@@ -372,7 +415,7 @@ class RankLowering(Lowering):
         self.trace = rank.trace
         self.data_claim = data_claim
         self.origins = __import__("loom.torch.lower", fromlist=["Origins"]).Origins(
-            rank.trace.module.graph)
+            rank.trace.module.graph, rank.trace.optimizer.get("site"))
         self.env = {}
         self.image = {}       # rank FX node -> spec FX node it is a piece of (or its source)
         self.current = None
@@ -391,6 +434,7 @@ class RankLowering(Lowering):
         self._counts = 0
         self._masked_sums = 0
         self._functionals = 0
+        self.second_copy = set()  # rank nodes computed from a second copy of a shared parameter
 
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
@@ -416,6 +460,12 @@ class RankLowering(Lowering):
             begin = attrs["vocab_begin"]
             box = implied[0].box[:-1] + ((begin, begin + attrs["vocab"]),)
             implied[0] = dataclasses.replace(implied[0], box=box)
+        for c, (_, dims) in zip(implied, outs):
+            if tuple(e - b for b, e in c.box) != tuple(dims):
+                self.unsupported(
+                    f"the rank's {list(dims)} piece of '{kind}' is no box of the model's "
+                    f"{list(self.S.dims(op['outputs'][0]))} tensor (a view merging a split "
+                    "dim into a whole one)")
         outputs = [self.doc.value(self.device, c, dt, dims)
                    for c, (dt, dims) in zip(implied, outs)]
         self.doc.task(self.device, index, kind, attrs, inputs, outputs, op["phase"],
@@ -438,6 +488,8 @@ class RankLowering(Lowering):
                 continue
             self.current = node
             self.origin = self.origins.of(node)
+            if self.second_copy and any(a in self.second_copy for a in node.all_input_nodes):
+                self.second_copy.add(node)
             if node in self.folded:
                 self._folded_value(node)
                 continue
@@ -465,6 +517,12 @@ class RankLowering(Lowering):
 
     def _placeholder(self, node, ph):
         spec_node = self.S.placeholder.get(ph.name)
+        aliases = self.S.spec.trace.param_aliases or {}
+        if spec_node is None and ph.fqn in aliases:
+            # A parameter the model's step shares between two modules (tied
+            # embeddings) that the rank holds twice: both copies are pieces of it.
+            spec_node = self.S.placeholder.get(aliases[ph.fqn] + ph.name[len(ph.fqn):])
+            self.second_copy.add(node)
         if spec_node is None:
             raise CaptureError(f"rank {self.device}: input '{ph.name}' is not an input of the "
                                "model's step")
@@ -488,15 +546,15 @@ class RankLowering(Lowering):
         """A rank's folded shape-only value: a plan input claiming the region of the
         spec's value it equals (constants.py); none is a failure here."""
         from loom.torch import constants
-        m = self.S.match_folded(node)
+        piece = self.folded[node]
+        preferred = {0: self.batch_rows[1]} if self.batch_rows else None
+        m = self.S.match_folded(node) or self.S.match_folded_by_value(node, piece, preferred)
         if m is None:
             self.unsupported(f"the rank computes a value from shapes ('{node.target}') the "
                              "model's step does not")
         sval = self.S.L.env[m]
         tensor = self.S.tensor_id[sval.name]
         whole = self.S.L.folded[m]
-        piece = self.folded[node]
-        preferred = {0: self.batch_rows[1]} if self.batch_rows else None
         box = constants.region_of(whole, piece, preferred)
         if box is None:
             self.doc.failures.append(dict(
@@ -591,10 +649,18 @@ class RankLowering(Lowering):
             self.env[node] = self._claimed(self.env[node], spec)
 
     def _model_op(self, node):
-        m = self.S.match(node, self._spec_image)
+        # What a second copy of a shared parameter computes is the spec's computation
+        # of it a second time.
+        again = node in self.second_copy
+        m = self.S.match(node, self._spec_image, again)
         if m is None and is_identity(node):
             self._alias(node, node.args[0].name)
             return
+        if m is None:
+            # The spec's op on the same operands but one: the rank computes it on
+            # another value (a gradient lacking a contribution, a stage sending the
+            # wrong tensor); lowered as it is, the verifier says where it differs.
+            m = self.S.match_but_one(node, self._spec_image)
         if m is None:
             self.unsupported(f"the rank runs '{node.target}' where the model's step has no "
                              "such op on the same operands")

@@ -7,7 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import loom
-from loom.torch.capture import trace_step
+from loom.torch.capture import site_of, trace_step
 from loom.torch.errors import CaptureError
 from loom.torch.lower import lower_trace
 
@@ -81,7 +81,7 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
         batch = inputs()
         opt = optimizer(list(module.parameters()))
-        trace = trace_step(module, batch, loss, opt, fake=fake)
+        trace = trace_step(module, batch, loss, opt, fake=fake, optimizer_site=site_of(optimizer))
     lowering = lower_trace(trace, name or type(module).__name__)
     text = lowering.g.text()
     step = loom.parse_step(text, origin=f"<{name or type(module).__name__} step>")
