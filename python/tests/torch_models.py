@@ -50,3 +50,46 @@ def adamw(params):
 
 def sgd(params):
     return torch.optim.SGD(params, lr=1e-2)
+
+
+class _Skip(torch.nn.Module):
+    """A decoder layer another pipeline stage runs: hands the hidden states on."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return hidden_states
+
+
+class DecoderStage(torch.nn.Module):
+    """Stage `stage` of `stages` of a Hugging Face decoder, torchtitan's way: the model
+    itself with the other stages' parts taken out, so that every parameter keeps its
+    name. The first stage embeds the ids, the last applies the final norm and the
+    head; each runs its share of the layers and returns one tensor."""
+
+    def __init__(self, model, stage, stages):
+        super().__init__()
+        layers = model.model.layers
+        per = len(layers) // stages
+        for i in range(len(layers)):
+            if not stage * per <= i < (stage + 1) * per:
+                layers[i] = _Skip()
+        self.first, self.last = stage == 0, stage == stages - 1
+        if not self.first:
+            model.model.embed_tokens = None
+        if not self.last:
+            model.model.norm = torch.nn.Identity()
+            model.lm_head = torch.nn.Identity()
+        object.__setattr__(self, "hf", model)
+        self._modules = model._modules  # the model's names for its parameters
+
+    def forward(self, x=None, input_ids=None):
+        if self.first:
+            return self.hf(input_ids=input_ids).logits
+        return self.hf(inputs_embeds=x).logits
+
+
+def causal_lm_loss(model):
+    """The schedule's loss function: Hugging Face's own loss of the model."""
+    def loss_fn(logits, labels):
+        return model.loss_function(logits=logits, labels=labels,
+                                   vocab_size=model.config.vocab_size)
+    return loss_fn

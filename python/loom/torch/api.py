@@ -17,7 +17,7 @@ import torch
 
 import loom
 from loom.torch import claims as C
-from loom.torch.distributed import mesh_shape, trace_rank
+from loom.torch.distributed import PIPELINE_DIM, coordinate_of, mesh_shape, trace_rank
 from loom.torch.errors import CaptureError
 from loom.torch.plan import build_plan
 from loom.torch.spec import capture_step
@@ -128,6 +128,29 @@ def batch_for(inputs, mesh_names, mesh_sizes):
                 n = x.shape[0] // parts
                 return x[index * n:(index + 1) * n]
             return x
+        return torch.utils._pytree.tree_map(rows, whole)
+    return batch
+
+
+def microbatch_rows(inputs, mesh_names, mesh_sizes, count):
+    """The batch of the model's step for a pipelined job: micro-batch m holds the m-th
+    micro-batch of every data-parallel rank, in rank order (what the ranks together
+    compute in their m-th micro-batch), so that each rank's is a box of it."""
+    data_dims = [i for i, n in enumerate(mesh_names) if n in DATA_PARALLEL_DIMS]
+    parts = math.prod(mesh_sizes[i] for i in data_dims) if data_dims else 1
+
+    def batch():
+        whole = inputs()
+
+        def rows(x):
+            if not isinstance(x, torch.Tensor) or x.dim() == 0 or parts == 1:
+                return x
+            if x.shape[0] % (parts * count):
+                raise CaptureError(f"a batch input has {x.shape[0]} rows, which {parts} "
+                                   f"data-parallel ranks of {count} micro-batches cannot share")
+            ranks = torch.tensor_split(x, parts, 0)
+            chunks = [torch.tensor_split(r, count, 0) for r in ranks]
+            return torch.cat([chunks[r][m] for m in range(count) for r in range(parts)], 0)
         return torch.utils._pytree.tree_map(rows, whole)
     return batch
 
@@ -269,16 +292,27 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
     CaptureError (a ValueError) for a program or model Loom cannot capture.
     """
     times = {}
-    t0 = time.perf_counter()
-    spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name)
-    times["spec"] = time.perf_counter() - t0
     names, sizes = mesh_shape(mesh)
     t0 = time.perf_counter()
     batch = batch_for(inputs, names, sizes)
-    ranks = [trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake,
-                        context=train_context)
-             for r in range(math.prod(sizes))]
+    # Pipeline stages in order: a stage learns from its sender what it receives.
+    pp = names.index(PIPELINE_DIM) if PIPELINE_DIM in names else None
+    world = range(math.prod(sizes))
+    order = sorted(world, key=lambda r: coordinate_of(r, sizes)[pp]) if pp is not None else world
+    boundary = {}
+    ranks = sorted((trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake,
+                               context=train_context, boundary=boundary) for r in order),
+                   key=lambda t: t.rank)
     times["ranks"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pipe = ranks[0].pipeline
+    if pipe is None:
+        spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name)
+    else:
+        spec = capture_step(model, microbatch_rows(inputs, names, sizes, pipe.microbatches),
+                            loss, optimizer, fake=fake, name=name,
+                            microbatches=pipe.microbatches, scale_grads=pipe.scale_grads)
+    times = {"spec": time.perf_counter() - t0, **times}
     t0 = time.perf_counter()
     data_dims = [i for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS]
     doc, lowerings = build_plan(spec, ranks, names, sizes, data_claim_for(names, sizes),

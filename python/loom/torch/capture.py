@@ -186,8 +186,22 @@ def site_of(fn):
     return f"{short_path(path)}:{first}", lines[0].strip()
 
 
+@dataclasses.dataclass
+class Body:
+    """The forward and backward of a traced step, between the parameters and the
+    optimizer's update. The default (body=None): one forward of the model on the
+    batch, the loss, its gradients. `run(weights, ps, args, kwargs, extra)` gets the
+    values the model computes with (fqn -> tensor, parameters and buffers), the traced
+    parameters, the batch and the values of `extra` (Placeholders of what the rank
+    receives) and gives (the loss or None, a gradient or None per parameter, the
+    tensors it sends, named by `sends`)."""
+    run: object
+    extra: list = dataclasses.field(default_factory=list)
+    sends: list = dataclasses.field(default_factory=list)
+
+
 def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_views=None,
-               context=None, optimizer_site=None):
+               context=None, optimizer_site=None, body=None):
     """Traces one training step of `model` on `batch` (a tuple of positional
     arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
     loss, `optimizer` the torch.optim optimizer built over model.parameters().
@@ -245,6 +259,10 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     for i in data_positions:
         x = flat_batch[i]
         placeholders.append(Placeholder("input", data_paths[i], "", _local(x), _dtensor_spec(x)))
+    n_data = len(data_positions)
+    if body is None:
+        body = Body(run=_single_forward(model, loss_fn))
+    placeholders += body.extra
     specs = [ph.dtensor for ph in placeholders]
 
     n_params, n_buffers, n_states = len(params), len(buffers), len(states)
@@ -256,7 +274,9 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
         ps = list(flat[:n_params])
         bs = flat[n_params:n_params + n_buffers]
         ss = flat[n_params + n_buffers:n_params + n_buffers + n_states]
-        data = list(flat[n_params + n_buffers + n_states:])
+        start = n_params + n_buffers + n_states
+        data = list(flat[start:start + n_data])
+        extra = list(flat[start + n_data:])
         leaves = list(flat_batch)
         for pos, value in zip(data_positions, data):
             leaves[pos] = value
@@ -266,16 +286,8 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
             weights = {fqn: param_views[fqn](p) if fqn in param_views else p
                        for fqn, p in zip(param_names, ps)}
             weights.update(zip(buffer_names, bs))
-            output = torch.func.functional_call(model, weights, tuple(call_args), call_kwargs)
-            _set_phase("forward", module="loss")
-            loss = loss_fn(output)
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise CaptureError("loss(output) must give a scalar tensor")
-            _set_phase("backward")
-            from torch._functorch._aot_autograd.logging_utils import (
-                setup_stacktrace_preservation_hooks)
-            setup_stacktrace_preservation_hooks([loss.grad_fn])
-            grads = torch.autograd.grad(loss, ps, allow_unused=True)
+            loss, grads, sends = body.run(weights, ps, tuple(call_args), call_kwargs, extra)
+        produced["loss"] = loss is not None
         _set_phase("optimizer")
         traced = [p.detach() for p in ps]
         state = collections.defaultdict(dict)
@@ -302,8 +314,10 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
         for fqn, k, _ in states:
             t = traced[param_names.index(fqn)]
             out_states.append(updated[t][k])
-        return tuple(_local(x) for x in (loss, *traced, *out_states))
+        first = (loss,) if loss is not None else ()
+        return tuple(_local(x) for x in (*first, *traced, *out_states, *sends))
 
+    produced = {}
     model_tagger = _ModuleTagger(model)
     inputs = []
     for ph in placeholders:
@@ -333,14 +347,45 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     finally:
         model_tagger.close()
 
-    outputs = [("loss", "loss")] + [("parameter", fqn) for fqn in param_names]
+    outputs = [("loss", "loss")] if produced.get("loss") else []
+    outputs += [("parameter", fqn) for fqn in param_names]
     outputs += [("state", f"{fqn}.{k}") for fqn, k, _ in states]
+    outputs += [("send", n) for n in body.sends]
     hyper = {k: v for k, v in group.items() if k != "params"}
     return Trace(module=module, placeholders=placeholders, outputs=outputs,
                  optimizer={"class": name, "hyper": hyper, "step": step_counts,
                             "site": optimizer_site},
                  model_class=type(model).__name__, fake=fake, fn=step_fn, inputs=inputs,
                  notes=notes, param_aliases=aliases)
+
+
+def _single_forward(model, loss_fn):
+    """The default Body: the model on the batch, the loss, its gradients."""
+    def run(weights, ps, args, kwargs, extra):
+        output = torch.func.functional_call(model, weights, args, kwargs)
+        loss = compute_loss(loss_fn, output)
+        return loss, backward(loss, ps), []
+    return run
+
+
+def compute_loss(loss_fn, *args):
+    _set_phase("forward", module="loss")
+    loss = loss_fn(*args)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        raise CaptureError("loss(output) must give a scalar tensor")
+    return loss
+
+
+def backward(outputs, inputs, grad_outputs=None):
+    """Gradients of `outputs` (a tensor or a list) with respect to `inputs` (None
+    where one does not reach it), traced as the backward phase."""
+    _set_phase("backward")
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    setup_stacktrace_preservation_hooks([o.grad_fn for o in outs if o.grad_fn is not None])
+    grads = torch.autograd.grad(outs, inputs, grad_outputs=grad_outputs, allow_unused=True)
+    _set_phase("forward")
+    return list(grads)
 
 
 @contextlib.contextmanager

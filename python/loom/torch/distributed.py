@@ -30,6 +30,7 @@ class RankTrace:
     recorder: Recorder
     groups: dict          # process group name -> ranks of the group, in group order
     managed: dict = None  # fqn -> fsdp.ManagedParam (FSDP2 / replicate)
+    pipeline: object = None  # pipeline.Pipeline of a pipelined rank
 
 
 def _clear_dtensor_caches():
@@ -65,6 +66,9 @@ def fake_process_group(rank, world_size):
         dist.destroy_process_group()
         sys.excepthook = excepthook
         _clear_dtensor_caches()
+
+
+PIPELINE_DIM = "pp"  # the mesh dim whose ranks hold the pipeline's stages
 
 
 def mesh_shape(mesh):
@@ -115,8 +119,49 @@ def _keep_mesh_tables(trace, recorder):
             mesh._loom_ranks = mesh.mesh.clone()
 
 
+def _stage_inputs(pipe, batch, boundary, chain):
+    """Runs the rank's stages once, in order, on the first micro-batch (no gradients)
+    to learn what each sends: boundary[(chain, s + 1)] = (shape, dtype) of stage s's
+    output, which stage s + 1 receives (and whose gradient stage s receives back).
+    A stage whose input another rank sends must find it there (ranks are traced in
+    pipeline order), or give it as its PipelineStage's input_args."""
+    from loom.torch import pipeline
+    mb = pipeline._microbatch(batch, 0)
+    mb.pop(pipeline.TARGET, None)
+    for st in sorted(pipe.stages, key=lambda st: st.stage_index):
+        s = st.stage_index
+        with torch.no_grad():
+            if st.is_first:
+                out = st.submod(**mb)
+            else:
+                meta = boundary.get((chain, s)) or _user_input_meta(st)
+                if meta is None:
+                    raise CaptureError(f"stage {s} receives from a stage traced later; give its "
+                                       "PipelineStage input_args (the shape it receives)")
+                boundary[(chain, s)] = meta
+                out = st.submod(torch.zeros(meta[0], dtype=meta[1]))
+        if not isinstance(out, torch.Tensor):
+            raise CaptureError(f"stage {s} gives a {type(out).__name__}; a pipeline stage's "
+                               "output must be one tensor")
+        from torch.distributed.tensor import DTensor
+        if isinstance(out, DTensor):
+            out = out.to_local()
+        boundary[(chain, s + 1)] = (tuple(out.shape), out.dtype)
+
+
+def _user_input_meta(stage):
+    meta = getattr(getattr(stage, "_user_meta", None), "inputs", None)
+    if not meta:
+        return None
+    first = meta[0]
+    return tuple(first.shape), first.dtype
+
+
 def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake,
-               context=None):
+               context=None, boundary=None):
+    """The rank's trace. `boundary` (shared by the ranks, traced in pipeline order):
+    what each pipeline stage receives (_stage_inputs)."""
+    from loom.torch import pipeline
     names, sizes = mesh_shape(mesh)
     world = math.prod(sizes)
     with contextlib.ExitStack() as stack:
@@ -129,17 +174,33 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
         result = parallelize(module, device_mesh)
-        if isinstance(result, torch.nn.Module):
+        pipe = pipeline.schedule_of(result)
+        if pipe is not None:
+            module = pipeline.StageModules([st.submod for st in pipe.stages])
+        elif isinstance(result, torch.nn.Module):
             module = result
         from loom.torch import fsdp
         managed = fsdp.managed_params(module)
         opt = optimizer(list(module.parameters()))
         recorder = Recorder()
         views = {fqn: fsdp.unsharded_view(m) for fqn, m in managed.items()}
-        trace = trace_step(module, batch_of_rank(rank, device_mesh), loss, opt, fake=fake,
-                           recorder=recorder, param_views=views, context=context,
-                           optimizer_site=site_of(optimizer))
+        batch = batch_of_rank(rank, device_mesh)
+        body = None
+        if pipe is not None:
+            batch = pipeline.microbatches(batch, pipe.microbatches)
+            boundary = {} if boundary is None else boundary
+            chain = tuple(c for i, c in enumerate(coordinate_of(rank, sizes))
+                          if names[i] != PIPELINE_DIM)
+            _stage_inputs(pipe, batch, boundary, chain)
+            weight_names = {st.stage_index: [n for n, _ in st.submod.named_parameters()] +
+                            [n for n, _ in st.submod.named_buffers()] for st in pipe.stages}
+            param_names = [n for n, _ in module.named_parameters()]
+            body = pipeline.pipeline_body(pipe, weight_names, param_names,
+                                          lambda s: boundary[(chain, s)])
+        trace = trace_step(module, batch, loss, opt, fake=fake, recorder=recorder,
+                           param_views=views, context=context,
+                           optimizer_site=site_of(optimizer), body=body)
         groups = _groups()
         _keep_mesh_tables(trace, recorder)
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,
-                     recorder=recorder, groups=groups, managed=managed)
+                     recorder=recorder, groups=groups, managed=managed, pipeline=pipe)

@@ -203,7 +203,7 @@ class Origins:
         elif frame:
             source, code = f"{short_path(frame[0])}:{frame[1]}", frame[2]
         return dict(node=node.name, target=str(node.target), phase=phase, module=module,
-                    source=source, code=code)
+                    source=source, code=code, action=custom.get("action"))
 
 
 # ---------------------------------------------------------------------------------

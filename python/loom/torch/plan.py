@@ -57,7 +57,8 @@ _STRUCTURAL_ARGS = {
     aten.transpose.int: (1, 2), aten.permute.default: (1,), aten.sum.dim_IntList: (1, 2),
     aten.mean.dim: (1, 2), aten._softmax.default: (1,), aten._log_softmax.default: (1,),
     aten.cat.default: (1,), aten.unsqueeze.default: (1,), aten.squeeze.dim: (1,),
-    aten.cumsum.default: (1,), aten.select.int: (1, 2),
+    aten.cumsum.default: (1,), aten.select.int: (1, 2), aten.scalar_tensor.default: (0,),
+    aten.full.default: (1,), aten.full_like.default: (1,), aten.new_full.default: (2,),
 }
 
 
@@ -76,6 +77,18 @@ _CANONICAL_TARGET = {aten._unsafe_view.default: aten.view.default,
 
 
 ANY = object()  # an operand image that matches any (SpecIndex.match)
+FOLDED = object()  # a folded operand, in SpecIndex.open_folded keys
+
+
+@dataclasses.dataclass(eq=False)
+class FoldedVar:
+    """A rank's folded value not yet bound to the spec's (SpecIndex._match_open)."""
+    node: object       # the rank's folded FX node
+    piece: object      # its value
+    preferred: dict    # region_of's preferred begins
+    region: object = None
+    bound: object = None  # the spec's folded node, once bound
+    nodes: list = None    # the rank's nodes holding it (it and what re-labels it)
 
 
 def _target(node):
@@ -133,19 +146,40 @@ class SpecIndex:
         self.origins = self.L.origins
         self.candidates = collections.defaultdict(list)
         self.folded = collections.defaultdict(list)  # (target, site) -> folded spec nodes
+        # Candidates by their key with every folded operand (a shape-only value) left
+        # open: a rank's folded value is bound to the spec's where an op reads it.
+        self.open_folded = collections.defaultdict(list)
         for n in self.graph.nodes:
             if n in self.L.folded:
                 self.folded[(_target(n), _site(n))].append(n)
             elif n.op in ("call_function", "get_attr") and n in self.L.node_ops and \
                     not is_identity(n):
-                self.candidates[self.key(n, lambda a: a)].append(n)
+                key = self.key(n, lambda a: a)
+                self.candidates[key].append(n)
+                folded = [self.folded_of(a) for a in _flat_nodes((n.args, n.kwargs))]
+                if any(f is not None for f in folded):
+                    open_key = (key[0], tuple(FOLDED if f is not None else a
+                                              for a, f in zip(key[1], folded))) + key[2:]
+                    self.open_folded[open_key].append((n, folded))
         self.used = set()
         self.signatures = {}
 
+    def folded_of(self, node):
+        """The spec's folded value `node` is (or re-labels), or None."""
+        while isinstance(node, torch.fx.Node):
+            if node in self.L.folded:
+                return node
+            if not is_identity(node):
+                return None
+            node = node.args[0]
+        return None
+
     def key(self, node, image):
         """(target, the spec images of its tensor operands)."""
-        args = [canonical(image(a)) if image(a) is not ANY else ANY
-                for a in _flat_nodes((node.args, node.kwargs))]
+        args = []
+        for a in _flat_nodes((node.args, node.kwargs)):
+            i = image(a)
+            args.append(i if i is ANY or isinstance(i, FoldedVar) else canonical(i))
         target = _target(node)
         if node.target is _getitem():
             return (target, tuple(args), node.args[1])
@@ -157,24 +191,66 @@ class SpecIndex:
         key = self.key(node, image)
         if any(k is None for k in key[1]):
             return None
+        if any(isinstance(k, FoldedVar) for k in key[1]):
+            return self._match_open(node, key, again)
         if any(k is ANY for k in key[1]):
-            found = [m for k, ms in self.candidates.items()
+            every = [m for k, ms in self.candidates.items()
                      if k[0] == key[0] and len(k[1]) == len(key[1]) and
-                     all(a is ANY or a is b for a, b in zip(key[1], k[1]))
-                     for m in ms if m not in self.used]
+                     all(a is ANY or a is b for a, b in zip(key[1], k[1])) for m in ms]
         else:
-            found = [m for m in self.candidates.get(key, ()) if m not in self.used]
-        if not found and again:
-            found = list(self.candidates.get(key, ()))
-        if not found:
-            return None
+            every = list(self.candidates.get(key, ()))
         positions = _STRUCTURAL_ARGS.get(node.target, ())
         if positions:
-            found = [m for m in found if all(_arg(m, i) == _arg(node, i) for i in positions)] \
-                or found
+            every = [m for m in every if all(_arg(m, i) == _arg(node, i) for i in positions)
+                     and m.kwargs.get("dtype") == node.kwargs.get("dtype")] or every
+        found = [m for m in every if m not in self.used]
+        if not found and (again or len(set(every)) == 1):
+            # The step computes it once (dedupe.py); the rank may compute it again (a
+            # rotary table each of its layers unsqueezes).
+            found = every
+        if not found:
+            return None
         site = _site(node)
         same_site = [m for m in found if _site(m) == site]
         m = (same_site or found)[0]
+        self.used.add(m)
+        return m
+
+    def _match_open(self, node, key, again):
+        """A rank op reading folded values of its own (FoldedVar): the spec op on the
+        same other operands whose folded operands hold the rank's values as a region
+        (made by the same op; at the same line first). Binds each FoldedVar to the
+        spec's folded value; None if no op fits."""
+        from loom.torch import constants
+        open_key = (key[0], tuple(FOLDED if isinstance(a, FoldedVar) else a
+                                  for a in key[1])) + key[2:]
+        entries = self.open_folded.get(open_key, ())
+        # A spec node taken already fits again when it is the only one (dedupe.py).
+        again = again or len({m for m, _ in entries}) == 1
+        fits, exact = [], []
+        for m, folded in entries:
+            if m in self.used and not again:
+                continue
+            ok, same_site = True, True
+            for var, spec_folded in zip(key[1], folded):
+                if not isinstance(var, FoldedVar):
+                    continue
+                if spec_folded is None or _target(spec_folded) != _target(var.node):
+                    ok = False
+                    break
+                same_site &= _site(spec_folded) == _site(var.node)
+                var.region = constants.region_of(self.L.folded[spec_folded], var.piece,
+                                                  var.preferred)
+                ok &= var.region is not None
+            if ok:
+                (exact if same_site else fits).append((m, folded))
+        chosen = (exact or fits or [None])[0]
+        if chosen is None:
+            return None
+        m, folded = chosen
+        for var, spec_folded in zip(key[1], folded):
+            if isinstance(var, FoldedVar):
+                var.bound = spec_folded
         self.used.add(m)
         return m
 
@@ -186,7 +262,7 @@ class SpecIndex:
         rank updates twice)."""
         key = self.key(node, image)
         args = key[1]
-        if len(args) < 2 or any(a is None for a in args):
+        if len(args) < 2 or any(a is None or isinstance(a, FoldedVar) for a in args):
             return None
         fits = []
         for k, ms in self.candidates.items():
@@ -205,8 +281,8 @@ class SpecIndex:
     def match_folded(self, node):
         """The spec's folded shape-only value a rank's folded one stands for: the one
         made by the same op at the same line, in order."""
-        found = [m for m in self.folded.get((_target(node), _site(node)), ())
-                 if m not in self.used]
+        every = self.folded.get((_target(node), _site(node)), ())
+        found = [m for m in every if m not in self.used] or list(every)
         if not found:
             return None
         self.used.add(found[0])
@@ -282,6 +358,9 @@ class PlanDocument:
         self.outputs = []
         self.origin_of_task = []
         self.failures = []  # found while building the plan (a folded value of no region)
+        self.p2p = []       # what pipeline stages send each other: name, source, destination
+        self.origin_of_collective = {}
+        self.order = []     # per device, its program (pipeline schedules), or []
 
     def value(self, device, claim, dtype, dims):
         v = PValue(name=f"v{len(self.values)}", dtype=dtype, dims=tuple(dims),
@@ -330,7 +409,7 @@ class PlanDocument:
             "format": "loom.plan", "version": 1, "model": self.model,
             "mesh": [{"name": n, "size": s} for n, s in self.mesh],
             "values": values, "tasks": tasks, "collectives": self.collectives,
-            "outputs": self.outputs, "order": [],
+            "outputs": self.outputs, "order": self.order,
         }
         return json.dumps(doc)
 
@@ -435,6 +514,10 @@ class RankLowering(Lowering):
         self._masked_sums = 0
         self._functionals = 0
         self.second_copy = set()  # rank nodes computed from a second copy of a shared parameter
+        self.received = {}    # placeholder node -> name of what the rank receives there
+        self.unbound = {}     # folded FX node -> FoldedVar, until an op reading it is matched
+        self.unbound_origin = {}
+        self.published = {}   # (device, name) -> (PValue, spec image) of what ranks send
 
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
@@ -474,6 +557,20 @@ class RankLowering(Lowering):
 
     # ---- the walk ----------------------------------------------------------------------
     def run(self):
+        """Lowers the rank's program alone (a rank that receives nothing)."""
+        steps = self.steps()
+        try:
+            while True:
+                wanted = next(steps)
+                raise CaptureError(f"rank {self.device} receives '{wanted}' from no rank")
+        except StopIteration as done:
+            return done.value
+
+    def steps(self):
+        """Lowers the rank's program, a generator: it yields the name of a value the
+        rank receives (a pipeline stage's input or output gradient) when it needs it,
+        and is sent back (PValue, spec image) once its sender has lowered it
+        (build_plan). It returns the plan values of the trace's outputs."""
         graph = self.trace.module.graph
         output_node = graph.output_node()
         live = self._live(graph, output_node)
@@ -482,38 +579,67 @@ class RankLowering(Lowering):
         redistributions = {r.output_node: r for r in rec.redistributions if r.nodes}
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         for node, ph in zip(placeholders, self.trace.placeholders):
+            if ph.kind == "recv":
+                self.received[node] = ph.name
+                continue
             self._placeholder(node, ph)
+        sends = {n: name for n, (kind, name) in zip(output_node.args[0], self.trace.outputs)
+                 if kind == "send"}
         for node in graph.nodes:
             if node.op in ("placeholder", "output") or node not in live:
                 continue
-            self.current = node
-            self.origin = self.origins.of(node)
-            if self.second_copy and any(a in self.second_copy for a in node.all_input_nodes):
-                self.second_copy.add(node)
-            if node in self.folded:
-                self._folded_value(node)
-                continue
-            if node.name in rec.glue:
-                r = redistributions.get(node.name)
-                if r is not None:
-                    self._redistribute(node, r)
-                elif node.name in rec.mask_windows:
-                    self._mask_window(node, rec.mask_windows[node.name])
-                elif node.name in rec.aliases:
-                    self._alias(node, rec.aliases[node.name])
-                continue
-            if node.op == "call_function" and node.target in _FUNCTIONAL_COLLECTIVES:
-                self._functional_collective(node)
-                continue
-            if any(isinstance(self.env.get(a), VocabMask) for a in node.all_input_nodes) and \
-                    node.target not in (aten.index_put_.default, aten.index_put.default):
-                self._vocab_mask_op(node)
-                continue
-            self._model_op(node)
+            for a in node.all_input_nodes:
+                if a in self.received and a not in self.env:
+                    value, image = yield self.received[a]
+                    self._receive(a, value, image)
+            self._lower_node(node, rec, redistributions)
+            if node in sends:
+                self.published[(self.device, sends[node])] = (self.env[node], self.image.get(node))
         outs = []
         for n, (kind, name) in zip(output_node.args[0], self.trace.outputs):
             outs.append(self.env.get(n) if isinstance(n, torch.fx.Node) else None)
         return outs
+
+    def _lower_node(self, node, rec, redistributions):
+        self.current = node
+        self.origin = self.origins.of(node)
+        if self.second_copy and any(a in self.second_copy for a in node.all_input_nodes):
+            self.second_copy.add(node)
+        if node in self.folded:
+            self._folded_value(node)
+            return
+        if not self._goes_to_model_op(node, rec):
+            self._bind_operands(node)
+        if node.name in rec.glue:
+            r = redistributions.get(node.name)
+            if r is not None:
+                self._redistribute(node, r)
+            elif node.name in rec.mask_windows:
+                self._mask_window(node, rec.mask_windows[node.name])
+            elif node.name in rec.aliases:
+                self._alias(node, rec.aliases[node.name])
+            return
+        if node.op == "call_function" and node.target in _FUNCTIONAL_COLLECTIVES:
+            self._functional_collective(node)
+            return
+        if any(isinstance(self.env.get(a), VocabMask) for a in node.all_input_nodes) and \
+                node.target not in (aten.index_put_.default, aten.index_put.default):
+            self._vocab_mask_op(node)
+            return
+        self._model_op(node)
+
+    def _goes_to_model_op(self, node, rec):
+        return node.name not in rec.glue and not (
+            node.op == "call_function" and node.target in _FUNCTIONAL_COLLECTIVES) and \
+            not any(isinstance(self.env.get(a), VocabMask) for a in node.all_input_nodes)
+
+    def _receive(self, node, sent, image):
+        """What the rank receives (a placeholder of its trace): a copy of the value its
+        sender sent, claiming the same piece, joined to it by a send_recv."""
+        value = self.doc.value(self.device, sent.claim, sent.dtype, sent.dims)
+        self.env[node] = value
+        self.image[node] = image
+        self.doc.p2p.append(dict(name=self.received[node], source=sent, destination=value))
 
     def _placeholder(self, node, ph):
         spec_node = self.S.placeholder.get(ph.name)
@@ -543,15 +669,30 @@ class RankLowering(Lowering):
         self.image[node] = spec_node
 
     def _folded_value(self, node):
-        """A rank's folded shape-only value: a plan input claiming the region of the
-        spec's value it equals (constants.py); none is a failure here."""
-        from loom.torch import constants
-        piece = self.folded[node]
+        """A rank's folded shape-only value: bound to the spec's when an op reads it
+        (SpecIndex._match_open), a plan input claiming the region of the spec's value
+        it equals (constants.py)."""
         preferred = {0: self.batch_rows[1]} if self.batch_rows else None
-        m = self.S.match_folded(node) or self.S.match_folded_by_value(node, piece, preferred)
-        if m is None:
-            self.unsupported(f"the rank computes a value from shapes ('{node.target}') the "
-                             "model's step does not")
+        self.unbound[node] = FoldedVar(node, self.folded[node], preferred, nodes=[node])
+        self.unbound_origin[node] = self.origin
+
+    def _bind_folded(self, node, m):
+        """The rank's folded value `node` (and what re-labels it) as the region of the
+        spec's folded `m` it equals; none is a failure here."""
+        var = self.unbound[node]
+        first = var.nodes[0]
+        origin, self.origin = self.origin, self.unbound_origin.get(first, self.origin)
+        try:
+            self._folded_as(first, m, var.piece, var.preferred)
+        finally:
+            self.origin = origin
+        for n in var.nodes:
+            self.unbound.pop(n, None)
+            self.env[n] = self.env[first]
+            self.image[n] = m
+
+    def _folded_as(self, node, m, piece, preferred):
+        from loom.torch import constants
         sval = self.S.L.env[m]
         tensor = self.S.tensor_id[sval.name]
         whole = self.S.L.folded[m]
@@ -570,7 +711,26 @@ class RankLowering(Lowering):
     def _spec_image(self, a):
         if isinstance(self.env.get(a), VocabMask):
             return ANY  # the update loss parallel writes, where the spec writes a -1
+        if a in self.unbound:
+            return self.unbound[a]
         return self.image.get(a)
+
+    def _bind_operands(self, node):
+        """Binds the folded values `node` reads (FoldedVars its match bound)."""
+        for a in node.all_input_nodes:
+            var = self.unbound.get(a)
+            if var is not None and var.bound is not None:
+                self._bind_folded(a, var.bound)
+            elif var is not None:
+                # Matched otherwise (no spec op reads it alike): the first spec value
+                # made by the same op, at the same line first.
+                piece, preferred = var.piece, var.preferred
+                m = self.S.match_folded(a) or self.S.match_folded_by_value(a, piece, preferred)
+                if m is None:
+                    origin, self.origin = self.origin, self.unbound_origin.get(a, self.origin)
+                    self.unsupported(f"the rank computes a value from shapes ('{a.target}') "
+                                     "the model's step does not")
+                self._bind_folded(a, m)
 
     def _whole_broadcast(self, index, op, inputs, attrs, tensors, outs):
         """A fill or an expand a rank computes in part along the dim it makes (a batch
@@ -649,6 +809,12 @@ class RankLowering(Lowering):
             self.env[node] = self._claimed(self.env[node], spec)
 
     def _model_op(self, node):
+        if is_identity(node) and node.args[0] in self.unbound:
+            # A re-labelled folded value: the same value, bound with it.
+            var = self.unbound[node.args[0]]
+            var.nodes.append(node)
+            self.unbound[node] = var
+            return
         # What a second copy of a shared parameter computes is the spec's computation
         # of it a second time.
         again = node in self.second_copy
@@ -664,6 +830,7 @@ class RankLowering(Lowering):
         if m is None:
             self.unsupported(f"the rank runs '{node.target}' where the model's step has no "
                              "such op on the same operands")
+        self._bind_operands(node)
         self.image[node] = m
         self.spec_node = m
         self.template = self.S.L.node_ops.get(m, [])
@@ -963,6 +1130,7 @@ def assemble_collectives(doc, lowerings, mesh_sizes):
                 "dim": e0["attrs"].get("dim", -1), "dim2": -1,
                 "phase": e0["origin"].get("phase", "forward"), "layer": -1}
         doc.collectives.append(item)
+        doc.origin_of_collective[item["id"]] = e0["origin"]
 
 
 def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data_dims=()):
@@ -972,26 +1140,171 @@ def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data
     states, and its loss where the rank holds the whole loss (doc.loss_output)."""
     S = SpecIndex(spec)
     doc = PlanDocument(S, mesh_names, mesh_sizes, model_name)
-    lowerings = []
-    losses = []
-    for rank in ranks:
-        L = RankLowering(S, rank, doc, data_claim)
+    lowerings = [RankLowering(S, rank, doc, data_claim) for rank in ranks]
+    published = {}
+    for L in lowerings:
         L.data_dims = tuple(data_dims)
         L.mesh_sizes = tuple(mesh_sizes)
-        S.used = set()
-        outs = L.run()
-        for (kind, name), v in zip(rank.trace.outputs, outs):
+        L.published = published
+        L.used = set()
+    results = _lower_together(lowerings, published)
+    losses = []
+    for L, outs in zip(lowerings, results):
+        for (kind, name), v in zip(L.trace.outputs, outs):
+            if kind == "send":
+                continue
             if not isinstance(v, PValue):
-                raise CaptureError(f"rank {rank.rank}: output {name} is not a plan value")
+                raise CaptureError(f"rank {L.device}: output {name} is not a plan value")
             if kind == "loss":
                 losses.append(v)
             else:
                 doc.outputs.append(v.id)
-        lowerings.append(L)
     # The loss is an output where every rank holds it whole (tensor parallelism);
     # data-parallel ranks each hold their share of it, and torch never adds them.
-    doc.loss_output = all(v.claim.part == C.FULL for v in losses)
+    doc.loss_output = bool(losses) and all(v.claim.part == C.FULL for v in losses)
     if doc.loss_output:
         doc.outputs = [v.id for v in losses] + doc.outputs
     assemble_collectives(doc, lowerings, mesh_sizes)
+    p2p = _assemble_sends(doc)
+    if any(L.rank.pipeline is not None for L in lowerings):
+        doc.order = pipeline_order(doc, lowerings, p2p)
     return doc, lowerings
+
+
+def _lower_together(lowerings, published):
+    """Runs the ranks' lowerings (RankLowering.steps) side by side: one that needs
+    what another sends waits until that one has lowered it."""
+    from loom.torch.pipeline import recv_name, send_name  # noqa: F401
+    steps = [L.steps() for L in lowerings]
+    wanted = [None] * len(lowerings)
+    results = [None] * len(lowerings)
+    running = set(range(len(lowerings)))
+    first = set(running)
+    while running:
+        progressed = False
+        for i in sorted(running):
+            L = lowerings[i]
+            answer = None
+            if wanted[i] is not None:
+                answer = published.get(_sender_of(L, wanted[i]))
+                if answer is None:
+                    continue
+            L.S.used = L.used
+            try:
+                wanted[i] = next(steps[i]) if i in first else steps[i].send(answer)
+            except StopIteration as done:
+                results[i] = done.value
+                running.discard(i)
+            first.discard(i)
+            progressed = True
+        if not progressed:
+            waits = ", ".join(f"rank {lowerings[i].device} waits for {wanted[i]}"
+                              for i in sorted(running))
+            raise CaptureError(f"the pipeline's stages wait on each other: {waits}")
+    return results
+
+
+def _sender_of(L, name):
+    """(device, send name) of what rank L receives as `name` (pipeline.recv_name)."""
+    pipe = L.rank.pipeline
+    _, what, stage, mb = name.split(".")
+    s = int(stage[len("stage"):])
+    m = int(mb[len("mb"):])
+    source = s - 1 if what == "activation" else s + 1
+    group_rank = source % len(pipe.pp_ranks)
+    kind = "F" if what == "activation" else "B"
+    from loom.torch.pipeline import send_name
+    return pipe.pp_ranks[group_rank], send_name(kind, source, m)
+
+
+def _assemble_sends(doc):
+    """A send_recv collective per value a pipeline stage sends: name -> its id."""
+    ids = {}
+    for e in doc.p2p:
+        item = {"id": len(doc.collectives), "kind": "send_recv", "reduce": "sum",
+                "devices": [e["source"].device, e["destination"].device],
+                "inputs": [e["source"].id], "outputs": [e["destination"].id],
+                "dim": -1, "dim2": -1, "phase": "forward" if ".activation." in e["name"]
+                else "backward", "layer": -1}
+        ids[(e["destination"].device, e["name"])] = item["id"]
+        doc.collectives.append(item)
+    return ids
+
+
+def pipeline_order(doc, lowerings, p2p):
+    """Each device's program in the order its pipeline schedule runs it: what comes
+    before the first action (FSDP's gathers), each action's tasks and collectives in
+    the order the rank's trace made them, then the update. A send and the receives of
+    the next action form one batch, as torch's schedules post them, in one order on
+    every device."""
+    from loom.torch.pipeline import recv_name, send_name
+    steps = collections.defaultdict(lambda: collections.defaultdict(list))
+    for task in doc.tasks:
+        action = (doc.origin_of_task[task["id"]] or {}).get("action")
+        steps[task["device"]][action].append({"collective": False, "id": task["id"]})
+    for c in doc.collectives:
+        if c["kind"] == "send_recv":
+            continue
+        action = (doc.origin_of_collective.get(c["id"]) or {}).get("action")
+        for d in c["devices"]:
+            steps[d][action].append({"collective": True, "id": c["id"]})
+    order = []
+    for L in lowerings:
+        d = L.device
+        program = list(steps[d].pop(None, [])) if L.rank.pipeline is None else []
+        pipe = L.rank.pipeline
+        if pipe is None:
+            for rest in steps[d].values():
+                program += rest
+            order.append(program)
+            continue
+        update = steps[d].pop(None, [])
+        before = [st for st in update if _before_actions(doc, st)]
+        after = [st for st in update if not _before_actions(doc, st)]
+        program = before
+        pending = []
+        stage_of = {st.stage_index: st for st in pipe.stages}
+        for kind, s, m in pipe.actions:
+            st = stage_of[s]
+            receives = []
+            if kind == "F" and not st.is_first:
+                receives.append(p2p[(d, recv_name("F", s, m))])
+            if kind == "B" and not st.is_last:
+                receives.append(p2p[(d, recv_name("B", s, m))])
+            batch = sorted(set(pending + receives))
+            program += [{"collective": True, "id": i} for i in batch]
+            program += steps[d].pop(f"{kind}{s}.{m}", [])
+            pending = []
+            if kind == "F" and not st.is_last:
+                pending.append(_sent(doc, d, send_name("F", s, m), p2p))
+            if kind == "B" and not st.is_first:
+                pending.append(_sent(doc, d, send_name("B", s, m), p2p))
+        program += [{"collective": True, "id": i} for i in sorted(pending)]
+        for rest in steps[d].values():  # actions the schedule does not list: none expected
+            program += rest
+        order.append(program + after)
+    return order
+
+
+def _before_actions(doc, step):
+    """Untagged steps before the schedule's first action: the forward phase's (the
+    parameters FSDP gathers before any stage runs)."""
+    item = doc.collectives[step["id"]] if step["collective"] else doc.tasks[step["id"]]
+    return item.get("phase") == "forward"
+
+
+def _sent(doc, device, name, p2p):
+    """The send_recv collective of what `device` sends as `name`."""
+    for (dst, recv), cid in p2p.items():
+        c = doc.collectives[cid]
+        if c["devices"][0] == device and _matches(recv, name):
+            return cid
+    raise CaptureError(f"rank {device} sends {name} to no rank")
+
+
+def _matches(recv, send):
+    """Whether receive `recv` gets what `send` sends (pipeline names)."""
+    _, what, stage, mb = recv.split(".")
+    _, what2, stage2, mb2 = send.split(".")
+    s, s2 = int(stage[5:]), int(stage2[5:])
+    return what == what2 and mb == mb2 and s == (s2 + 1 if what == "activation" else s2 - 1)

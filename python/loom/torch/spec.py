@@ -8,6 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import loom
 from loom.torch.capture import site_of, trace_step
+from loom.torch.dedupe import dedupe
 from loom.torch.errors import CaptureError
 from loom.torch.lower import lower_trace
 
@@ -70,18 +71,30 @@ def _maybe_fake(fake):
         yield mode
 
 
-def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model_instance=None):
+def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model_instance=None,
+                 microbatches=1, scale_grads=True):
     """Captures one training step of the model `model()` builds on the batch
     `inputs()`: loss(output) is the loss, optimizer(params) builds the torch.optim
     optimizer. With fake=True nothing is allocated (real sizes): the model, the
-    batch and every value are FakeTensors."""
+    batch and every value are FakeTensors. With microbatches > 1, the step of a
+    pipelined job: gradients accumulated over the batch's micro-batches (dim 0, in
+    order), divided by their number with scale_grads (pipeline.accumulation_body)."""
+    from loom.torch import pipeline
     with _maybe_fake(fake):
         module = model_instance if model_instance is not None else model()
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
         batch = inputs()
+        body = None
+        if microbatches > 1:
+            batch = pipeline.microbatches(batch, microbatches)
+            body = pipeline.accumulation_body(module, loss, microbatches, scale_grads)
         opt = optimizer(list(module.parameters()))
-        trace = trace_step(module, batch, loss, opt, fake=fake, optimizer_site=site_of(optimizer))
+        trace = trace_step(module, batch, loss, opt, fake=fake, optimizer_site=site_of(optimizer),
+                           body=body)
+    merged = dedupe(trace.module)
+    for names in (trace.notes.log_softmax, trace.notes.fused, trace.notes.counts):
+        names.update({merged[n] for n in names if n in merged})
     lowering = lower_trace(trace, name or type(module).__name__)
     text = lowering.g.text()
     step = loom.parse_step(text, origin=f"<{name or type(module).__name__} step>")

@@ -1,0 +1,313 @@
+"""Pipeline parallelism (torch.distributed.pipelining), as the program each rank runs.
+
+A launcher's `parallelize` that pipelines the model returns the schedule it built
+(Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B, ...) over its PipelineStages.
+The schedule's runtime sends and receives between ranks and drives autograd one
+micro-batch at a time, which a trace cannot follow; what it computes is this, per
+rank, and that is what the rank's trace runs (Body):
+
+- the batch the rank reads is split into the schedule's micro-batches along dim 0
+  (torch.tensor_split, as the schedule's step does): `input_ids.mb0`, ...; under
+  pipelining the batch's `labels` are the loss function's target (the schedule's
+  `target`), the other entries the first stage's keyword arguments;
+- for each of the rank's forward actions F(stage, m): the stage's module on the
+  micro-batch (the first stage) or on what the previous stage sent (received: an
+  input of the trace), then the schedule's loss function on the last stage;
+- for each backward action B(stage, m): the gradients of the stage's output (of the
+  loss on the last stage; the received gradient elsewhere) with respect to its
+  parameters and its input, which it sends back; the parameter gradients accumulate
+  over the micro-batches in order, and are divided by their number when the
+  schedule scales them (scale_grads, its default);
+- then the optimizer's step.
+
+The values a stage sends are outputs of the trace; what a stage receives is the
+sender's value (plan.py joins them with send_recv collectives). Each traced op is
+tagged with the action that ran it; the plan's per-device order follows the
+schedule's own (`pipeline_order`), so Loom's schedule checks (every send met by its
+receive, no deadlock) run on the schedule torch will run.
+
+The model's step, for a pipelined job, accumulates gradients over the same
+micro-batches in the same order and scales them the same way (accumulation_body):
+the single-device step torch's schedule computes, which is the whole-batch step when
+the micro-batches count as many tokens.
+"""
+
+import dataclasses
+
+import torch
+import torch.fx.traceback as fx_traceback
+
+from loom.torch.capture import Body, Placeholder, backward, compute_loss
+from loom.torch.errors import CaptureError
+
+TARGET = "labels"   # the batch entry a pipelined job's loss function takes as target
+
+
+@dataclasses.dataclass
+class Pipeline:
+    """What a rank's schedule runs."""
+    schedule: object
+    stages: list          # the rank's PipelineStages
+    num_stages: int
+    microbatches: int
+    loss_fn: object
+    scale_grads: bool
+    actions: list         # the rank's compute actions, in order: (kind "F"/"B", stage, mb)
+    pp_ranks: list        # global rank of each rank of the pipeline group
+
+
+def schedule_of(result):
+    """The Pipeline of what `parallelize` returned, or None (not a schedule)."""
+    from torch.distributed.pipelining.schedules import (PipelineScheduleMulti,
+                                                        PipelineScheduleSingle,
+                                                        _PipelineSchedule)
+    if not isinstance(result, _PipelineSchedule):
+        return None
+    if isinstance(result, PipelineScheduleSingle):
+        stages = [result._stage]
+    elif isinstance(result, PipelineScheduleMulti):
+        stages = list(result._stages)
+    else:
+        raise CaptureError(f"pipeline schedule {type(result).__name__} is not supported")
+    if result._loss_fn is None:
+        raise CaptureError("the pipeline schedule has no loss_fn: it runs no backward")
+    import torch.distributed as dist
+    group = stages[0].group
+    pp_ranks = dist.get_process_group_ranks(group) if group is not None else \
+        list(range(dist.get_world_size()))
+    rank = pp_ranks.index(dist.get_rank())
+    return Pipeline(schedule=result, stages=stages, num_stages=stages[0].num_stages,
+                    microbatches=result._n_microbatches, loss_fn=result._loss_fn,
+                    scale_grads=result.scale_grads, actions=_actions(result, stages, rank),
+                    pp_ranks=pp_ranks)
+
+
+def _actions(schedule, stages, rank):
+    """The rank's compute actions in the order the schedule's runtime runs them."""
+    from torch.distributed.pipelining.schedules import (PipelineScheduleMulti, Schedule1F1B,
+                                                        ScheduleGPipe)
+    n = schedule._n_microbatches
+    name = type(schedule).__name__
+    if isinstance(schedule, PipelineScheduleMulti):
+        # Its runtime runs its pipeline_order.
+        return _compute_actions(name, schedule.pipeline_order[rank])
+    stage = stages[0].stage_index
+    if isinstance(schedule, ScheduleGPipe):
+        return [("F", stage, m) for m in range(n)] + [("B", stage, m) for m in range(n)]
+    if isinstance(schedule, Schedule1F1B):
+        # Schedule1F1B._step_microbatches (its pipeline_order is not what it runs):
+        # num_stages - stage warm-up forwards, then one backward and one forward at a
+        # time, then the remaining backwards.
+        warmup = min(n, stages[0].num_stages - stage)
+        out = [("F", stage, m) for m in range(warmup)]
+        forward, backward = warmup, 0
+        while True:
+            out.append(("B", stage, backward))
+            backward += 1
+            if forward == n:
+                break
+            out.append(("F", stage, forward))
+            forward += 1
+        out += [("B", stage, m) for m in range(backward, n)]
+        return out
+    raise CaptureError(f"pipeline schedule {name} is not supported (Schedule1F1B, "
+                       "ScheduleGPipe and the multi-stage schedules are)")
+
+
+def _compute_actions(schedule, actions):
+    from torch.distributed.pipelining.schedules import _ComputationType as T
+    out = []
+    for a in actions:
+        if a is None or a.computation_type in (T.REDUCE_GRAD, T.SEND_F, T.RECV_F, T.SEND_B,
+                                               T.RECV_B, T.UNSHARD, T.RESHARD):
+            continue
+        if a.computation_type == T.FORWARD:
+            out.append(("F", a.stage_index, a.microbatch_index))
+        elif a.computation_type == T.FULL_BACKWARD:
+            out.append(("B", a.stage_index, a.microbatch_index))
+        else:
+            raise CaptureError(f"{schedule}: action {a} ({a.computation_type.name}) is not "
+                               "supported (forward and full backward actions are)")
+    return out
+
+
+class StageModules(torch.nn.Module):
+    """A rank's stage modules as one module whose parameters, buffers and submodules
+    keep the names they have in the model (each stage is the model with the other
+    stages' parts taken out)."""
+
+    def __init__(self, stages):
+        super().__init__()
+        object.__setattr__(self, "_stage_list", list(stages))
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        seen = set()
+        for m in self._stage_list:
+            for name, p in m.named_parameters(remove_duplicate=remove_duplicate):
+                if remove_duplicate and id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield name, p
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters():
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        seen = set()
+        for m in self._stage_list:
+            for name, b in m.named_buffers(remove_duplicate=remove_duplicate):
+                if name in seen:
+                    continue
+                seen.add(name)
+                yield name, b
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        for m in self._stage_list:
+            yield from m.named_modules()
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+
+def microbatches(batch, count):
+    """The batch (a dict of keyword arguments) as `count` micro-batches along dim 0,
+    as one dict: `input_ids.mb0`, `input_ids.mb1`, ... (torch.tensor_split)."""
+    if not isinstance(batch, dict):
+        raise CaptureError("a pipelined job's inputs() must give a dict of keyword arguments")
+    out = {}
+    for m in range(count):
+        for key, value in batch.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                if value.shape[0] % count:
+                    raise CaptureError(f"batch input '{key}' has {value.shape[0]} rows, which "
+                                       f"{count} micro-batches cannot share equally")
+                value = torch.tensor_split(value, count, 0)[m]
+            out[f"{key}.mb{m}"] = value
+    return out
+
+
+def _microbatch(kwargs, m):
+    suffix = f".mb{m}"
+    return {k[:-len(suffix)]: v for k, v in kwargs.items() if k.endswith(suffix)}
+
+
+def _tag(kind, stage, m):
+    meta = fx_traceback.get_current_meta().setdefault("custom", {})
+    if kind is None:
+        meta.pop("action", None)
+    else:
+        meta["action"] = f"{kind}{stage}.{m}"
+
+
+def accumulation_body(model, loss_fn, count, scale):
+    """The model's step of a pipelined job: gradients accumulated over `count`
+    micro-batches in order, divided by `count` when the schedule scales them."""
+    def run(weights, ps, args, kwargs, extra):
+        total = [None] * len(ps)
+        for m in range(count):
+            output = torch.func.functional_call(model, weights, (), _microbatch(kwargs, m))
+            loss = compute_loss(loss_fn, output)
+            _accumulate(total, backward(loss, ps))
+        return None, _scaled(total, count, scale), []
+    return Body(run=run)
+
+
+def _accumulate(total, grads):
+    for i, g in enumerate(grads):
+        if g is not None:
+            total[i] = g if total[i] is None else total[i] + g
+
+
+def _scaled(total, count, scale):
+    if not scale:
+        return total
+    from loom.torch.capture import _set_phase
+    _set_phase("backward")
+    return [g / count if g is not None else None for g in total]
+
+
+def recv_name(kind, stage, m):
+    """What stage `stage` receives for its action: the activation for F, the
+    gradient of its output for B."""
+    return f"recv.{'activation' if kind == 'F' else 'gradient'}.stage{stage}.mb{m}"
+
+
+def send_name(kind, stage, m):
+    """What stage `stage` sends after its action: its output after F (to stage + 1),
+    the gradient of its input after B (to stage - 1)."""
+    return f"send.{'activation' if kind == 'F' else 'gradient'}.stage{stage}.mb{m}"
+
+
+def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
+    """The Body of a pipelined rank (the module docstring). `names_of_stage[i]`: the
+    weight names stage i's module reads; `param_names`: the rank's parameters in the
+    trace's order; `meta_of_input(stage)`: (shape, dtype) of what the stage
+    receives."""
+    by_index = {st.stage_index: st for st in pipe.stages}
+    extra, sends = [], []
+    for kind, s, m in pipe.actions:
+        st = by_index[s]
+        if kind == "F" and not st.is_first:
+            shape, dtype = meta_of_input(s)
+            extra.append(Placeholder("recv", recv_name("F", s, m), "",
+                                     torch.empty(shape, dtype=dtype), None))
+        if kind == "F" and not st.is_last:
+            sends.append(send_name("F", s, m))
+        if kind == "B" and not st.is_last:
+            shape, dtype = meta_of_input(s + 1)
+            extra.append(Placeholder("recv", recv_name("B", s, m), "",
+                                     torch.empty(shape, dtype=dtype), None))
+        if kind == "B" and not st.is_first:
+            sends.append(send_name("B", s, m))
+
+    def run(weights, ps, args, kwargs, extra_values):
+        received = {ph.name: v for ph, v in zip(extra, extra_values)}
+        index = {id(p): i for i, p in enumerate(ps)}
+        total = [None] * len(ps)
+        state = {}
+        out = {}
+        for kind, s, m in pipe.actions:
+            st = by_index[s]
+            stage_weights = {k: weights[k] for k in names_of_stage[s]}
+            stage_params = [p for p, n in zip(ps, param_names) if n in stage_weights]
+            _tag(kind, s, m)
+            if kind == "F":
+                mb = _microbatch(kwargs, m)
+                target = mb.pop(TARGET, None)
+                if st.is_first:
+                    x = None
+                    output = torch.func.functional_call(st.submod, stage_weights, (), mb)
+                else:
+                    x = received[recv_name("F", s, m)].detach().requires_grad_(True)
+                    output = torch.func.functional_call(st.submod, stage_weights, (x,))
+                if not isinstance(output, torch.Tensor):
+                    raise CaptureError(f"stage {s} gives a {type(output).__name__}; a pipeline "
+                                       "stage's output must be one tensor")
+                loss = compute_loss(pipe.loss_fn, output, target) if st.is_last else None
+                state[(s, m)] = (x, output, loss)
+                if not st.is_last:
+                    out[send_name("F", s, m)] = output
+            else:
+                x, output, loss = state.pop((s, m))
+                params = stage_params
+                wrt = params + ([x] if x is not None else [])
+                if st.is_last:
+                    grads = backward(loss, wrt)
+                else:
+                    grads = backward(output, wrt, [received[recv_name("B", s, m)]])
+                contribution = [None] * len(ps)
+                for p, g in zip(params, grads):
+                    contribution[index[id(p)]] = g
+                _accumulate(total, contribution)
+                if x is not None:
+                    if grads[-1] is None:
+                        raise CaptureError(f"stage {s}'s output does not depend on its input")
+                    out[send_name("B", s, m)] = grads[-1]
+        _tag(None, 0, 0)
+        return None, _scaled(total, pipe.microbatches, pipe.scale_grads), \
+            [out[n] for n in sends]
+
+    return Body(run=run, extra=extra, sends=sends)
+
