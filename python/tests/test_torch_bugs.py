@@ -124,8 +124,11 @@ def test_tied_embedding_gradient_not_synchronised():
     report = verify(lambda m, mesh: parallelize(m, mesh, True), model=build)
     assert report.verdict == "proved equivalent", report.summary()
     report = verify(lambda m, mesh: parallelize(m, mesh, False), model=build)
-    first = expect(report, "computation_differs", "model.embed_tokens.weight", "")
+    first = expect(report, "computation_differs", "", "torch.optim.AdamW")
     assert "where the spec reads" in first.message
+    # Each copy's update reads its own gradient, not the sum of both.
+    assert {f.module for f in report.failures} == {"lm_head.weight",
+                                                   "model.embed_tokens.weight"}
 
 
 def test_loss_divided_by_the_data_parallel_degree_twice():
@@ -168,3 +171,45 @@ def test_rope_positions_not_offset_under_sequence_sharding():
     report = verify(sequence_sharded, mesh={"cp": 2}, batch_size=1)
     first = expect(report, "wrong_shard", "model.layers.0.self_attn", "q_embed = (q * cos)")
     assert first.devices == [1]
+
+
+def test_pipeline_stage_sending_the_wrong_tensor():
+    # The first stage sends its embeddings instead of its layers' output: the second
+    # stage's first layer computes on what the model's first layer reads.
+    class EmbeddingsOnly(torch_models.DecoderStage):
+        def forward(self, x=None, input_ids=None):
+            if self.first:
+                return self.hf.model.embed_tokens(input_ids)
+            return super().forward(x, input_ids)
+
+    def parallelize(model, mesh):
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+        pp = mesh["pp"]
+        s, n = pp.get_local_rank(), pp.size()
+        stage = PipelineStage(EmbeddingsOnly(model, s, n), s, n, torch.device("cpu"),
+                              group=pp.get_group())
+        return Schedule1F1B(stage, 4, loss_fn=torch_models.causal_lm_loss(model))
+
+    report = verify(parallelize, mesh={"pp": 2}, batch_size=4)
+    first = expect(report, "computation_differs", "model.layers.1", "")
+    assert "where the spec reads" in first.message
+
+
+def test_gradient_accumulation_dividing_by_the_wrong_count():
+    # DeepSpeed #7773, torchtitan #1733: micro-batch gradients summed, not averaged
+    # (scale_grads=False with a mean loss); AReaL PR #1273: divided twice (a loss
+    # already divided by the number of micro-batches, then scaled by the schedule).
+    from test_torch_plan import pipelined
+    report = verify(lambda m, mesh: pipelined(m, mesh, scale_grads=False), mesh={"pp": 2},
+                    batch_size=4)
+    first = expect(report, "scaled", "", "")
+    assert "scaled by 4" in first.message or "factor" in first.message
+
+    def divided(model, mesh):
+        schedule = pipelined(model, mesh)
+        loss_fn = schedule._loss_fn
+        schedule._loss_fn = lambda logits, labels: loss_fn(logits, labels) / 4
+        return schedule
+
+    report = verify(divided, mesh={"pp": 2}, batch_size=4)
+    first = expect(report, "scaled", "", "")

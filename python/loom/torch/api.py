@@ -231,6 +231,8 @@ def _failures(report, doc, spec):
             spec_op = doc.S.g.ops[doc.tasks[made]["op"]] if doc.tasks[made]["op"] >= 0 else None
             if spec_op is not None and spec_op["outputs"]:
                 rank_key = order.get(spec_op["outputs"][0], rank_key)
+        if not origin and f.item.startswith("task "):
+            origin = found  # the task computes something else: it is the place
         if not origin:
             first = re.search(r"-> '([^']+)'", f.first_op or "")
             origin = spec.origins.get(first.group(1), {}) if first else {}
@@ -311,7 +313,7 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
     else:
         spec = capture_step(model, microbatch_rows(inputs, names, sizes, pipe.microbatches),
                             loss, optimizer, fake=fake, name=name,
-                            microbatches=pipe.microbatches, scale_grads=pipe.scale_grads)
+                            microbatches=pipe.microbatches)
     times = {"spec": time.perf_counter() - t0, **times}
     t0 = time.perf_counter()
     data_dims = [i for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS]

@@ -119,7 +119,7 @@ def _keep_mesh_tables(trace, recorder):
             mesh._loom_ranks = mesh.mesh.clone()
 
 
-def _stage_inputs(pipe, batch, boundary, chain):
+def _stage_inputs(pipe, batch, boundary, chain, views):
     """Runs the rank's stages once, in order, on the first micro-batch (no gradients)
     to learn what each sends: boundary[(chain, s + 1)] = (shape, dtype) of stage s's
     output, which stage s + 1 receives (and whose gradient stage s receives back).
@@ -130,16 +130,19 @@ def _stage_inputs(pipe, batch, boundary, chain):
     mb.pop(pipeline.TARGET, None)
     for st in sorted(pipe.stages, key=lambda st: st.stage_index):
         s = st.stage_index
+        # The weights the stage computes with (FSDP's gathered parameters).
+        weights = {n: views[n](p) if n in views else p for n, p in st.submod.named_parameters()}
         with torch.no_grad():
             if st.is_first:
-                out = st.submod(**mb)
+                out = torch.func.functional_call(st.submod, weights, (), mb)
             else:
                 meta = boundary.get((chain, s)) or _user_input_meta(st)
                 if meta is None:
                     raise CaptureError(f"stage {s} receives from a stage traced later; give its "
                                        "PipelineStage input_args (the shape it receives)")
                 boundary[(chain, s)] = meta
-                out = st.submod(torch.zeros(meta[0], dtype=meta[1]))
+                out = torch.func.functional_call(
+                    st.submod, weights, (torch.zeros(meta[0], dtype=meta[1]),))
         if not isinstance(out, torch.Tensor):
             raise CaptureError(f"stage {s} gives a {type(out).__name__}; a pipeline stage's "
                                "output must be one tensor")
@@ -191,7 +194,7 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
             boundary = {} if boundary is None else boundary
             chain = tuple(c for i, c in enumerate(coordinate_of(rank, sizes))
                           if names[i] != PIPELINE_DIM)
-            _stage_inputs(pipe, batch, boundary, chain)
+            _stage_inputs(pipe, batch, boundary, chain, views)
             weight_names = {st.stage_index: [n for n, _ in st.submod.named_parameters()] +
                             [n for n, _ in st.submod.named_buffers()] for st in pipe.stages}
             param_names = [n for n, _ in module.named_parameters()]

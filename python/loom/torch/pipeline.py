@@ -27,9 +27,9 @@ schedule's own (`pipeline_order`), so Loom's schedule checks (every send met by 
 receive, no deadlock) run on the schedule torch will run.
 
 The model's step, for a pipelined job, accumulates gradients over the same
-micro-batches in the same order and scales them the same way (accumulation_body):
-the single-device step torch's schedule computes, which is the whole-batch step when
-the micro-batches count as many tokens.
+micro-batches in the same order and divides them by their number (accumulation_body):
+the gradient of the mean of the micro-batches' losses, which is the whole batch's
+when the micro-batches count as many tokens.
 """
 
 import dataclasses
@@ -201,16 +201,19 @@ def _tag(kind, stage, m):
         meta["action"] = f"{kind}{stage}.{m}"
 
 
-def accumulation_body(model, loss_fn, count, scale):
-    """The model's step of a pipelined job: gradients accumulated over `count`
-    micro-batches in order, divided by `count` when the schedule scales them."""
+def accumulation_body(model, loss_fn, count):
+    """The model's step of a pipelined job: the gradients of the loss of each of the
+    `count` micro-batches, accumulated in order and divided by `count` (the gradient of
+    the mean of the micro-batches' losses; the whole batch's when each counts as many
+    tokens). A schedule that does not divide them (scale_grads=False with a mean loss)
+    or divides twice is refuted (class scaled)."""
     def run(weights, ps, args, kwargs, extra):
         total = [None] * len(ps)
         for m in range(count):
             output = torch.func.functional_call(model, weights, (), _microbatch(kwargs, m))
             loss = compute_loss(loss_fn, output)
             _accumulate(total, backward(loss, ps))
-        return None, _scaled(total, count, scale), []
+        return None, _scaled(total, count, True), []
     return Body(run=run)
 
 

@@ -264,15 +264,25 @@ class SpecIndex:
         args = key[1]
         if len(args) < 2 or any(a is None or isinstance(a, FoldedVar) for a in args):
             return None
-        fits = []
+        ranked = collections.defaultdict(list)
         for k, ms in self.candidates.items():
             if k[0] != key[0] or len(k[1]) != len(args) or k[2:] != key[2:]:
                 continue
-            differ = {a for a, b in zip(args, k[1]) if a is not ANY and a is not b}
-            if len(differ) == 1 and len(differ) < len(set(args)):
-                fits.extend(ms)
+            pairs = [(a, b) for a, b in zip(args, k[1]) if a is not ANY and a is not b]
+            differ = {a for a, _ in pairs}
+            if len(differ) != 1 or len(differ) == len(set(args)):
+                continue
+            # The likelier counterpart: the parameters and inputs are the same (a wrong
+            # value computed, not a wrong weight), and the spec reads there a value of
+            # the same kind.
+            same_inputs = all(a.op != "placeholder" for a, _ in pairs)
+            alike = all(_target(a) == _target(b) and a.op == b.op for a, b in pairs)
+            ranked[(not same_inputs, not alike)].extend(ms)
+        if not ranked:
+            return None
+        fits = ranked[min(ranked)]
         fresh = [m for m in fits if m not in self.used]
-        chosen = fresh if fresh else fits
+        chosen = fresh[:1] if fresh else fits
         if len(set(chosen)) != 1:
             return None
         self.used.add(chosen[0])
@@ -360,7 +370,14 @@ class PlanDocument:
         self.failures = []  # found while building the plan (a folded value of no region)
         self.p2p = []       # what pipeline stages send each other: name, source, destination
         self.origin_of_collective = {}
+        self.seq_of_collective = {}  # (collective id, device) -> when the device's lowering made it
+        self._seq = 0
         self.order = []     # per device, its program (pipeline schedules), or []
+
+    def next_seq(self):
+        """A counter over the tasks and collectives the lowerings make, in order."""
+        self._seq += 1
+        return self._seq
 
     def value(self, device, claim, dtype, dims):
         v = PValue(name=f"v{len(self.values)}", dtype=dtype, dims=tuple(dims),
@@ -371,7 +388,7 @@ class PlanDocument:
     def task(self, device, op, kind, attrs, inputs, outputs, phase, layer, origin):
         self.tasks.append(dict(id=len(self.tasks), op=op, kind=kind, attrs=attrs, device=device,
                                phase=phase, layer=layer, inputs=[v.id for v in inputs],
-                               outputs=[v.id for v in outputs]))
+                               outputs=[v.id for v in outputs], seq=self.next_seq()))
         self.origin_of_task.append(origin)
 
     def json(self):
@@ -585,6 +602,7 @@ class RankLowering(Lowering):
             self._placeholder(node, ph)
         sends = {n: name for n, (kind, name) in zip(output_node.args[0], self.trace.outputs)
                  if kind == "send"}
+        self._name_outputs(output_node)  # the parameter each update belongs to
         for node in graph.nodes:
             if node.op in ("placeholder", "output") or node not in live:
                 continue
@@ -602,7 +620,7 @@ class RankLowering(Lowering):
 
     def _lower_node(self, node, rec, redistributions):
         self.current = node
-        self.origin = self.origins.of(node)
+        self.origin = self.origins.of(node, self.node_param.get(node))
         if self.second_copy and any(a in self.second_copy for a in node.all_input_nodes):
             self.second_copy.add(node)
         if node in self.folded:
@@ -627,6 +645,54 @@ class RankLowering(Lowering):
             self._vocab_mask_op(node)
             return
         self._model_op(node)
+
+    def _explain_scale(self, node, m):
+        """A rank op matched to the spec's `m` on one other operand: where the spec
+        reads that operand divided or multiplied by a constant (a gradient averaged
+        over micro-batches) and the rank the undivided value, the plan is scaled: a
+        failure of class scaled, at this op."""
+        ours = self.S.key(node, self._spec_image)[1]
+        theirs = self.S.key(m, lambda a: a)[1]
+        for x, y in zip(ours, theirs):
+            if x is y or not isinstance(y, torch.fx.Node) or y.op != "call_function":
+                continue
+            if y.target not in (aten.div.Tensor, aten.mul.Tensor) or len(y.args) < 2 or \
+                    not isinstance(y.args[1], (int, float)) or canonical(y.args[0]) is not x:
+                continue
+            c = float(y.args[1])
+            factor = c if y.target is aten.div.Tensor else 1.0 / c
+            name = self.S.L.env[y].name if y in self.S.L.env else y.name
+            self.doc.failures.append(dict(
+                cls="scaled", tensor=name, devices=[self.device],
+                message=(f"the rank reads '{x.name}' where the model's step reads it "
+                         f"{'divided' if y.target is aten.div.Tensor else 'multiplied'} by "
+                         f"{c:g}: scaled by {factor:g}"),
+                origin=self.origin))
+
+    def _extra_scale(self, node):
+        """A division or multiplication by a constant the model's step does not make (a
+        loss divided twice): a failure of class scaled, at this op; the rank's value
+        is lowered as the undivided one, so that what follows is compared."""
+        if node.target not in (aten.div.Tensor, aten.mul.Tensor) or len(node.args) < 2 or \
+                not isinstance(node.args[1], (int, float)) or \
+                not isinstance(node.args[0], torch.fx.Node) or node.args[0] not in self.env:
+            return False
+        source = node.args[0]
+        image = self.image.get(source)
+        if image is None:
+            return False
+        c = float(node.args[1])
+        factor = 1.0 / c if node.target is aten.div.Tensor else c
+        what = "divides" if node.target is aten.div.Tensor else "multiplies"
+        name = self.S.L.env[image].name if image in self.S.L.env else image.name
+        self.doc.failures.append(dict(
+            cls="scaled", tensor=name, devices=[self.device],
+            message=f"the rank {what} '{name}' by {c:g} where the model's step does not: "
+                    f"scaled by {factor:g}",
+            origin=self.origin))
+        self.env[node] = self.env[source]
+        self.image[node] = image
+        return True
 
     def _goes_to_model_op(self, node, rec):
         return node.name not in rec.glue and not (
@@ -827,6 +893,10 @@ class RankLowering(Lowering):
             # another value (a gradient lacking a contribution, a stage sending the
             # wrong tensor); lowered as it is, the verifier says where it differs.
             m = self.S.match_but_one(node, self._spec_image)
+            if m is not None:
+                self._explain_scale(node, m)
+        if m is None and self._extra_scale(node):
+            return
         if m is None:
             self.unsupported(f"the rank runs '{node.target}' where the model's step has no "
                              "such op on the same operands")
@@ -1066,7 +1136,8 @@ class RankLowering(Lowering):
         """This rank's part in a collective of `group` (global ranks, in order)."""
         out = self.doc.value(self.device, claim, v.dtype, dims)
         self.collective_log.append(dict(key=key, group=tuple(group), kind=kind, attrs=attrs,
-                                        input=v, output=out, origin=self.origin))
+                                        input=v, output=out, origin=self.origin,
+                                        seq=self.doc.next_seq()))
         return out
 
 
@@ -1131,6 +1202,8 @@ def assemble_collectives(doc, lowerings, mesh_sizes):
                 "phase": e0["origin"].get("phase", "forward"), "layer": -1}
         doc.collectives.append(item)
         doc.origin_of_collective[item["id"]] = e0["origin"]
+        for r, e in zip(group, entries):
+            doc.seq_of_collective[(item["id"], r)] = e["seq"]
 
 
 def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data_dims=()):
@@ -1238,16 +1311,22 @@ def pipeline_order(doc, lowerings, p2p):
     the next action form one batch, as torch's schedules post them, in one order on
     every device."""
     from loom.torch.pipeline import recv_name, send_name
-    steps = collections.defaultdict(lambda: collections.defaultdict(list))
+    made = collections.defaultdict(list)  # device -> (seq, action, step)
     for task in doc.tasks:
         action = (doc.origin_of_task[task["id"]] or {}).get("action")
-        steps[task["device"]][action].append({"collective": False, "id": task["id"]})
+        made[task["device"]].append((task["seq"], action,
+                                     {"collective": False, "id": task["id"]}))
     for c in doc.collectives:
         if c["kind"] == "send_recv":
             continue
         action = (doc.origin_of_collective.get(c["id"]) or {}).get("action")
         for d in c["devices"]:
-            steps[d][action].append({"collective": True, "id": c["id"]})
+            made[d].append((doc.seq_of_collective[(c["id"], d)], action,
+                            {"collective": True, "id": c["id"]}))
+    steps = collections.defaultdict(lambda: collections.defaultdict(list))
+    for d, items in made.items():
+        for _, action, step in sorted(items, key=lambda item: item[0]):
+            steps[d][action].append(step)
     order = []
     for L in lowerings:
         d = L.device

@@ -72,13 +72,13 @@ def _maybe_fake(fake):
 
 
 def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model_instance=None,
-                 microbatches=1, scale_grads=True):
+                 microbatches=1):
     """Captures one training step of the model `model()` builds on the batch
     `inputs()`: loss(output) is the loss, optimizer(params) builds the torch.optim
     optimizer. With fake=True nothing is allocated (real sizes): the model, the
     batch and every value are FakeTensors. With microbatches > 1, the step of a
     pipelined job: gradients accumulated over the batch's micro-batches (dim 0, in
-    order), divided by their number with scale_grads (pipeline.accumulation_body)."""
+    order), divided by their number (pipeline.accumulation_body)."""
     from loom.torch import pipeline
     with _maybe_fake(fake):
         module = model_instance if model_instance is not None else model()
@@ -88,7 +88,7 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
         body = None
         if microbatches > 1:
             batch = pipeline.microbatches(batch, microbatches)
-            body = pipeline.accumulation_body(module, loss, microbatches, scale_grads)
+            body = pipeline.accumulation_body(module, loss, microbatches)
         opt = optimizer(list(module.parameters()))
         trace = trace_step(module, batch, loss, opt, fake=fake, optimizer_site=site_of(optimizer),
                            body=body)
