@@ -213,3 +213,22 @@ def test_gradient_accumulation_dividing_by_the_wrong_count():
 
     report = verify(divided, mesh={"pp": 2}, batch_size=4)
     first = expect(report, "scaled", "", "")
+
+
+def test_moe_router_gradient_dropped():
+    # transformers PR #48205, NeMo Automodel PR #1412: the router's gradient never
+    # flows back (here a forward hook on the router, logging its scores, returns them
+    # detached): the block's input gradient lacks the router's share and the router
+    # is never updated.
+    from test_torch_plan import moe_tensor_parallel
+
+    def parallelize(model, mesh):
+        moe_tensor_parallel(model, mesh)
+        for layer in model.model.layers:
+            layer.block_sparse_moe.gate.register_forward_hook(lambda m, i, out: out.detach())
+
+    report = verify(parallelize, model=torch_models.builder("mixtral"))
+    first = expect(report, "computation_differs", "model.layers.1.block_sparse_moe", "")
+    assert "where the spec reads" in first.message
+    missing = {f.module for f in report.failures if f.cls == "missing_piece"}
+    assert "model.layers.0.block_sparse_moe.gate.weight" in missing

@@ -20,6 +20,9 @@ def configs():
                                         use_cache=False),
         "qwen2": transformers.Qwen2Config(**decoder),
         "mistral": transformers.MistralConfig(**decoder, sliding_window=None),
+        "mixtral": transformers.MixtralConfig(**decoder, num_local_experts=4,
+                                              num_experts_per_tok=2, router_jitter_noise=0.0,
+                                              sliding_window=None),
     }
 
 

@@ -335,8 +335,9 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
             with recorder:
                 return step_fn(*flat)
     try:
+        from loom.torch.moe import routed_as_loom_ops
         with fx_traceback.preserve_node_meta(), _no_autograd_threads(), _quiet_fake_tensors(), \
-                _whole_stacks():
+                _whole_stacks(), routed_as_loom_ops():
             module = make_fx(traced_fn, cross_entropy.decompositions(notes),
                              record_stack_traces=True)(*inputs)
     except CaptureError:

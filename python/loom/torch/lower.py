@@ -695,6 +695,20 @@ def _cat(L, node, tensors, dim=0):
     return L.emit("concat", parts, {"dim": d}, (dtype, dims))
 
 
+@rule(aten.stack.default)
+def _stack(L, node, tensors, dim=0):
+    dtype, dims = _out(node)
+    d = _norm_dim(dim, len(dims))
+    parts = []
+    for t in tensors:
+        shape = list(t.dims)
+        shape.insert(d, 1)
+        parts.append(L.reshape(L.cast(t, dtype), shape))
+    if not L.decide(len(parts) != 1):
+        return parts[0]
+    return L.emit("concat", parts, {"dim": d}, (dtype, dims))
+
+
 @rule(aten.split.Tensor, aten.split_with_sizes.default)
 def _split(L, node, x, split, dim=0):
     d = _norm_dim(dim, len(x.dims))
@@ -711,6 +725,17 @@ def _split(L, node, x, split, dim=0):
         dims[d] = s
         outs.append((x.dtype, tuple(dims)))
     return L.emit_n("split", [x], {"dim": d, "sizes": sizes}, outs)
+
+
+@rule(aten.select_backward.default)
+def _select_backward(L, node, grad, input_sizes, dim, index):
+    dtype, dims = _out(node)
+    d = _norm_dim(dim, len(dims))
+    i = index + dims[d] if index < 0 else index
+    shape = list(grad.dims)
+    shape.insert(d, 1)
+    v = L.reshape(grad, shape)
+    return L.emit("pad", [v], {"dim": d, "before": i, "after": dims[d] - i - 1}, _out(node))
 
 
 @rule(aten.slice_backward.default)
@@ -1187,6 +1212,49 @@ def _index_put(L, node, base, indices, values, accumulate=False):
     update = L.fill(-1.0, base.dtype, (base.dims[0],))
     return L.emit("pick_grad", [ids, update], {"vocab": base.dims[1], "vocab_begin": begin},
                   _out(node))
+
+
+# ---- Loom's routing ops (moe.py: Hugging Face's MoE blocks while traced) ----------------
+
+from loom.torch import moe as _moe  # noqa: E402  (registers torch.ops.loom.*)
+
+_LOOM = torch.ops.loom
+
+
+@rule(_LOOM.topk_gate.default)
+def _topk_gate(L, node, logits, k, normalize):
+    attrs = {"k": int(k), "score": "softmax", "normalize": int(bool(normalize))}
+    return L.emit_n("topk_gate", [logits], attrs, [_out_n(node, 0), _out_n(node, 1)])
+
+
+@rule(_LOOM.topk_gate_grad.default)
+def _topk_gate_grad(L, node, logits, indices, dweights, k, normalize):
+    attrs = {"k": int(k), "score": "softmax", "normalize": int(bool(normalize))}
+    return L.emit("topk_gate_grad", [logits, indices, dweights], attrs, _out(node))
+
+
+@rule(_LOOM.moe_dispatch.default)
+def _moe_dispatch(L, node, x, indices, experts, capacity):
+    return L.emit("moe_dispatch", [x, indices],
+                  {"experts": int(experts), "capacity": int(capacity)}, _out(node))
+
+
+@rule(_LOOM.moe_dispatch_grad.default)
+def _moe_dispatch_grad(L, node, dy, indices, experts, capacity, tokens):
+    return L.emit("moe_dispatch_grad", [dy, indices],
+                  {"experts": int(experts), "capacity": int(capacity), "tokens": int(tokens)},
+                  _out(node))
+
+
+@rule(_LOOM.moe_combine.default)
+def _moe_combine(L, node, expert_out, weights, indices):
+    return L.emit("moe_combine", [expert_out, weights, indices], {}, _out(node))
+
+
+@rule(_LOOM.moe_combine_grad.default)
+def _moe_combine_grad(L, node, expert_out, weights, indices, dy):
+    return L.emit_n("moe_combine_grad", [expert_out, weights, indices, dy], {},
+                    [_out_n(node, 0), _out_n(node, 1)])
 
 
 @rule(aten.index.Tensor)

@@ -262,8 +262,10 @@ class SpecIndex:
         rank updates twice)."""
         key = self.key(node, image)
         args = key[1]
-        if len(args) < 2 or any(a is None or isinstance(a, FoldedVar) for a in args):
+        if any(a is None or isinstance(a, FoldedVar) for a in args):
             return None
+        if len(args) == 1:
+            return self._same_place(node, key)
         ranked = collections.defaultdict(list)
         for k, ms in self.candidates.items():
             if k[0] != key[0] or len(k[1]) != len(args) or k[2:] != key[2:]:
@@ -287,6 +289,29 @@ class SpecIndex:
             return None
         self.used.add(chosen[0])
         return chosen[0]
+
+    def _same_place(self, node, key):
+        """An op of one operand the spec computes on another value: the spec's op of the
+        same kind, module, phase and source line (the first not taken), or None."""
+        custom = node.meta.get("custom") or {}
+        place = (custom.get("module"), custom.get("phase"), _site(node))
+        if place[2] is None:
+            return None
+        positions = _STRUCTURAL_ARGS.get(node.target, ())
+        fits = []
+        for k, ms in self.candidates.items():
+            if k[0] != key[0] or len(k[1]) != 1 or k[2:] != key[2:]:
+                continue
+            for m in ms:
+                theirs = m.meta.get("custom") or {}
+                if (theirs.get("module"), theirs.get("phase"), _site(m)) == place and \
+                        all(_arg(m, i) == _arg(node, i) for i in positions):
+                    fits.append(m)
+        fresh = [m for m in fits if m not in self.used]
+        if not fresh:
+            return None
+        self.used.add(fresh[0])
+        return fresh[0]
 
     def match_folded(self, node):
         """The spec's folded shape-only value a rank's folded one stands for: the one
