@@ -232,3 +232,18 @@ def test_moe_router_gradient_dropped():
     assert "where the spec reads" in first.message
     missing = {f.module for f in report.failures if f.cls == "missing_piece"}
     assert "model.layers.0.block_sparse_moe.gate.weight" in missing
+
+
+def test_colwise_output_reduced_as_if_rowwise():
+    # Colwise and Rowwise swapped on one projection, Megatron style: the up
+    # projection is column-parallel (each rank holds half of its output features), but
+    # the code treats it as row-parallel and all-reduces its output as partial sums.
+    def parallelize(model, mesh):
+        parallelize_module(model, mesh["tp"], tp_plan(model))
+        up = model.model.layers[1].mlp.up_proj
+        up.register_forward_hook(
+            lambda m, i, out: funcol.all_reduce(out, "sum", (mesh["tp"], 0)))
+
+    report = verify(parallelize)
+    first = expect(report, "wrong_group", "model.layers.1.mlp.up_proj", "self.up_proj(x)")
+    assert "combines region" in first.message

@@ -109,6 +109,28 @@ def test_decoders_under_tensor_parallelism_are_proved(model):
     assert executor_difference(report) < 1e-10
 
 
+def gpt2_tensor_parallel(model, mesh):
+    """GPT-2's Conv1D projections split with Conv1D styles (torch_models.conv1d_styles):
+    the MLP column- then row-wise; the fused q/k/v projection column-wise and gathered
+    (its heads interleave q, k and v, so the attention runs whole), the output
+    projection row-wise."""
+    col, row = torch_models.conv1d_styles()
+    for block in model.transformer.h:
+        parallelize_module(block, mesh["tp"], {
+            "attn.c_attn": col(output_layouts=Replicate()),
+            "attn.c_proj": row(input_layouts=Replicate()),
+            "mlp.c_fc": col(), "mlp.c_proj": row()})
+
+
+def test_gpt2_under_tensor_parallelism_is_proved_and_runs_like_torch():
+    report = loom.torch.verify(model=torch_models.builder("gpt2"),
+                               parallelize=gpt2_tensor_parallel, mesh={"tp": 2},
+                               inputs=torch_models.batch(), loss=torch_models.hf_loss,
+                               optimizer=torch_models.adamw)
+    assert report.verdict == "proved equivalent", report.summary()
+    assert executor_difference(report) < 1e-10
+
+
 def moe_tensor_parallel(model, mesh):
     """Attention as for Llama; every expert's MLP split (w1, w3 column-wise, w2 row-wise);
     the router replicated."""

@@ -96,3 +96,37 @@ def causal_lm_loss(model):
         return model.loss_function(logits=logits, labels=labels,
                                    vocab_size=model.config.vocab_size)
     return loss_fn
+
+
+def conv1d_styles():
+    """Column- and row-wise parallel styles for Hugging Face's Conv1D (GPT-2's linear
+    layers, whose weight is [in, out]: the transpose of nn.Linear's), as a launcher
+    writes them: torch's styles with the partition of the weight's other dim."""
+    from functools import partial
+    from torch.distributed.tensor import Replicate, Shard, distribute_module, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    def partitioner(weight, bias):
+        def partition(name, module, mesh):
+            for n, p in module.named_parameters():
+                placement = weight if n == "weight" else bias
+                module.register_parameter(
+                    n, torch.nn.Parameter(distribute_tensor(p, mesh, [placement])))
+        return partition
+
+    class ColwiseConv1D(ColwiseParallel):
+        def _apply(self, module, device_mesh):
+            return distribute_module(
+                module, device_mesh, partitioner(Shard(1), Shard(0)),
+                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output))
+
+    class RowwiseConv1D(RowwiseParallel):
+        def _apply(self, module, device_mesh):
+            self.desired_input_layouts = (Shard(-1),)
+            return distribute_module(
+                module, device_mesh, partitioner(Shard(0), Replicate()),
+                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output))
+
+    return ColwiseConv1D, RowwiseConv1D

@@ -123,6 +123,11 @@ def canonical(node):
     return node
 
 
+def _ndim(node):
+    val = node.meta.get("val")
+    return val.dim() if isinstance(val, torch.Tensor) else None
+
+
 def _site(node):
     f = user_frame(node.meta.get("stack_trace"))
     return (f[0], f[1]) if f else None
@@ -203,6 +208,10 @@ class SpecIndex:
         if positions:
             every = [m for m in every if all(_arg(m, i) == _arg(node, i) for i in positions)
                      and m.kwargs.get("dtype") == node.kwargs.get("dtype")] or every
+        # Views of one operand to different shapes share a key: the spec's of the same
+        # number of dims (a rank's shape is a piece of the spec's, not another shape).
+        ndim = _ndim(node)
+        every = [m for m in every if _ndim(m) == ndim] or every
         found = [m for m in every if m not in self.used]
         if not found and (again or len(set(every)) == 1):
             # The step computes it once (dedupe.py); the rank may compute it again (a
@@ -906,13 +915,13 @@ class RankLowering(Lowering):
             var.nodes.append(node)
             self.unbound[node] = var
             return
+        if is_identity(node):  # the spec's identities are no candidates either
+            self._alias(node, node.args[0].name)
+            return
         # What a second copy of a shared parameter computes is the spec's computation
         # of it a second time.
         again = node in self.second_copy
         m = self.S.match(node, self._spec_image, again)
-        if m is None and is_identity(node):
-            self._alias(node, node.args[0].name)
-            return
         if m is None:
             # The spec's op on the same operands but one: the rank computes it on
             # another value (a gradient lacking a contribution, a stage sending the
@@ -1048,6 +1057,18 @@ class RankLowering(Lowering):
                     self.unsupported("ids masked for a vocabulary piece, then redistributed")
                 self.env[node] = MaskedIds(v, lo, hi - lo)
                 return
+            elif isinstance(a, Replicate) and isinstance(b, Partial) and \
+                    _reduce_of(b) == "sum":
+                # A replicated value made a share of a sum (a bias added to partial
+                # products): torch divides it by n on every rank; the plan keeps it on
+                # the first rank and zeros on the others, the same sum exactly.
+                if coord[mesh_dim] != 0:
+                    out = self.doc.value(self.device, dataclasses.replace(v.claim, part=C.EMPTY),
+                                         v.dtype, v.dims)
+                    self.doc.task(self.device, -1, "fill",
+                                  {"shape": list(v.dims), "value": 0.0, "dtype": v.dtype}, [],
+                                  [out], self.origin.get("phase", "forward"), -1, self.origin)
+                    v = out
             elif isinstance(a, Replicate) and isinstance(b, Shard):
                 d = b.dim
                 lo, hi = C.chunk(v.dims[d], n, coord[mesh_dim])
