@@ -11,7 +11,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 
 import loom
 import loom.torch
-from loom.torch import KeepFloat64
+from loom.torch import KeepFloat64, hf
 
 import torch_models
 
@@ -110,11 +110,11 @@ def test_decoders_under_tensor_parallelism_are_proved(model):
 
 
 def gpt2_tensor_parallel(model, mesh):
-    """GPT-2's Conv1D projections split with Conv1D styles (torch_models.conv1d_styles):
+    """GPT-2's Conv1D projections split with Conv1D styles (hf.conv1d_styles):
     the MLP column- then row-wise; the fused q/k/v projection column-wise and gathered
     (its heads interleave q, k and v, so the attention runs whole), the output
     projection row-wise."""
-    col, row = torch_models.conv1d_styles()
+    col, row = hf.conv1d_styles()
     for block in model.transformer.h:
         parallelize_module(block, mesh["tp"], {
             "attn.c_attn": col(output_layouts=Replicate()),
@@ -242,16 +242,16 @@ def test_a_program_torch_cannot_run_is_a_capture_error():
 def pipelined(model, mesh, microbatches=4, schedule=None, tensor_parallel=False,
               data_parallel=False, **schedule_options):
     """torch.distributed.pipelining as torchtitan applies it to a decoder: the model
-    split into one stage per rank of "pp" (torch_models.DecoderStage), optionally
+    split into one stage per rank of "pp" (hf.DecoderStage), optionally
     tensor parallel over "tp" and FSDP2 over "dp" inside each stage, run by a
     1F1B schedule over `microbatches` micro-batches."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
     from torch.distributed.fsdp import fully_shard
     pp = mesh["pp"]
     s, n = pp.get_local_rank(), pp.size()
-    stage_module = torch_models.DecoderStage(model, s, n)
+    stage_module = hf.DecoderStage(model, s, n)
     layers = [layer for layer in stage_module.hf.model.layers
-              if not isinstance(layer, torch_models._Skip)]
+              if not isinstance(layer, hf.Skip)]
     if tensor_parallel:
         for layer in layers:
             parallelize_module(layer, mesh["tp"], {
@@ -265,7 +265,7 @@ def pipelined(model, mesh, microbatches=4, schedule=None, tensor_parallel=False,
         fully_shard(stage_module, mesh=mesh["dp"])
     stage = PipelineStage(stage_module, s, n, torch.device("cpu"), group=pp.get_group())
     return (schedule or Schedule1F1B)(stage, microbatches,
-                                      loss_fn=torch_models.causal_lm_loss(model),
+                                      loss_fn=hf.causal_lm_loss(model),
                                       **schedule_options)
 
 
