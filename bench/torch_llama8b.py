@@ -79,6 +79,10 @@ def main():
         fake=True)
     total = time.perf_counter() - start
     print(report.summary().split("failures:")[0].rstrip())
+    for item, reason in report.undecided[:5]:
+        print(f"  undecided {item}: {reason}")
+    for f in report.failures[:5]:
+        print(f"  {f}")
     t = report.times
     print(f"capture:   {t['spec'] + t['ranks']:.1f} s (spec {t['spec']:.1f} s, ranks "
           f"{t['ranks']:.1f} s); verification {t['plan'] + t['verify']:.1f} s (plan "

@@ -39,6 +39,10 @@ struct DimSignature {
   // reduction label is split they must arrive as shares of a sum too (one piece
   // keeps the value, the others hold zero), or the sum would count them n times.
   std::vector<int> additive_inputs;
+  // Broadcasting (NumPy rules): (label of an input's size-1 dim, the output label it
+  // is broadcast along). At sizes where that output dim is 1 the input would read as
+  // the dim itself, so shape reduction keeps such output dims above 1.
+  std::vector<std::pair<std::string, std::string>> broadcasts;
 
   // "b s k, n k -> b s n | k:reduce" (fixed labels are listed as `x:fixed`).
   std::string ToString() const;

@@ -248,6 +248,14 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
       out[l] = e / g * std::min<int64_t>(width(k), g);
     }
   }
+  // A dim an input is broadcast along keeps two positions (at one, the broadcast
+  // input would read as the dim's own and the signature would change).
+  for (const auto& [from, along] : sig.broadcasts) {
+    const int64_t k = LabelIndex(law, along);
+    if (k < 0 || out[along] >= 2 || law.extents[k] < 2) continue;
+    const int64_t g = unit(static_cast<size_t>(k));
+    out[along] = law.extents[k] / g * std::min<int64_t>(2, g);
+  }
   // Op-specific sizes and floors.
   LOOM_RETURN_IF_ERROR(ReduceSizeLabels(law, sig, &out));
   if (IsRouting(law.kind)) LOOM_RETURN_IF_ERROR(ReduceRoutingExtents(law, sig, &out));

@@ -121,8 +121,12 @@ DimSignature BroadcastSignature(absl::Span<const TensorType> in,
     std::vector<std::string> labels;
     for (int d = 0; d < in[i].shape.rank(); ++d) {
       const int j = offset + d;
-      labels.push_back(in[i].shape.dim(d) == out_dims[j] ? out_labels[j]
-                                                         : absl::StrCat("b", i, "_", j));
+      if (in[i].shape.dim(d) == out_dims[j]) {
+        labels.push_back(out_labels[j]);
+      } else {
+        labels.push_back(absl::StrCat("b", i, "_", j));
+        sig.broadcasts.emplace_back(labels.back(), out_labels[j]);
+      }
     }
     sig.inputs.push_back(std::move(labels));
   }

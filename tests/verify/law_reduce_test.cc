@@ -247,6 +247,38 @@ TEST(LawReduceTest, SplitLabelsKeepTheirShardCount) {
   EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
 }
 
+// A norm's weight times the hidden states at a real model's size: the weight
+// [n] is broadcast along the rows of [m, n], which are whole. At one row the
+// weight would read as a dim of its own and the law would change its signature,
+// so the rows keep two positions; the law proves small.
+TEST(LawReduceTest, BroadcastAlongAWholeDimKeepsTwoPositions) {
+  LawUse law;
+  law.kind = ir::OpKind::kMul;
+  law.inputs = {ir::TensorType{ir::Shape({8192, 4096}), ir::DType::kF32},
+                ir::TensorType{ir::Shape({4096}), ir::DType::kF32}};
+  auto sig = ir::GetOpSchema(law.kind).signature(law.inputs, law.attrs);
+  ASSERT_TRUE(sig.ok()) << sig.status();
+  ASSERT_EQ(sig->broadcasts.size(), 0u);  // [n] against [m, n]: nothing of size 1
+  law.inputs[1] = ir::TensorType{ir::Shape({1, 4096}), ir::DType::kF32};
+  sig = ir::GetOpSchema(law.kind).signature(law.inputs, law.attrs);
+  ASSERT_TRUE(sig.ok()) << sig.status();
+  ASSERT_EQ(sig->broadcasts.size(), 1u);
+  const std::string m = sig->inputs[0][0], n = sig->inputs[0][1];
+  EXPECT_EQ(sig->broadcasts[0].second, m);
+  // Rows whole, columns split in 8.
+  law.labels = {m, n};
+  law.intervals = {{0, 8192}, {1024, 1536}};
+  law.extents = {8192, 4096};
+  law.key = LawKey(law);
+  auto extents = ReducedExtents(law);
+  ASSERT_TRUE(extents.ok()) << extents.status();
+  EXPECT_EQ((*extents)[m], 2);
+  EXPECT_EQ((*extents)[n], 8);
+  const LawUse r = ReduceLaw(law);
+  EXPECT_LT(Elements(r), 64);
+  EXPECT_EQ(ProveLaw(r, 10000).verdict, smt::Verdict::kValid);
+}
+
 // Grouped-query attention split by heads over many ranks: query heads h and
 // key/value groups g are coupled (4 query heads per group). The law of an inner
 // piece is cropped to its groups and one group on either side, both labels

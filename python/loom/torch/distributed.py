@@ -172,8 +172,11 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         from torch.distributed.device_mesh import init_device_mesh
         # The mesh's table of ranks is real (DeviceMesh reads it); the model is fake.
         device_mesh = init_device_mesh("cpu", sizes, mesh_dim_names=names)
-        stack.enter_context(_maybe_fake(fake))
-        module = model()
+        # The model is fake (no memory); the launcher's parallelize runs outside fake
+        # mode, so that the meshes it slices keep real tables of ranks.
+        with _maybe_fake(fake) as mode:
+            module = model()
+        in_fake = (lambda: mode) if mode is not None else contextlib.nullcontext
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
         result = parallelize(module, device_mesh)
@@ -194,15 +197,17 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
             boundary = {} if boundary is None else boundary
             chain = tuple(c for i, c in enumerate(coordinate_of(rank, sizes))
                           if names[i] != PIPELINE_DIM)
-            _stage_inputs(pipe, batch, boundary, chain, views)
+            with in_fake():
+                _stage_inputs(pipe, batch, boundary, chain, views)
             weight_names = {st.stage_index: [n for n, _ in st.submod.named_parameters()] +
                             [n for n, _ in st.submod.named_buffers()] for st in pipe.stages}
             param_names = [n for n, _ in module.named_parameters()]
             body = pipeline.pipeline_body(pipe, weight_names, param_names,
                                           lambda s: boundary[(chain, s)])
-        trace = trace_step(module, batch, loss, opt, fake=fake, recorder=recorder,
-                           param_views=views, context=context,
-                           optimizer_site=site_of(optimizer), body=body)
+        with in_fake():
+            trace = trace_step(module, batch, loss, opt, fake=fake, recorder=recorder,
+                               param_views=views, context=context,
+                               optimizer_site=site_of(optimizer), body=body)
         groups = _groups()
         _keep_mesh_tables(trace, recorder)
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,
