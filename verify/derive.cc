@@ -337,6 +337,17 @@ class Deriver {
                              const std::vector<std::string>& names, bool claims_full,
                              const std::string& item, const std::vector<int64_t>& devices,
                              int microbatch, ValueId place);
+  // The share claims of values that meet in one sum (or max), which the
+  // derivation found to hold `sum`: the members' shares must be disjoint, make
+  // the whole value when the sum is complete, and make what each result claims,
+  // but where a result is a zero-split member (it holds the complete value or
+  // zeros and claims a share of a later sum, checked where that sum is made).
+  // Checked after the sum itself was found right: a wrong claim there is a
+  // promise to the value's readers that the numbers happen not to break.
+  // False after recording a failure.
+  bool CheckSharesMeet(const std::vector<ValueId>& inputs, const std::vector<ValueId>& outputs,
+                       const Fact& sum, const std::string& item,
+                       const std::vector<int64_t>& devices, int microbatch);
   void OutputsFromClaims(const std::vector<ValueId>& outputs) {
     for (ValueId v : outputs) facts_[v] = FromClaim(v);
   }
@@ -554,7 +565,7 @@ void Deriver::DeriveLocal(const ir::Task& t) {
       for (ValueId v : t.inputs) in.push_back(facts_[v]);
       bool zero_member = false;
       auto sum = Combine(in, ir::ReduceOp::kSum, item, {dev}, mb, t.outputs[0], &zero_member);
-      if (!sum) {
+      if (!sum || !CheckSharesMeet(t.inputs, t.outputs, *sum, item, {dev}, mb)) {
         OutputsFromClaims(t.outputs);
         return;
       }
@@ -612,6 +623,80 @@ std::optional<Fact> Deriver::Combine(const std::vector<Fact>& facts, ir::ReduceO
   Fact out = facts[0];
   out.contrib = r.id;
   return out;
+}
+
+// The measure of a share (the sum of its pieces' lengths); nullopt where the
+// arithmetic would leave 64 bits.
+std::optional<ir::Rational> Measure(const ir::ValuePart& part) {
+  int64_t num = 0, den = 1;
+  for (const ir::ValuePart::Piece& p : part.pieces()) {
+    const ir::Rational len = ir::Rational::Of(
+        p.hi.num * p.lo.den - p.lo.num * p.hi.den, p.hi.den * p.lo.den);
+    if (den > (int64_t{1} << 30) || len.den > (int64_t{1} << 30)) return std::nullopt;
+    const ir::Rational next = ir::Rational::Of(num * len.den + len.num * den, den * len.den);
+    num = next.num;
+    den = next.den;
+  }
+  return ir::Rational::Of(num, den);
+}
+
+bool Deriver::CheckSharesMeet(const std::vector<ValueId>& inputs,
+                              const std::vector<ValueId>& outputs, const Fact& sum,
+                              const std::string& item, const std::vector<int64_t>& devices,
+                              int microbatch) {
+  if (inputs.empty()) return true;
+  const std::string name = TensorName(plan_.values[inputs[0]].sub.tensor);
+  ir::ValuePart together = ir::ValuePart::Empty();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::ValuePart& part = plan_.values[inputs[i]].sub.part;
+    for (size_t j = 0; j < i; ++j) {
+      const ir::ValuePart& earlier = plan_.values[inputs[j]].sub.part;
+      if (part.Disjoint(earlier)) continue;
+      Fail(FailureClass::kWrongClaim, item, devices, microbatch, inputs[i], "",
+           absl::StrCat("value ", inputs[j], " claims share ", earlier.ToString(), " and value ",
+                        inputs[i], " claims share ", part.ToString(), " of '", name,
+                        "'; they meet in one sum, but their shares overlap"),
+           absl::StrCat("with '", name, "' equal to 1 and every share holding its measure of "
+                        "it: the sum of their claims exceeds what they add up to"));
+      return false;
+    }
+    auto joined = together.Union(part);
+    if (!joined.ok()) return true;  // unreachable: the shares were disjoint
+    together = *std::move(joined);
+  }
+  const Contrib::Kind held = contribs_.get(sum.contrib).kind;
+  const bool complete = held == Contrib::kFull;
+  if (complete && !together.IsFull()) {
+    Fail(FailureClass::kWrongClaim, item, devices, microbatch, inputs[0], "",
+         absl::StrCat("the members sum to the complete value of '", name, "' but their shares make ",
+                      together.ToString()),
+         absl::StrCat("with '", name, "' equal to 1 and every share holding its measure of it: "
+                      "the members' claims add up to ", together.ToString(), ", not 1"));
+    return false;
+  }
+  for (ValueId v : outputs) {
+    const ir::ValuePart& claim = plan_.values[v].sub.part;
+    if (claim == together) continue;
+    // A complete value claimed of a partial sum is a missing reduction or piece,
+    // reported as such where the result is set.
+    if (claim.IsFull() && !complete) continue;
+    const bool zero_split = !claim.IsFull() && (complete || held == Contrib::kZero);
+    if (zero_split) continue;
+    // A partial sum may name its share anew (shares of a dp sum of tp shares
+    // become one share of the whole), keeping its measure.
+    const std::optional<ir::Rational> a = Measure(claim), b = Measure(together);
+    if (!claim.IsFull() && !claim.IsEmpty() && a.has_value() && a == b) continue;
+    Fail(FailureClass::kWrongClaim, item, devices, microbatch, v, "",
+         absl::StrCat("value ", v, " claims ",
+                      claim.IsFull() ? std::string("the complete value")
+                                     : absl::StrCat("share ", claim.ToString()),
+                      " of '", name, "' but sums shares that make ", together.ToString()),
+         absl::StrCat("with '", name, "' equal to 1 and every share holding its measure of it: "
+                      "the sum holds ", together.ToString(), " where its claim says ",
+                      claim.ToString()));
+    return false;
+  }
+  return true;
 }
 
 std::optional<Fact> Deriver::Gather(const std::vector<Fact>& in, int dim,

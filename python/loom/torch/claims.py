@@ -22,6 +22,12 @@ def share(part, k, n):
     return tuple(out)
 
 
+def refine(part, lo, hi):
+    """The fraction [lo, hi) of every interval of `part` (a reduction split again
+    along another of its dims)."""
+    return tuple((a + lo * (b - a), a + hi * (b - a)) for a, b in part)
+
+
 def part_text(part):
     if part == FULL:
         return "full"

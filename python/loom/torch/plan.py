@@ -489,12 +489,14 @@ def implied_claims(S, index, inputs, out_tensor_ids, out_dims=None, free_box=Non
             if dims[d]:
                 fraction.setdefault(label, (Fraction(box[d][0], dims[d]),
                                             Fraction(box[d][1], dims[d])))
+    # Every split reduction dim refines the share (batch rows over data parallelism,
+    # then sequence positions over tensor parallelism: a quarter of the sum).
     part, combine = C.FULL, "sum"
     for label, kind in sig["kinds"].items():
         if kind in ("reduction", "max_reduction") and label in fraction:
             lo, hi = fraction[label]
             if (lo, hi) != (0, 1):
-                part = ((lo, hi),)
+                part = C.refine(part, lo, hi)
                 combine = "max" if kind == "max_reduction" else "sum"
     if part == C.FULL:
         for v in inputs:
@@ -976,8 +978,12 @@ class RankLowering(Lowering):
             if dt_shape[d] != full[d]:
                 offset = self.free_box(full[d], dt_shape[d])[0]
             box.append((offset + b, offset + e))
+        # The share of a sum: DTensor's, of a sum over its own mesh, where the data
+        # flow says the value is whole; the data flow's where it says more (a
+        # gradient summed over sequence positions here and batch rows on the
+        # other data-parallel ranks is a share of both sums).
         part, combine = implied.part, implied.combine
-        if claim.part != C.FULL:
+        if claim.part != C.FULL and implied.part in (C.FULL, C.EMPTY):
             part, combine = claim.part, claim.combine
         merged = C.Claim(tensor=claim.tensor, box=tuple(box), part=part, combine=combine,
                          torch_says=True)
