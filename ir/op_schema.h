@@ -116,6 +116,9 @@ struct OpSchema {
   GradFn grad = nullptr;            // nullptr: the op has no backward rule
   std::string doc;                  // one line: inputs, outputs, attributes
   ShardAttrsFn shard_attrs = nullptr;  // nullptr: a piece keeps the op's attributes
+  // The output does not depend on the order of the operands (add, mul,
+  // accumulate): a piece may read them in any order.
+  bool commutative = false;
 };
 
 // The registry: every OpKind has exactly one schema.

@@ -292,9 +292,10 @@ class Deriver {
   void DeriveCompute(const ir::Task& t);
   // Checks that a compute task reads the op's operands in order; records a
   // failure (swapped, doubled or missing operand of a sum, other) and returns
-  // false when it does not.
+  // false when it does not. The operands of a commutative op may come in any
+  // order: then `in_spec_order` gets the task's inputs in the op's order.
   bool CheckOperands(const ir::Task& t, const ir::Op& o, const std::string& item,
-                     const std::string& first_op);
+                     const std::string& first_op, std::vector<ValueId>* in_spec_order);
   // Records the failure of a piece whose attributes differ from `expected`.
   void FailAttributes(const ir::Task& t, const ir::Op& o, const ir::AttrMap& expected,
                       const std::string& item, const std::string& first_op);

@@ -444,13 +444,17 @@ Grads GradSwiGlu(GradBuilder& b) {
 
 void RegisterElementwiseOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr,
+                 bool commutative = false) {
+    OpSchema schema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs};
+    schema.commutative = commutative;
+    table.Register(std::move(schema));
   };
   reg(OpKind::kAccumulate, InferSameType, SignatureAll, KernelAccumulate, FlopsAccumulate,
-      GradAccumulate, "accumulate(x0, x1, ...) -> sum of the inputs (gradient accumulation)");
+      GradAccumulate, "accumulate(x0, x1, ...) -> sum of the inputs (gradient accumulation)",
+      nullptr, /*commutative=*/true);
   reg(OpKind::kAdd, InferBroadcast, SignatureBroadcast, KernelAdd, Flops<1>, GradAdd,
-      "add(a, b) -> a + b (one dtype; dims broadcast)");
+      "add(a, b) -> a + b (one dtype; dims broadcast)", nullptr, /*commutative=*/true);
   reg(OpKind::kDivScalar, InferTensorScalar, SignatureTensorScalar, KernelDivScalar, Flops<1>,
       GradDivScalar, "div_scalar(a, s) -> a / s, s a scalar tensor");
   reg(OpKind::kExp, InferUnary, SignatureAll, KernelExp, Flops<4>, GradExp, "exp(x)");
@@ -463,7 +467,7 @@ void RegisterElementwiseOps(SchemaTable& table) {
   reg(OpKind::kLog, InferUnary, SignatureAll, KernelLog, Flops<4>, GradLog,
       "log(x) -> natural logarithm");
   reg(OpKind::kMul, InferBroadcast, SignatureBroadcast, KernelMul, Flops<1>, GradMul,
-      "mul(a, b) -> a * b (one dtype; dims broadcast)");
+      "mul(a, b) -> a * b (one dtype; dims broadcast)", nullptr, /*commutative=*/true);
   reg(OpKind::kMulScalar, InferTensorScalar, SignatureTensorScalar, KernelMulScalar, Flops<1>,
       GradMulScalar, "mul_scalar(a, s) -> a * s, s a scalar tensor");
   reg(OpKind::kNeg, InferUnary, SignatureAll, KernelNeg, Flops<1>, GradNeg, "neg(x) -> -x");
