@@ -1,5 +1,6 @@
 #include "tools/cli.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -373,7 +374,8 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   training.microbatches = strategy.microbatches;
   auto spec = ir::BuildTrainingStep(*forward, training);
   if (!spec.ok()) return fail(spec.status());
-  auto plan = transform::Parallelize(*spec, strategy);
+  std::vector<std::string> zero_whole;
+  auto plan = transform::Parallelize(*spec, strategy, &zero_whole);
   if (!plan.ok()) return fail(plan.status());
   absl::Status saved = ir::SavePlanFile(*plan, *path);
   if (!saved.ok()) return fail(saved);
@@ -393,6 +395,18 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   out << "collectives:  " << plan->collectives.size() << " (" << absl::StrJoin(kind_text, ", ")
       << ")\n";
   out << "values:       " << plan->values.size() << "\n";
+  if (!zero_whole.empty()) {
+    // Never silently: ZeRO asked for, and these parameters not sharded.
+    const size_t shown = std::min<size_t>(zero_whole.size(), 4);
+    int64_t parameters = 0;
+    for (const ir::Tensor& t : spec->tensors()) parameters += t.role == ir::TensorRole::kParameter;
+    out << "zero:         " << zero_whole.size() << " of " << parameters
+        << " parameters left whole over dp " << strategy.dp
+        << " (no dim that tensor parallelism leaves whole divides by " << strategy.dp
+        << "; all-reduced, updated on every replica): "
+        << absl::StrJoin(zero_whole.begin(), zero_whole.begin() + shown, ", ")
+        << (zero_whole.size() > shown ? ", ..." : "") << "\n";
+  }
   out << absl::StrFormat("built in:     %.2f s\n", seconds);
   out << "wrote " << *path << "\n";
   return kExitOk;

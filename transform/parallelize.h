@@ -1,6 +1,9 @@
 #ifndef LOOM_TRANSFORM_PARALLELIZE_H_
 #define LOOM_TRANSFORM_PARALLELIZE_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "ir/graph.h"
 #include "ir/plan.h"
@@ -25,8 +28,10 @@ namespace loom::transform {
 //  - recompute: every layer's forward is re-run before its backward.
 absl::StatusOr<PartitionSpec> MegatronPolicy(const ir::Graph& spec, const Strategy& strategy);
 
-// ValidateStrategy, MegatronPolicy, Materialize.
-absl::StatusOr<ir::Plan> Parallelize(const ir::Graph& spec, const Strategy& strategy);
+// ValidateStrategy, MegatronPolicy, Materialize. `zero_whole`, when given, gets
+// the parameters ZeRO had to leave whole (PartitionSpec::zero_whole).
+absl::StatusOr<ir::Plan> Parallelize(const ir::Graph& spec, const Strategy& strategy,
+                                     std::vector<std::string>* zero_whole = nullptr);
 
 }  // namespace loom::transform
 

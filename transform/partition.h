@@ -68,6 +68,10 @@ struct PartitionSpec {
   std::vector<Layout> output_layouts;
   // Write one scale unit (dp coordinate 0) for micro-batch 0 plus replication rules.
   bool factored = false;
+  // Parameters ZeRO leaves whole over dp, in spec order: no dim that tensor
+  // parallelism leaves whole divides by dp (their gradients are all-reduced and
+  // every replica updates them).
+  std::vector<std::string> zero_whole;
 };
 
 // Input and output layouts of one op under its partition: an input carrying a

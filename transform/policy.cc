@@ -266,6 +266,8 @@ absl::Status Policy::Decide(const Op& op) {
       if (z >= 0) {
         try_label(sig.inputs[0][z]);
         if (!labels.empty()) zero_dim_[param] = z;
+      } else if (op.kind != OpKind::kAccumulate) {
+        p_.zero_whole.push_back(param);
       }
     }
     // Follow the split of an input that arrives sharded.
@@ -391,7 +393,8 @@ absl::StatusOr<PartitionSpec> MegatronPolicy(const Graph& spec, const Strategy& 
   return policy.Run();
 }
 
-absl::StatusOr<ir::Plan> Parallelize(const Graph& spec, const Strategy& strategy) {
+absl::StatusOr<ir::Plan> Parallelize(const Graph& spec, const Strategy& strategy,
+                                     std::vector<std::string>* zero_whole) {
   LOOM_RETURN_IF_ERROR(ValidateStrategy(spec, strategy));
   // Each op runs on the devices of one stage: an explicit plan holds about
   // ops x dp x tp tasks, a factored one about (ops / micro-batches) x ep x tp.
@@ -410,6 +413,7 @@ absl::StatusOr<ir::Plan> Parallelize(const Graph& spec, const Strategy& strategy
         " tasks; use a smaller ep x tp"));
   }
   LOOM_ASSIGN_OR_RETURN(PartitionSpec partition, MegatronPolicy(spec, strategy));
+  if (zero_whole != nullptr) *zero_whole = partition.zero_whole;
   return Materialize(spec, partition);
 }
 

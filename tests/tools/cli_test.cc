@@ -128,6 +128,21 @@ TEST(CliTest, PlanWritesAPlanFile) {
   EXPECT_TRUE(absl::StrContains(text, "\"loom.plan\"")) << text.substr(0, 200);
 }
 
+// ZeRO over a dp that no dim of some parameters divides leaves them whole, and
+// says which: a configuration is never silently reinterpreted.
+TEST(CliTest, PlanSaysWhichParametersZeroLeavesWhole) {
+  std::string path = ::testing::TempDir() + "zero.json";
+  Result even = RunCli({"plan", "--model", "gpt2", "--tiny", "--layers", "1", "--dp", "2",
+                        "--batch", "2", "--zero", "1", "-o", path});
+  ASSERT_EQ(even.code, kExitOk) << even.err;
+  EXPECT_FALSE(absl::StrContains(even.out, "zero: ")) << even.out;
+  Result odd = RunCli({"plan", "--model", "gpt2", "--tiny", "--layers", "1", "--dp", "3",
+                       "--batch", "3", "--zero", "1", "-o", path});
+  ASSERT_EQ(odd.code, kExitOk) << odd.err;
+  EXPECT_TRUE(absl::StrContains(odd.out, "left whole over dp 3")) << odd.out;
+  EXPECT_TRUE(absl::StrContains(odd.out, "layers.0.ln1.gamma")) << odd.out;
+}
+
 // Impossible strategies are one error line each, exit 2, and no file is written.
 TEST(CliTest, PlanRejectsBadStrategiesInOneLine) {
   std::string path = ::testing::TempDir() + "never.json";
