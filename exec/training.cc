@@ -291,6 +291,11 @@ absl::StatusOr<TrainReport> RunTraining(const ir::Graph& spec, const ir::Plan& p
       comparison.emplace(spec, reference, NoiseFloor(options.precision));
       sr.reference_loss = (*reference[loss])[0];
       CheckReport& check = *report.check;
+      for (const ir::Op& op : spec.ops()) {
+        if (op.kind != ir::OpKind::kClipCoef || !reference[op.outputs[0]].has_value()) continue;
+        const double coef = (*reference[op.outputs[0]])[0];
+        check.clip_coefficient = std::min(check.clip_coefficient.value_or(coef), coef);
+      }
       const double loss_err = Relative(loss_value, *reference[loss], comparison->Scale(loss));
       comparison->Note(step, absl::StrCat("loss '", spec.tensor(loss).name, "'"), loss_err,
                        check.loss, check, worst);
@@ -303,16 +308,29 @@ absl::StatusOr<TrainReport> RunTraining(const ir::Graph& spec, const ir::Plan& p
         comparison->Note(step, DescribeValue(spec, pv), err, check.gradients, check, worst);
       }
     }
+    if (options.check) {
+      // Every copy of every output (each replica's parameters, each device's
+      // loss): a wrong copy is wrong whichever copy the next step reads.
+      CheckReport& check = *report.check;
+      for (ValueId v : program.plan.outputs) {
+        const ir::PlanValue& pv = program.plan.values[v];
+        const TensorId t = pv.sub.tensor;
+        if (!pv.sub.part.IsFull() || !result.values[v].has_value() || !reference[t].has_value()) {
+          continue;
+        }
+        const double err = Relative(*result.values[v], SliceBox(*reference[t], pv.sub.box),
+                                    comparison->Scale(t));
+        if (t == loss) {
+          comparison->Note(step, DescribeValue(spec, pv), err, check.loss, check, worst);
+          continue;
+        }
+        ++check.parameters_compared;
+        comparison->Note(step, DescribeValue(spec, pv), err, check.parameters, check, worst);
+      }
+    }
     for (const auto& [updated, input] : updates) {
       LOOM_ASSIGN_OR_RETURN(HostTensor next, Assemble(spec, program, result, updated));
-      if (options.check) {
-        CheckReport& check = *report.check;
-        const double err = Relative(next, *reference[updated], comparison->Scale(updated));
-        ++check.parameters_compared;
-        comparison->Note(step, absl::StrCat("'", spec.tensor(updated).name, "'"), err,
-                         check.parameters, check, worst);
-        reference_state[input] = *reference[updated];
-      }
+      if (options.check) reference_state[input] = *reference[updated];
       state[input] = std::move(next);
     }
     report.steps.push_back(sr);

@@ -58,6 +58,10 @@ struct CheckReport {
   int64_t gradients_compared = 0;
   int64_t parameters_compared = 0;
   std::string worst;  // "step 2: 'w1.new' rel 3.1e-07"
+  // The reference's gradient-clipping coefficient, smallest over the steps (none
+  // when the step does not clip): at 1 clipping was inactive, and a plan that
+  // computes the gradient norm wrongly would still match.
+  std::optional<double> clip_coefficient;
 };
 
 struct TrainReport {

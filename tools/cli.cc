@@ -20,6 +20,7 @@
 #include "models/models.h"
 #include "tools/flags.h"
 #include "tools/schedule_commands.h"
+#include "tools/spec_flags.h"
 #include "api/loom.h"
 #include "ir/status_macros.h"
 #include "tools/run_command.h"
@@ -68,6 +69,7 @@ void AddModelFlags(FlagSet& flags) {
   flags.AddBool("--forward", "the forward graph only, not the whole training step");
   flags.AddString("--microbatches", "M", "micro-batches in the training step (default 1)");
   flags.AddString("--optimizer", "NAME", "adamw (default) or sgd");
+  flags.AddString("--max-grad-norm", "X", kMaxGradNormHelp);
 }
 
 // Builds the graph a model flag set asks for: the training step unless --forward.
@@ -99,6 +101,9 @@ absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
   auto microbatches = flags.GetInt("--microbatches", 1, 1, 4096);
   if (!microbatches.ok()) return microbatches.status();
   training.microbatches = static_cast<int>(*microbatches);
+  auto max_grad_norm = MaxGradNorm(flags);
+  if (!max_grad_norm.ok()) return max_grad_norm.status();
+  training.max_grad_norm = *max_grad_norm;
   if (auto opt = flags.GetString("--optimizer")) {
     auto kind = ir::ParseOptimizerKind(*opt);
     if (!kind.ok()) {
@@ -304,6 +309,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.AddString("--ep", "E", "expert-parallel degree (default 1)");
   flags.AddString("--zero", "Z", "ZeRO stage 0-3 over the data-parallel group (default 0)");
   flags.AddString("--microbatches", "M", "micro-batches per step (default 1)");
+  flags.AddString("--max-grad-norm", "X", kMaxGradNormHelp);
   flags.AddBool("--recompute", "recompute each layer's forward before its backward");
   flags.AddBool("--explicit", "write every device and micro-batch (default: factored)");
   flags.AddString("--config", "FILE",
@@ -372,6 +378,9 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!forward.ok()) return fail(forward.status());
   ir::TrainingOptions training;
   training.microbatches = strategy.microbatches;
+  auto max_grad_norm = MaxGradNorm(flags);
+  if (!max_grad_norm.ok()) return fail(max_grad_norm.status());
+  training.max_grad_norm = *max_grad_norm;
   auto spec = ir::BuildTrainingStep(*forward, training);
   if (!spec.ok()) return fail(spec.status());
   std::vector<std::string> zero_whole;

@@ -30,7 +30,8 @@ verdict_code=${PIPESTATUS[0]}
 set -e
 step simulate "$out/schedule.csv" --gantt "$out/schedule.svg"
 
-tiny=("${model[@]}" --tiny)
+# A low clipping threshold, so that the check also covers the gradient norm.
+tiny=("${model[@]}" --tiny --max-grad-norm 0.01)
 step plan "${tiny[@]}" "${parallel[@]}" -o "$out/tiny.json"
 step search --plan "$out/tiny.json" "${tiny[@]}" -o "$out/tiny.ordered.json"
 step run "$out/tiny.ordered.json" "${tiny[@]}" --steps 2 --check

@@ -63,8 +63,14 @@ void PrintReport(const exec::TrainReport& r, double tolerance, ir::DType precisi
       << r.steps.size() << " steps), largest relative difference:\n";
   out << absl::StrFormat("  loss        %.3g\n", c.loss);
   out << absl::StrFormat("  gradients   %.3g (%d values)\n", c.gradients, c.gradients_compared);
-  out << absl::StrFormat("  parameters  %.3g (%d tensors, optimizer states included)\n",
+  out << absl::StrFormat("  parameters  %.3g (%d values: every copy, optimizer states included)\n",
                          c.parameters, c.parameters_compared);
+  if (c.clip_coefficient.has_value()) {
+    out << absl::StrFormat("  clipping    coefficient %.3g (%s)\n", *c.clip_coefficient,
+                           *c.clip_coefficient < 1 ? "active"
+                                                   : "inactive: a wrong gradient norm would not "
+                                                     "show; lower --max-grad-norm");
+  }
   out << "  worst:      " << c.worst << "\n";
   const double worst = std::max({c.loss, c.gradients, c.parameters});
   out << absl::StrFormat("%s tolerance %.0e\n", worst <= tolerance ? "within" : "OUTSIDE",

@@ -21,6 +21,11 @@ void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix) {
                                "sequences per micro-batch (default: the plan's data-parallel "
                                "ranks, expert-parallel ones included)"));
   flags.AddString("--seq", "S", absl::StrCat(help_prefix, "tokens per sequence"));
+  flags.AddString("--max-grad-norm", "X", absl::StrCat(help_prefix, kMaxGradNormHelp));
+}
+
+absl::StatusOr<double> MaxGradNorm(const FlagSet& flags) {
+  return flags.GetDouble("--max-grad-norm", 1.0, 0.0, 1e30);
 }
 
 absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan) {
@@ -47,6 +52,7 @@ absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan
   }
   LOOM_ASSIGN_OR_RETURN(int64_t microbatches, flags.GetInt("--microbatches", planned, 1, 4096));
   training.microbatches = static_cast<int>(microbatches);
+  LOOM_ASSIGN_OR_RETURN(training.max_grad_norm, MaxGradNorm(flags));
   return ir::BuildTrainingStep(forward, training);
 }
 

@@ -12,9 +12,16 @@
 
 namespace loom::tools {
 
-// Declares --model, --tiny, --layers, --batch and --seq, each help text starting
-// with `help_prefix` ("with --plan: ").
+// Declares --model, --tiny, --layers, --batch, --seq and --max-grad-norm, each
+// help text starting with `help_prefix` ("with --plan: ").
 void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix = "");
+
+// --max-grad-norm: the global gradient-norm clipping threshold of the training
+// step (default 1; 0 turns clipping off). Declared by AddSpecFlags and by the
+// commands that build a step (plan, graph).
+inline constexpr char kMaxGradNormHelp[] =
+    "global gradient-norm clipping threshold of the step (default 1, 0: none)";
+absl::StatusOr<double> MaxGradNorm(const FlagSet& flags);
 
 // The logical training step a plan was made from, rebuilt from the same model flags
 // `loom plan` took (batch defaults to the plan's data-parallel size, micro-batches to

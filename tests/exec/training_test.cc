@@ -153,6 +153,57 @@ TEST_P(TrainingMatchesReference, ThreeSteps) {
   }
 }
 
+// The check compares every copy of every output: a plan whose data-parallel
+// replica 0 updates one parameter with twice the learning rate is outside
+// tolerance, though the last listed copy of that parameter (replica 1's) is
+// right. With a low clipping threshold the check says clipping was active.
+TEST(TrainingCheckTest, AWrongCopyOnAnyReplicaIsOutsideTolerance) {
+  models::ModelOptions options;
+  options.tiny = true;
+  options.layers = 1;
+  options.batch = 2;
+  options.dtype = ir::DType::kF64;
+  auto forward = models::BuildForward("gpt2", options);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ir::TrainingOptions training;
+  training.max_grad_norm = 1e-3;
+  auto spec = ir::BuildTrainingStep(*forward, training);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = transform::Parallelize(*spec, Make(2, 1, 1, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->is_factored());
+  auto run = [&](const ir::Plan& p) {
+    ExecOptions exec;
+    exec.precision = ir::DType::kF64;
+    std::unique_ptr<Backend> backend = MakeCpuBackend(exec);
+    TrainOptions train;
+    train.steps = 1;
+    train.check = true;
+    train.precision = ir::DType::kF64;
+    auto report = RunTraining(*spec, p, *backend, train);
+    EXPECT_TRUE(report.ok()) << report.status();
+    return report.ok() ? *report->check : CheckReport{};
+  };
+  const CheckReport right = run(*plan);
+  EXPECT_LE(right.parameters, 1e-10) << right.worst;
+  ASSERT_TRUE(right.clip_coefficient.has_value());
+  EXPECT_LT(*right.clip_coefficient, 1.0);
+  ir::Plan wrong = *plan;
+  bool mutated = false;
+  for (ir::Task& t : wrong.tasks) {
+    if (t.kind != ir::OpKind::kAdamW || t.device != 0) continue;
+    auto lr = t.attrs.GetFloat("lr");
+    ASSERT_TRUE(lr.ok());
+    t.attrs.Set("lr", *lr * 2);
+    mutated = true;
+    break;
+  }
+  ASSERT_TRUE(mutated);
+  const CheckReport caught = run(wrong);
+  EXPECT_GT(caught.parameters, 1e-6) << caught.worst;
+  EXPECT_NE(caught.worst.find("device 0"), std::string::npos) << caught.worst;
+}
+
 // Activation memory follows the schedule: where the simulation says GPipe holds
 // more micro-batches in flight than 1F1B on a pipeline rank, every device of
 // that rank measures a higher activation peak under GPipe, and an equal
