@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/loom.h"
+#include "ir/json_util.h"
+#include "ir/status_macros.h"
 
 namespace loom {
 namespace {
@@ -125,7 +127,13 @@ absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
     }
     p.dp = static_cast<int>(*world / (p.tp * p.pp));
   }
-  if (layers.has_value()) c.model.layers = static_cast<int>(*layers);
+  if (layers.has_value()) {
+    if (*layers > ir::kMaxLayers) {
+      return absl::InvalidArgumentError(absl::StrCat(keys.origin(), ": num_layers ", *layers,
+                                                     " is above ", ir::kMaxLayers));
+    }
+    c.model.layers = static_cast<int>(*layers);
+  }
   if (seq.has_value()) c.model.seq = *seq;
   if (vpp.has_value()) {
     p.vpp = static_cast<int>(*vpp);
@@ -147,7 +155,14 @@ absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
           keys.origin(), ": global_batch_size ", *global, " is not a multiple of "
           "micro_batch_size x data-parallel size (", per_micro, " x ", p.dp, ")"));
     }
-    p.microbatches = static_cast<int>(*global / (per_micro * p.dp));
+    const int64_t microbatches = *global / (per_micro * p.dp);
+    if (microbatches > ir::kMaxMicrobatches) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": global_batch_size ", *global, " makes ", microbatches,
+          " micro-batches of micro_batch_size x data-parallel size (", per_micro, " x ", p.dp,
+          "), above ", ir::kMaxMicrobatches));
+    }
+    p.microbatches = static_cast<int>(microbatches);
   }
   // Megatron's distributed optimizer shards the optimizer states over the dp group.
   p.zero = static_cast<int>(zero.value_or(distributed.value_or(false) ? 1 : 0));
@@ -194,11 +209,10 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml, const std:
 }
 
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the configuration"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseTrainConfig(text.str(), path);
+  // A training configuration is a few hundred lines.
+  constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
+  LOOM_ASSIGN_OR_RETURN(const std::string text, ir::ReadTextFile(path, kMaxConfigBytes));
+  return ParseTrainConfig(text, path);
 }
 
 }  // namespace loom

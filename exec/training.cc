@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "exec/host_ops.h"
+#include "ir/json_util.h"
 #include "ir/interpreter.h"
 #include "ir/status_macros.h"
 
@@ -30,9 +31,7 @@ class TokenStream {
     TokenStream s;
     s.rng_.seed(seed ^ 0x746f6b656e73ULL);
     if (path.empty()) return s;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the token file"));
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    LOOM_ASSIGN_OR_RETURN(const std::string bytes, ir::ReadTextFile(path));
     if (bytes.size() < 4 || bytes.size() % 4 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": a token file holds int32 ids (a multiple of 4 bytes), this one has ",

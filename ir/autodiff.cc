@@ -213,9 +213,9 @@ int ParamLayer(const Graph& forward, TensorId param) {
 }  // namespace
 
 absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOptions& options) {
-  if (options.microbatches < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("micro-batches must be >= 1, got ", options.microbatches));
+  if (options.microbatches < 1 || options.microbatches > kMaxMicrobatches) {
+    return absl::InvalidArgumentError(absl::StrCat("micro-batches ", options.microbatches,
+                                                   " is outside 1..", kMaxMicrobatches));
   }
   if (forward.outputs().size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(

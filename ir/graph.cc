@@ -72,10 +72,16 @@ absl::StatusOr<TensorId> Graph::NewTensor(std::string name, TensorType type, Ten
   if (by_name_.contains(name)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is already defined"));
   }
+  int64_t bytes = DTypeBytes(type.dtype);
   for (int64_t d : type.shape.dims()) {
     if (d < 0) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has negative dim in ",
                                                      type.ToString()));
+    }
+    if (__builtin_mul_overflow(bytes, d, &bytes) || bytes > kMaxTensorBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' ", type.ToString(), " is above the ", kMaxTensorBytes >> 50,
+          " PiB Loom accepts for one tensor (no device holds it, and its sizes would overflow)"));
     }
   }
   Tensor t;
@@ -109,6 +115,14 @@ absl::StatusOr<std::vector<TensorId>> Graph::AddOp(OpKind kind, std::vector<Tens
                                                    std::vector<OutputSpec> outputs) {
   std::string where = absl::StrCat("op '", OpKindName(kind), "'");
   if (!outputs.empty()) absl::StrAppend(&where, " (", outputs[0].name, ")");
+  if (info.layer < -1 || info.layer >= kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": layer ", info.layer,
+                                                   " is outside 0..", kMaxLayers - 1));
+  }
+  if (info.microbatch < -1 || info.microbatch >= kMaxMicrobatches) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": micro-batch ", info.microbatch,
+                                                   " is outside 0..", kMaxMicrobatches - 1));
+  }
   std::vector<TensorType> in_types;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] < 0 || inputs[i] >= num_tensors()) {

@@ -98,6 +98,15 @@ struct OutputSpec {
 // An SSA dataflow DAG of one training iteration (or of a forward pass).
 // Ids are dense and in creation order; an op's inputs always exist before the op,
 // so creation order is a topological order. Tensor names are unique.
+// The largest tensor a graph holds, in bytes: every element count and byte size
+// of one tensor, and their sums over a model's tensors, stay far from overflow.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 50;
+// Layer tags and micro-batch counts Loom accepts, the same from flags, YAML
+// configurations, graph files, plan files and Python (the largest models have
+// about 130 layers; a plan's size and a proof's time grow with both).
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxMicrobatches = 1024;
+
 class Graph {
  public:
   explicit Graph(std::string name = "") : name_(std::move(name)) {}

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/match.h"
@@ -175,20 +176,45 @@ absl::StatusOr<AttrMap> JsonReader::Attrs(const Json& j, const std::string& path
   return attrs;
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+absl::Status CheckReadableFile(const std::string& path, int64_t max_bytes) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open"));
   }
-  if (std::filesystem::is_directory(path, ec)) {
+  if (S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory"));
   }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a regular file (a device, a FIFO or a socket); Loom reads regular files"));
+  }
+  if (st.st_size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.st_size,
+                                                   " bytes, above the ", max_bytes,
+                                                   " bytes Loom reads from one input"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, int64_t max_bytes) {
+  LOOM_RETURN_IF_ERROR(CheckReadableFile(path, max_bytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Read at most one byte past the limit: a file that grows meanwhile is refused
+  // rather than followed.
+  std::string text;
+  char buffer[1 << 16];
+  while (in) {
+    in.read(buffer, sizeof(buffer));
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (static_cast<int64_t>(text.size()) > max_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": above the ", max_bytes, " bytes Loom reads from one input"));
+    }
+  }
   if (in.bad()) return absl::ErrnoToStatus(errno, absl::StrCat(path, ": read failed"));
-  return text.str();
+  return text;
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view text) {

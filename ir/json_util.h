@@ -61,8 +61,18 @@ class JsonReader {
   std::string filename_;
 };
 
-// The whole file; NotFound when it does not exist.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+// Inputs above this size are refused: a reader never grows without bound (an
+// explicit plan of Llama 3 8B on 32 devices is about 30 MB; write larger plans
+// factored).
+inline constexpr int64_t kMaxInputFileBytes = int64_t{1} << 30;
+
+// The whole file; NotFound when it does not exist, InvalidArgument when it is not
+// a regular file (a directory, a device such as /dev/zero, a FIFO; links are
+// followed) or holds more than `max_bytes`.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path,
+                                         int64_t max_bytes = kMaxInputFileBytes);
+// OK when `path` names a regular file of at most `max_bytes` (links followed).
+absl::Status CheckReadableFile(const std::string& path, int64_t max_bytes);
 // Writes `<path>.tmp.<pid>.<n>` and renames it onto `path`; on failure the target is
 // untouched and the temporary file removed.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view text);

@@ -282,7 +282,7 @@ absl::Status PlanReader::ReadFactoring(const Json& j, Plan& plan) const {
   LOOM_ASSIGN_OR_RETURN(f.dp, IntField(j, "dp", item, 1, num_devices_));
   LOOM_ASSIGN_OR_RETURN(f.dp_device_stride,
                         IntField(j, "dp_device_stride", item, 0, num_devices_));
-  LOOM_ASSIGN_OR_RETURN(int64_t m, IntField(j, "microbatches", item, 1, INT32_MAX));
+  LOOM_ASSIGN_OR_RETURN(int64_t m, IntField(j, "microbatches", item, 1, kMaxMicrobatches));
   f.microbatches = static_cast<int>(m);
   plan.factoring = f;
   return absl::OkStatus();

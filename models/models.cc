@@ -55,6 +55,10 @@ std::vector<ModelInfo> ListModels() {
 }
 
 absl::StatusOr<ir::Graph> BuildForward(absl::string_view name, const ModelOptions& options) {
+  if (options.layers > ir::kMaxLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option 'layers' ", options.layers, " is above ", ir::kMaxLayers));
+  }
   for (const ZooEntry& e : kZoo) {
     if (name == e.name) return e.build(name, options);
   }

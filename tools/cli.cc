@@ -78,7 +78,7 @@ absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
   if (!name.has_value()) return absl::InvalidArgumentError("missing --model NAME");
   models::ModelOptions options;
   options.tiny = flags.GetBool("--tiny");
-  auto layers = flags.GetInt("--layers", 0, 1, 100000);
+  auto layers = flags.GetInt("--layers", 0, 1, ir::kMaxLayers);
   if (!layers.ok()) return layers.status();
   options.layers = static_cast<int>(*layers);
   auto batch = flags.GetInt("--batch", 0, 1, int64_t{1} << 30);
@@ -98,7 +98,7 @@ absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
   auto forward = models::BuildForward(*name, options);
   if (!forward.ok() || flags.GetBool("--forward")) return forward;
   ir::TrainingOptions training;
-  auto microbatches = flags.GetInt("--microbatches", 1, 1, 4096);
+  auto microbatches = flags.GetInt("--microbatches", 1, 1, ir::kMaxMicrobatches);
   if (!microbatches.ok()) return microbatches.status();
   training.microbatches = static_cast<int>(*microbatches);
   auto max_grad_norm = MaxGradNorm(flags);
@@ -280,7 +280,7 @@ absl::StatusOr<TrainConfig> ConfigFromFlags(const FlagSet& flags, const std::str
   LOOM_ASSIGN_OR_RETURN(TrainConfig config, LoadTrainConfig(path));
   if (auto name = flags.GetString("--model")) config.model.name = *name;
   if (flags.GetBool("--tiny")) config.model.tiny = true;
-  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", config.model.layers, 1, 100000));
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", config.model.layers, 1, ir::kMaxLayers));
   config.model.layers = static_cast<int>(layers);
   LOOM_ASSIGN_OR_RETURN(config.model.batch,
                         flags.GetInt("--batch", config.model.batch, 1, int64_t{1} << 30));
@@ -338,7 +338,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   for (const IntFlag& f : {IntFlag{"--dp", &strategy.dp, 1 << 20}, IntFlag{"--tp", &strategy.tp, 4096},
                            IntFlag{"--pp", &strategy.pp, 4096}, IntFlag{"--vpp", &strategy.vpp, 64},
                            IntFlag{"--zero", &strategy.zero, 3},
-                           IntFlag{"--microbatches", &strategy.microbatches, 4096}}) {
+                           IntFlag{"--microbatches", &strategy.microbatches, ir::kMaxMicrobatches}}) {
     auto v = flags.GetInt(f.name, *f.target, f.name == std::string("--zero") ? 0 : 1, f.max);
     if (!v.ok()) return fail(v.status());
     *f.target = static_cast<int>(*v);
@@ -356,7 +356,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   models::ModelOptions options;
   options.tiny = flags.GetBool("--tiny");
-  auto layers = flags.GetInt("--layers", 0, 1, 100000);
+  auto layers = flags.GetInt("--layers", 0, 1, ir::kMaxLayers);
   if (!layers.ok()) return fail(layers.status());
   options.layers = static_cast<int>(*layers);
   auto batch = flags.GetInt("--batch", strategy.dp, 1, int64_t{1} << 30);

@@ -35,7 +35,7 @@ absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan
   }
   models::ModelOptions options;
   options.tiny = flags.GetBool("--tiny");
-  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, 100000));
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, ir::kMaxLayers));
   options.layers = static_cast<int>(layers);
   // One sequence per data-parallel rank by default, as `loom plan` builds it: the
   // expert-parallel axis is carved out of the data-parallel ranks.
@@ -50,7 +50,7 @@ absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan
   } else {
     for (const ir::Task& t : plan.tasks) planned = std::max<int64_t>(planned, t.info.microbatch + 1);
   }
-  LOOM_ASSIGN_OR_RETURN(int64_t microbatches, flags.GetInt("--microbatches", planned, 1, 4096));
+  LOOM_ASSIGN_OR_RETURN(int64_t microbatches, flags.GetInt("--microbatches", planned, 1, ir::kMaxMicrobatches));
   training.microbatches = static_cast<int>(microbatches);
   LOOM_ASSIGN_OR_RETURN(training.max_grad_norm, MaxGradNorm(flags));
   return ir::BuildTrainingStep(forward, training);

@@ -1,6 +1,7 @@
 #include "verify/verify.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ir/json_util.h"
 #include "ir/status_macros.h"
 #include "verify/law_reduce.h"
 #include "verify/laws.h"
@@ -36,9 +38,15 @@ namespace {
 // cut short) are skipped: an entry only ever stands for the exact key it holds.
 class ProofCache {
  public:
+  // About a million proofs; past it the cache is neither read nor grown.
+  static constexpr int64_t kMaxCacheBytes = int64_t{256} << 20;
   explicit ProofCache(std::string dir) : dir_(std::move(dir)) {
     if (dir_.empty()) return;
-    std::ifstream in(Path(), std::ios::binary);
+    // Only a regular file of bounded size is read; anything else (a FIFO, a link
+    // to a device, a file grown past the bound) is a cache with nothing in it.
+    auto text = ir::ReadTextFile(Path(), kMaxCacheBytes);
+    if (!text.ok()) return;
+    std::istringstream in(*std::move(text));
     std::string line;
     while (std::getline(in, line)) {
       constexpr absl::string_view kTag = "proved ";
@@ -58,8 +66,15 @@ class ProofCache {
     if (dir_.empty() || fresh_.empty()) return;
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
-    const int fd = ::open(Path().c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    // Never blocks on a FIFO, never writes through to something not a file.
+    const int fd = ::open(Path().c_str(),
+                          O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
     if (fd < 0) return;  // an unwritable cache only costs the next run its proofs
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxCacheBytes) {
+      ::close(fd);
+      return;
+    }
     size_t written = 0;
     while (written < fresh_.size()) {
       const ssize_t n = ::write(fd, fresh_.data() + written, fresh_.size() - written);
@@ -300,8 +315,10 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   };
   const double started =
       std::chrono::duration<double>(start.time_since_epoch()).count();
-  const int threads = options.threads > 0 ? options.threads
-                                          : std::max(1u, std::thread::hardware_concurrency());
+  // More threads than cores gain nothing; each costs a stack (a thousand of them
+  // would not start under a 4 GiB address-space limit).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads > 0 ? std::min(options.threads, cores) : cores;
   // Laws are proved at reduced sizes (uses at different real sizes often share
   // one) while the derivation runs on this thread: threads - 1 workers now,
   // this thread too once it is done.

@@ -42,7 +42,7 @@ struct VerifyOptions {
   std::string cache_dir;
   unsigned solver_timeout_ms = 10000;
   std::optional<int64_t> memory_capacity_bytes;
-  int threads = 0;  // 0: every core
+  int threads = 0;  // 0: every core; more than the cores count as every core
   // Called from the calling thread about ten times a second while the laws are
   // proved, and once when they are done.
   std::function<void(const Progress&)> progress;

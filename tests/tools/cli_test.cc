@@ -115,6 +115,37 @@ TEST(CliTest, MissingGraphFileNamesPath) {
   EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/g.loom")) << r.err;
 }
 
+// Readers take regular files only: a device or a directory is one error line,
+// exit 2, at once (never read until memory runs out).
+TEST(CliTest, InputsThatAreNotRegularFilesAreRefused) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"show", "--graph", "/dev/zero"},
+           {"show", "--graph", "/tmp"},
+           {"simulate", "/dev/zero"},
+       }) {
+    Result r = RunCli(args);
+    EXPECT_EQ(r.code, kExitBadInput) << args[1] << " " << args[2];
+    EXPECT_TRUE(absl::StrContains(r.err, args.back())) << r.err;
+  }
+}
+
+// Layer counts past Loom's bound are refused by the flag and by a configuration.
+TEST(CliTest, LayerAndMicrobatchBoundsAreTheSameInFlagsAndConfigurations) {
+  const std::string out = ::testing::TempDir() + "never.json";
+  Result flag = RunCli({"plan", "--model", "gpt2", "--tiny", "--layers", "100000", "-o", out});
+  EXPECT_EQ(flag.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(flag.err, "[1, 1024]")) << flag.err;
+  const std::string yaml = ::testing::TempDir() + "many_microbatches.yaml";
+  {
+    std::ofstream f(yaml);
+    f << "loom_model: gpt2\ntiny: true\nnum_layers: 1\ndata_parallel_size: 2\n"
+         "micro_batch_size: 1\nglobal_batch_size: 20000\n";
+  }
+  Result config = RunCli({"plan", "--config", yaml, "-o", out});
+  EXPECT_EQ(config.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(config.err, "above 1024")) << config.err;
+}
+
 // `loom plan` writes a factored plan that reads back, and prints its size.
 TEST(CliTest, PlanWritesAPlanFile) {
   std::string path = ::testing::TempDir() + "plan.json";

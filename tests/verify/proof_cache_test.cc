@@ -1,6 +1,8 @@
 // The proof cache: a cold run fills it, a warm run takes every law from it, and
 // lines that do not parse are skipped rather than trusted or fatal.
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +97,40 @@ TEST_P(ProofCacheTest, UnwritableCacheIsNotAnError) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->verdict, Verdict::kEquivalent);
   EXPECT_EQ(r->cache_hits, 0);
+}
+
+// A cache file that is a FIFO or a link to a device is a cache with nothing in
+// it: the run neither blocks on it nor reads it without end, and proves the plan.
+TEST_P(ProofCacheTest, ACacheThatIsNotARegularFileIsLeftAlone) {
+  ir::Graph spec = TinyStep("gpt2", 1, /*layers=*/1);
+  auto plan = transform::Parallelize(spec, Make(2, 2, 1, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::filesystem::create_directories(dir_);
+  const std::string file = absl::StrCat(dir_, "/proved-laws");
+  for (int kind = 0; kind < 2; ++kind) {
+    std::filesystem::remove(file);
+    if (kind == 0) {
+      ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+    } else {
+      std::filesystem::create_symlink("/dev/urandom", file);
+    }
+    auto r = Verify(spec, *plan, Options());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->verdict, Verdict::kEquivalent);
+    EXPECT_EQ(r->cache_hits, 0);
+  }
+}
+
+// Asking for more threads than there are cores runs on the cores.
+TEST(ProofThreadsTest, ThreadsPastTheCoresAreClamped) {
+  ir::Graph spec = TinyStep("gpt2", 1, /*layers=*/1);
+  auto plan = transform::Parallelize(spec, Make(1, 2, 1, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  VerifyOptions options;
+  options.threads = 100000;
+  auto r = Verify(spec, *plan, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->verdict, Verdict::kEquivalent);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, ProofCacheTest, ::testing::Values(1, 2));
