@@ -144,9 +144,14 @@ absl::Status ValidateStructure(const BlockModel& model) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": name already used by block ", names[b.name]));
     }
-    if (b.span <= 0) {
+    if (b.span <= 0 || b.span > kMaxSpan) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": span must be positive, got ", b.span));
+          absl::StrCat(where, ": span must be in 1..", kMaxSpan, ", got ", b.span));
+    }
+    if (b.memory < -kMaxBlockMemory || b.memory > kMaxBlockMemory) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": memory ", b.memory,
+                                                     " is outside -", kMaxBlockMemory, "..",
+                                                     kMaxBlockMemory));
     }
     if (b.devices.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": runs on no device"));
@@ -171,10 +176,10 @@ absl::Status ValidateStructure(const BlockModel& model) {
       if (p.block == i) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": depends on itself"));
       }
-      if (p.lag < 0) {
+      if (p.lag < 0 || p.lag > kMaxSpan) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ": negative lag ", p.lag, " after ",
-                         Quoted(model.blocks[p.block].name)));
+            absl::StrCat(where, ": lag ", p.lag, " after ", Quoted(model.blocks[p.block].name),
+                         " is outside 0..", kMaxSpan));
       }
     }
   }

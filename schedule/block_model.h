@@ -81,6 +81,15 @@ struct BlockModel {
 // for up to 20 blocks on a device, the topological order's peak above that).
 absl::Status ValidateBlockModel(const BlockModel& model);
 
+// Bounds on a block model's numbers, so that every time and memory sum over a
+// schedule (up to ir::kMaxMicrobatches micro-batches of every block) stays far
+// from 64-bit overflow and a time grid (the torch CSV, the search's columns)
+// stays finite: spans, lags and start times are time units, memory is in the
+// model's unit (bytes for plans).
+inline constexpr int64_t kMaxSpan = int64_t{1} << 20;
+inline constexpr int64_t kMaxBlockMemory = int64_t{1} << 40;
+inline constexpr int64_t kMaxStartTime = int64_t{1} << 40;
+
 // Facts derived from a valid model, computed once.
 struct ModelFacts {
   std::vector<int> topo;                  // a topological order, ties by id

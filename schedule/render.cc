@@ -236,8 +236,12 @@ std::string ScheduleToSvg(const BlockModel& model, const Schedule& schedule, con
     }
   }
   const double units = static_cast<double>(std::max<int64_t>(1, t1 - t0));
-  const double ppu = std::clamp(options.target_width / units, options.min_px_per_unit,
-                                std::max(options.min_px_per_unit, options.max_px_per_unit));
+  // At most kMaxChartPx wide, whatever the minimum pixels per unit ask (a chart
+  // of a long schedule scales down rather than growing without bound).
+  constexpr double kMaxChartPx = 100000;
+  const double ppu = std::min(kMaxChartPx / units,
+                              std::clamp(options.target_width / units, options.min_px_per_unit,
+                                         std::max(options.min_px_per_unit, options.max_px_per_unit)));
   const double chart_w = units * ppu;
   const double left = 86, right = 170, top = 62;
   const double row_h = std::max(8, options.row_height);

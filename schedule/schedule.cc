@@ -439,6 +439,9 @@ absl::StatusOr<LoadedSchedule> ScheduleFromJson(absl::string_view text,
       }
       if (e.size() == 3) {
         LOOM_ASSIGN_OR_RETURN(int64_t t, r.Int(e[2], epath + "[2]"));
+        if (t < 0 || t > kMaxStartTime) {
+          return r.Error(epath + "[2]", absl::StrCat("start ", t, " is outside 0..", kMaxStartTime));
+        }
         int64_t& slot = start[static_cast<size_t>(m) * n + b];
         if (slot != kUnset && slot != t) {
           return r.Error(epath, "start differs from the same instance on another device");

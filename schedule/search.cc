@@ -26,7 +26,9 @@ struct Budget {
   bool Spend() {
     if (stopped) return false;
     ++nodes;
-    if (nodes > limit || ((nodes & 4095) == 0 && Clock::now() > deadline)) stopped = true;
+    // The clock every 16 nodes: a node of a large model (thousands of blocks) can
+    // take milliseconds, and a time limit is a promise.
+    if (nodes > limit || ((nodes & 15) == 0 && Clock::now() > deadline)) stopped = true;
     return !stopped;
   }
 };
@@ -527,6 +529,11 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   if (offsets.empty()) {
     // Out of budget: the serial period still gives a valid schedule.
     try_period(serial, std::max<int64_t>(options.node_limit, 1000));
+  }
+  if (offsets.empty() && Clock::now() > deadline) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no schedule found for '", model.name, "' within the time limit (", result.nodes,
+        " search nodes); raise --time-limit"));
   }
   if (offsets.empty()) {
     return absl::ResourceExhaustedError(

@@ -305,6 +305,13 @@ absl::StatusOr<std::string> ScheduleToTorchCsv(const BlockModel& model, const Sc
   const bool timed = sim != nullptr && !sim->start.empty();
   int64_t t0 = 0;
   if (timed) t0 = *std::min_element(sim->start.begin(), sim->start.end());
+  // A timed row has a column per time unit.
+  constexpr int64_t kMaxColumns = 1000000;
+  if (timed && sim->makespan > kMaxColumns) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "torch csv: the schedule spans ", sim->makespan, " time units; a timed row writes a "
+        "column per unit, at most ", kMaxColumns, " (use --gantt or --trace)"));
+  }
   std::string out;
   for (const std::vector<Instance>& row : schedule.order) {
     std::vector<std::string> fields;
@@ -329,9 +336,18 @@ absl::StatusOr<std::string> ScheduleToTorchCsv(const BlockModel& model, const Sc
 absl::StatusOr<LoadedSchedule> ScheduleFromTorchCsv(absl::string_view text,
                                                     absl::string_view filename,
                                                     const TorchImportOptions& options) {
-  // Rows and fields.
-  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
-  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  // Rows and fields. A row ends in "\r\n" (Python's csv module), "\n" or a lone
+  // "\r" (old Mac line ends): all three are read alike.
+  std::vector<absl::string_view> lines;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = text.find_first_of("\r\n", begin);
+    if (end == absl::string_view::npos) {
+      lines.push_back(text.substr(begin));
+      break;
+    }
+    lines.push_back(text.substr(begin, end - begin));
+    begin = end + (text.substr(end, 2) == "\r\n" ? 2 : 1);
+  }
   const int ranks = static_cast<int>(lines.size());
   if (ranks == 0) return absl::InvalidArgumentError(absl::StrCat(filename, ": no rows"));
   std::vector<std::vector<Entry>> rows(ranks);
@@ -339,7 +355,6 @@ absl::StatusOr<LoadedSchedule> ScheduleFromTorchCsv(absl::string_view text,
   bool has_transfers = false;
   for (int r = 0; r < ranks; ++r) {
     absl::string_view line = lines[r];
-    if (absl::EndsWith(line, "\r")) line.remove_suffix(1);
     if (line.empty()) continue;
     int column = 0;
     for (absl::string_view field : absl::StrSplit(line, ',')) {

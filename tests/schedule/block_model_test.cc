@@ -55,7 +55,7 @@ TEST(BlockModelTest, CapCheckUsesTheBestOrderOfOneMicrobatch) {
 // Spans must be positive and devices sorted and distinct.
 TEST(BlockModelTest, RejectsBadSpansAndDevices) {
   BlockModel m{"m", 2, {MakeBlock("x", 0, 0, {0})}, {}};
-  EXPECT_THAT(std::string(ValidateBlockModel(m).message()), HasSubstr("span must be positive"));
+  EXPECT_THAT(std::string(ValidateBlockModel(m).message()), HasSubstr("span must be in 1.."));
   m.blocks[0] = MakeBlock("x", 1, 0, {1, 0});
   EXPECT_THAT(std::string(ValidateBlockModel(m).message()), HasSubstr("sorted and distinct"));
 }

@@ -66,6 +66,19 @@ TEST(TorchCsvTest, ExportsActionsPerRank) {
   EXPECT_EQ(*grid, "0F0,0F1,,0B0,,0B1\r\n,1F0,1B0,1F1,1B1\r\n");
 }
 
+// Rows ending in "\r\n", "\n" or a lone "\r" read alike.
+TEST(TorchCsvTest, EveryLineEndingReadsAlike) {
+  auto crlf = ScheduleFromTorchCsv("0F0,0F1,,0B0,,0B1\r\n,1F0,1B0,1F1,1B1\r\n", "crlf.csv");
+  ASSERT_TRUE(crlf.ok()) << crlf.status();
+  for (const char* text : {"0F0,0F1,,0B0,,0B1\r,1F0,1B0,1F1,1B1\r",
+                           "0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1"}) {
+    auto other = ScheduleFromTorchCsv(text, "other.csv");
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_EQ(other->schedule.order, crlf->schedule.order);
+    EXPECT_EQ(other->model.num_devices, 2);
+  }
+}
+
 // Blocks torch has no action for are refused with their name.
 TEST(TorchCsvTest, ExportRejectsBlocksWithoutStageOrLetter) {
   auto placement = MakePlacement("vshape", 4);
