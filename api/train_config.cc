@@ -2,7 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
+#include <vector>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +15,22 @@
 
 namespace loom {
 namespace {
+
+// Levenshtein distance, for suggesting the key a typo meant.
+int EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<int> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    int diagonal = row[0];
+    row[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const int above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
 
 // The keys of one configuration: the top level merged with a `model:` map.
 class Keys {
@@ -70,6 +89,54 @@ class Keys {
 
   const std::string& origin() const { return origin_; }
 
+  // Every key of the top level and of `model:` read once: a key given twice is an
+  // error; a key Loom does not read that is one edit or two away from one it does
+  // is a typo, refused with the key meant; a parallel setting Loom does not model,
+  // set to anything but 1, is refused by name. Other keys (learning rates, data
+  // paths: a real configuration's many settings that do not shape the plan) are
+  // left alone.
+  absl::Status CheckKeys() const {
+    static constexpr const char* kRead[] = {
+        "loom_model", "model", "name", "tiny", "tensor_model_parallel_size",
+        "pipeline_model_parallel_size", "data_parallel_size", "world_size",
+        "expert_model_parallel_size", "virtual_pipeline_model_parallel_size",
+        "num_layers_per_virtual_pipeline_stage", "num_layers", "seq_length", "micro_batch_size",
+        "global_batch_size", "zero_stage", "sequence_parallel", "use_distributed_optimizer",
+        "recompute_activations", "recompute_granularity", "trainer"};
+    static constexpr const char* kNotModelled[] = {
+        "context_parallel_size", "expert_tensor_parallel_size",
+        "encoder_tensor_model_parallel_size", "encoder_pipeline_model_parallel_size"};
+    for (const YAML::Node& m : maps_) {
+      std::map<std::string, int> first_line;
+      for (auto it = m.begin(); it != m.end(); ++it) {
+        const std::string key = it->first.Scalar();
+        const int line = it->first.Mark().line + 1;
+        if (auto [at, fresh] = first_line.emplace(key, line); !fresh) {
+          return Error(it->first, key.c_str(),
+                       absl::StrCat("given twice (first at line ", at->second, ")"));
+        }
+        if (std::find_if(std::begin(kRead), std::end(kRead),
+                         [&](const char* k) { return key == k; }) != std::end(kRead)) {
+          continue;
+        }
+        if (std::find_if(std::begin(kNotModelled), std::end(kNotModelled),
+                         [&](const char* k) { return key == k; }) != std::end(kNotModelled)) {
+          const YAML::Node& v = it->second;
+          if (v.IsNull() || (v.IsScalar() && v.Scalar() == "1")) continue;
+          return Error(it->first, key.c_str(),
+                       "Loom does not model this parallelism; remove the key or set it to 1");
+        }
+        for (const char* known : kRead) {
+          if (EditDistance(key, known) <= 2) {
+            return Error(it->first, key.c_str(),
+                         absl::StrCat("unknown key (did you mean '", known, "'?)"));
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
  private:
   std::string origin_;
   std::vector<YAML::Node> maps_;
@@ -83,6 +150,7 @@ class Keys {
   } while (false)
 
 absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
+  LOOM_CONFIG_OK(keys.CheckKeys());
   TrainConfig c;
   std::optional<std::string> name, model, granularity;
   LOOM_CONFIG_OK(keys.String("loom_model", name));
@@ -112,6 +180,25 @@ absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
   LOOM_CONFIG_OK(keys.Bool("recompute_activations", recompute_activations));
   LOOM_CONFIG_OK(keys.String("recompute_granularity", granularity));
 
+  // NeMo: the job's size is trainer.devices x trainer.num_nodes.
+  const YAML::Node trainer = keys.Find("trainer");
+  if (trainer && trainer.IsMap() && trainer["devices"]) {
+    int64_t devices = 0, nodes = 1;
+    const YAML::Node d = trainer["devices"], n = trainer["num_nodes"];
+    if (!d.IsScalar() || !YAML::convert<int64_t>::decode(d, devices) || devices < 1) {
+      return keys.Error(d, "trainer.devices", "expected an integer >= 1");
+    }
+    if (n && (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, nodes) || nodes < 1)) {
+      return keys.Error(n, "trainer.num_nodes", "expected an integer >= 1");
+    }
+    if (world.has_value() && *world != devices * nodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": world_size ", *world, " differs from trainer.devices x "
+          "trainer.num_nodes (", devices, " x ", nodes, ")"));
+    }
+    world = devices * nodes;
+  }
+
   ParallelConfig& p = c.parallel;
   p.tp = static_cast<int>(tp.value_or(1));
   p.pp = static_cast<int>(pp.value_or(1));
@@ -119,6 +206,11 @@ absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
   p.sp = sp.value_or(false);
   if (dp.has_value()) {
     p.dp = static_cast<int>(*dp);
+    if (world.has_value() && *dp * p.tp * p.pp != *world) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.origin(), ": data x tensor x pipeline parallel size (", *dp, " x ", p.tp, " x ",
+          p.pp, ") is not the job's ", *world, " devices"));
+    }
   } else if (world.has_value()) {
     if (*world % (p.tp * p.pp) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(

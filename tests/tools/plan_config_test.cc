@@ -39,6 +39,39 @@ TEST(PlanConfigTest, Llama70bYamlGivesTheFlagsPlan) {
   EXPECT_TRUE(x == y) << "the plans differ (" << x.size() << " and " << y.size() << " bytes)";
 }
 
+// A configuration is never silently reinterpreted: a typo of a key Loom reads,
+// a parallelism it does not model, a key given twice and a job size that
+// disagrees with the parallel sizes are each one error naming the key.
+TEST(PlanConfigTest, ConfigurationsAreNeverReinterpreted) {
+  const std::string head = "loom_model: gpt2\ntiny: true\nnum_layers: 1\n";
+  struct Case {
+    std::string yaml, words;
+  };
+  for (const Case& c : {
+           Case{head + "tensor_model_paralel_size: 2\n",
+                "t.yaml:4:1: key 'tensor_model_paralel_size': unknown key (did you mean "
+                "'tensor_model_parallel_size'?)"},
+           Case{head + "tensor_model_parallel_size: 2\ncontext_parallel_size: 2\n",
+                "key 'context_parallel_size': Loom does not model this parallelism"},
+           Case{head + "num_layers: 2\n", "key 'num_layers': given twice (first at line 3)"},
+           Case{"trainer: {devices: 4, num_nodes: 2}\n" + head +
+                    "tensor_model_parallel_size: 2\ndata_parallel_size: 2\n",
+                "(2 x 2 x 1) is not the job's 8 devices"},
+       }) {
+    auto config = ParseTrainConfig(c.yaml, "t.yaml");
+    ASSERT_FALSE(config.ok()) << c.yaml;
+    EXPECT_TRUE(absl::StrContains(config.status().message(), c.words)) << config.status();
+  }
+  // context_parallel_size 1 is no context parallelism; NeMo's job size is
+  // trainer.devices x trainer.num_nodes.
+  auto nemo = ParseTrainConfig("trainer: {devices: 4, num_nodes: 2}\n" + head +
+                                   "tensor_model_parallel_size: 2\ncontext_parallel_size: 1\n",
+                               "nemo.yaml");
+  ASSERT_TRUE(nemo.ok()) << nemo.status();
+  EXPECT_EQ(nemo->parallel.dp, 4);
+  EXPECT_EQ(nemo->parallel.tp, 2);
+}
+
 // NeMo nests the keys under `model:`, and world_size stands for the dp size.
 TEST(PlanConfigTest, NestedKeysAndWorldSize) {
   auto flat = ParseTrainConfig(R"(
