@@ -165,6 +165,28 @@ absl::StatusOr<verify::VerifyOptions> OptionsFromFlags(const FlagSet& flags) {
   return options;
 }
 
+struct ReportPaths {
+  std::optional<std::string> report;
+  std::optional<std::string> junit;
+};
+
+void WriteErrorReports(const ReportPaths& paths, const absl::Status& status,
+                       const std::string& model, const std::string& plan, std::ostream& out,
+                       std::ostream& err) {
+  const verify::ReportContext context{model, plan};
+  const std::string message(status.message());
+  std::vector<std::pair<std::string, std::string>> files;
+  if (paths.report) files.push_back({*paths.report, verify::ErrorReportJson(message, context)});
+  if (paths.junit) files.push_back({*paths.junit, verify::ErrorReportJUnit(message, context)});
+  for (const auto& [file, text] : files) {
+    if (absl::Status s = ir::WriteFileAtomically(file, text); !s.ok()) {
+      err << "loom " << kCommand << ": " << s.message() << "\n";
+      continue;
+    }
+    out << "wrote " << file << "\n";
+  }
+}
+
 }  // namespace
 
 std::string DefaultVerifyCacheDir() {
@@ -185,22 +207,45 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
                 "diverge). Exit 0 proved equivalent, 1 not equivalent, 2 undecided or bad input.");
   AddVerifyFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
+  const std::optional<std::string> report_file = flags.GetString("--report");
+  const std::optional<std::string> junit_file = flags.GetString("--junit");
+  // A report that cannot be written is refused before any work.
+  for (const std::optional<std::string>& file : {report_file, junit_file}) {
+    if (!file.has_value()) continue;
+    std::string dir = std::filesystem::path(*file).parent_path().string();
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK) != 0) {
+      std::error_code ec;
+      const bool is_dir = std::filesystem::is_directory(dir, ec);
+      return FailVerify(err, absl::InvalidArgumentError(absl::StrCat(
+                                 *file, ": cannot write there (", dir,
+                                 is_dir ? " is not writable)" : " is not a directory)")));
+    }
+  }
+  // Bad input still leaves a report and a JUnit file (verdict "error", exit 2),
+  // so that a CI job shows why it stopped.
+  const ReportPaths paths{report_file, junit_file};
+  auto fail = [&](const absl::Status& status) {
+    WriteErrorReports(paths, status, flags.GetString("--model").value_or(""),
+                      flags.GetString("--plan").value_or(""), out, err);
+    return FailVerify(err, status);
+  };
   auto path = flags.GetString("--plan");
-  if (!path.has_value()) return FailVerify(err, absl::InvalidArgumentError("missing --plan FILE"));
+  if (!path.has_value()) return fail(absl::InvalidArgumentError("missing --plan FILE"));
   auto model = flags.GetString("--model");
   if (!model.has_value()) {
-    return FailVerify(err, absl::InvalidArgumentError(
+    return fail(absl::InvalidArgumentError(
                                "missing --model NAME (the model the plan was made from)"));
   }
   auto options = OptionsFromFlags(flags);
-  if (!options.ok()) return FailVerify(err, options.status());
+  if (!options.ok()) return fail(options.status());
 
   auto plan = ir::LoadPlanFile(*path);
-  if (!plan.ok()) return FailVerify(err, plan.status());
+  if (!plan.ok()) return fail(plan.status());
   auto spec = SpecForPlan(flags, *plan);
-  if (!spec.ok()) return FailVerify(err, spec.status());
+  if (!spec.ok()) return fail(spec.status());
   if (absl::Status valid = ir::ValidatePlan(*spec, *plan); !valid.ok()) {
-    return FailVerify(err, AboutPlanFile(*path, valid,
+    return fail(AboutPlanFile(*path, valid,
                                          absl::StrCat("not a plan of the training step of '",
                                                       *model, "' the flags describe: ")));
   }
@@ -219,7 +264,7 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
   auto report = verify::Verify(*spec, *plan, *options);
   if (show_progress) err << "\n";
-  if (!report.ok()) return FailVerify(err, AboutPlanFile(*path, report.status()));
+  if (!report.ok()) return fail(AboutPlanFile(*path, report.status()));
 
   PrintReport(*report, *path, *model, out);
   const verify::ReportContext context{*model, *path};

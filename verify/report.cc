@@ -217,6 +217,36 @@ std::string ReportJson(const VerifyReport& report, const ReportContext& context)
          "\n";
 }
 
+std::string ErrorReportJson(const std::string& message, const ReportContext& context) {
+  ir::OrderedJson j;
+  j["format"] = "loom.verify.report";
+  j["version"] = kReportJsonVersion;
+  j["verdict"] = "error";
+  j["verdict_words"] = "no verdict: the input could not be verified";
+  j["exit_code"] = 2;
+  j["model"] = context.model;
+  j["plan"] = context.plan;
+  j["error"] = message;
+  return j.dump(/*indent=*/2, /*indent_char=*/' ', /*ensure_ascii=*/false,
+                nlohmann::detail::error_handler_t::replace) +
+         "\n";
+}
+
+std::string ErrorReportJUnit(const std::string& message, const ReportContext& context) {
+  const std::string counts = "tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0.000\"";
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  absl::StrAppend(&out, "<testsuites name=\"loom verify\" ", counts, ">\n");
+  absl::StrAppend(&out, "  <testsuite name=\"loom.verify\" ", counts, ">\n");
+  absl::StrAppend(&out, "    <properties>\n      <property name=\"model\" value=\"",
+                  XmlEscape(context.model), "\"/>\n      <property name=\"plan\" value=\"",
+                  XmlEscape(context.plan), "\"/>\n    </properties>\n");
+  absl::StrAppend(&out, "    <testcase classname=\"loom.verify\" name=\"input\" time=\"0.000\">\n",
+                  "      <error type=\"bad_input\" message=\"", XmlEscape(message), "\">",
+                  XmlEscape(message, /*attribute=*/false), "</error>\n    </testcase>\n");
+  absl::StrAppend(&out, "  </testsuite>\n</testsuites>\n");
+  return out;
+}
+
 std::string XmlEscape(const std::string& s, bool attribute) {
   std::string out;
   out.reserve(s.size());

@@ -37,6 +37,12 @@ std::string ReportJson(const VerifyReport& report, const ReportContext& context)
 // elements, an unchecked schedule <skipped>.
 std::string ReportJUnit(const VerifyReport& report, const ReportContext& context);
 
+// The report of a run that reached no verdict because its input was bad (or
+// anything else stopped it): verdict "error", exit code 2 and the message, so
+// that a CI job reads why. The JUnit form is one testcase holding an <error>.
+std::string ErrorReportJson(const std::string& message, const ReportContext& context);
+std::string ErrorReportJUnit(const std::string& message, const ReportContext& context);
+
 // `s` escaped for an XML attribute value (quotes, newlines and tabs as references
 // too) or, with attribute false, for element text (only &, < and >). Characters XML 1.0 does
 // not allow (control characters other than tab, newline, carriage return) become '?'.

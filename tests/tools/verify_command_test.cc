@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -74,6 +75,33 @@ Result Verify(const std::string& plan, std::vector<std::string> extra) {
   args.insert(args.end(), kModel.begin(), kModel.end());
   args.insert(args.end(), extra.begin(), extra.end());
   return RunCli(args);
+}
+
+// Bad input still leaves a report and a JUnit file saying why (verdict "error",
+// an <error> testcase), with exit 2; a report that cannot be written is refused
+// before any work.
+TEST(VerifyCommandTest, BadInputLeavesAReportAndUnwritableReportsAreRefused) {
+  const std::string dir = ::testing::TempDir();
+  const std::string report = dir + "bad_input_report.json", junit = dir + "bad_input.xml";
+  std::filesystem::remove(report);
+  std::filesystem::remove(junit);
+  Result r = RunCli({"verify", "--model", "gpt2", "--tiny", "--plan", "/nonexistent/plan.json",
+                     "--report", report, "--junit", junit});
+  EXPECT_EQ(r.code, 2);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string json = read(report), xml = read(junit);
+  EXPECT_TRUE(absl::StrContains(json, "\"verdict\": \"error\"")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "/nonexistent/plan.json: no such file")) << json;
+  EXPECT_TRUE(absl::StrContains(xml, "errors=\"1\"")) << xml;
+  EXPECT_TRUE(absl::StrContains(xml, "<error type=\"bad_input\"")) << xml;
+  Result unwritable = RunCli({"verify", "--model", "gpt2", "--tiny", "--plan", "p.json",
+                              "--report", "/nonexistent/dir/r.json"});
+  EXPECT_EQ(unwritable.code, 2);
+  EXPECT_TRUE(absl::StrContains(unwritable.err, "/nonexistent/dir/r.json: cannot write there"))
+      << unwritable.err;
 }
 
 // An expert-parallel plan (its mesh carves ep out of the data-parallel ranks)
