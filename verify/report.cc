@@ -166,15 +166,33 @@ std::string FailureGroup(const Failure& f) {
   return "lineage";
 }
 
-std::string ReportJson(const VerifyReport& report, const ReportContext& context) {
+namespace {
+
+// The fields every report starts with, and the text a report is written as.
+ir::OrderedJson ReportHead(const std::string& verdict, const std::string& words, int exit_code,
+                           const ReportContext& context) {
   ir::OrderedJson j;
   j["format"] = "loom.verify.report";
   j["version"] = kReportJsonVersion;
-  j["verdict"] = VerdictName(report.verdict);
-  j["verdict_words"] = VerdictWords(report.verdict);
-  j["exit_code"] = ExitCode(report.verdict);
+  j["verdict"] = verdict;
+  j["verdict_words"] = words;
+  j["exit_code"] = exit_code;
   j["model"] = context.model;
   j["plan"] = context.plan;
+  return j;
+}
+
+std::string ReportText(const ir::OrderedJson& j) {
+  return j.dump(/*indent=*/2, /*indent_char=*/' ', /*ensure_ascii=*/false,
+                nlohmann::detail::error_handler_t::replace) +
+         "\n";
+}
+
+}  // namespace
+
+std::string ReportJson(const VerifyReport& report, const ReportContext& context) {
+  ir::OrderedJson j = ReportHead(VerdictName(report.verdict), VerdictWords(report.verdict),
+                                 ExitCode(report.verdict), context);
   ir::OrderedJson counts;
   counts["items"] = report.items;
   counts["values"] = report.values;
@@ -212,24 +230,14 @@ std::string ReportJson(const VerifyReport& report, const ReportContext& context)
   schedule["checked"] = report.schedule_checked;
   schedule["peak_bytes"] = report.peak_bytes;
   j["schedule"] = schedule;
-  return j.dump(/*indent=*/2, /*indent_char=*/' ', /*ensure_ascii=*/false,
-                nlohmann::detail::error_handler_t::replace) +
-         "\n";
+  return ReportText(j);
 }
 
 std::string ErrorReportJson(const std::string& message, const ReportContext& context) {
-  ir::OrderedJson j;
-  j["format"] = "loom.verify.report";
-  j["version"] = kReportJsonVersion;
-  j["verdict"] = "error";
-  j["verdict_words"] = "no verdict: the input could not be verified";
-  j["exit_code"] = 2;
-  j["model"] = context.model;
-  j["plan"] = context.plan;
+  ir::OrderedJson j =
+      ReportHead("error", "no verdict: the input could not be verified", 2, context);
   j["error"] = message;
-  return j.dump(/*indent=*/2, /*indent_char=*/' ', /*ensure_ascii=*/false,
-                nlohmann::detail::error_handler_t::replace) +
-         "\n";
+  return ReportText(j);
 }
 
 std::string ErrorReportJUnit(const std::string& message, const ReportContext& context) {
