@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import sys
 import traceback
 
 import torch
@@ -409,11 +410,38 @@ def _whole_stacks():
         i = user_frame_index([f.filename for f in frames])
         return traceback.StackSummary.from_list([] if i is None else [frames[i]])
 
+    import torch.fx.proxy as proxy
+    captured = proxy.CapturedTraceback
     TracerBase._filter_traceback_frames = keep_step_frames
+    proxy.CapturedTraceback = _PythonStack
     try:
         yield
     finally:
         TracerBase._filter_traceback_frames = original
+        proxy.CapturedTraceback = captured
+
+
+class _PythonStack:
+    """The Python stack where make_fx records a node, its source lines read only for
+    the frame kept (keep_step_frames): torch's CapturedTraceback symbolizes every
+    frame and reads every line, a fifth of the trace's time."""
+
+    def __init__(self, frame):
+        self._frame = frame
+
+    @staticmethod
+    def extract():
+        return _PythonStack(sys._getframe(1))
+
+    def summary(self):
+        frames = []
+        f = self._frame
+        while f is not None:
+            frames.append(traceback.FrameSummary(f.f_code.co_filename, f.f_lineno,
+                                                 f.f_code.co_name, lookup_line=False))
+            f = f.f_back
+        frames.reverse()
+        return traceback.StackSummary.from_list(frames)
 
 
 @contextlib.contextmanager
