@@ -21,6 +21,7 @@ from loom.torch.distributed import PIPELINE_DIM, coordinate_of, mesh_shape, trac
 from loom.torch.errors import CaptureError
 from loom.torch.plan import build_plan
 from loom.torch.spec import capture_step
+from loom.torch.symmetry import RankReads, representatives, stand_in, uneven_layout
 
 # Mesh dims whose ranks split the batch (data parallelism); the others see all of it.
 DATA_PARALLEL_DIMS = ("dp", "dp_replicate", "dp_shard", "fsdp", "hsdp", "ddp", "data")
@@ -66,6 +67,7 @@ class Report:
     plan: object
     plan_json: str
     times: dict         # seconds: capture (spec), ranks, plan, verify
+    capture: str = ""   # how the ranks' programs were captured (symmetry.py)
 
     @property
     def ok(self):
@@ -75,6 +77,7 @@ class Report:
         lines = [f"verdict:   {self.verdict}",
                  f"spec:      {self.spec.step}",
                  f"plan:      {self.plan}",
+                 "ranks:     " + self.capture,
                  "time:      " + ", ".join(f"{k} {v:.2f} s" for k, v in self.times.items())]
         lines.append(f"failures:  {len(self.failures)}")
         for f in self.failures:
@@ -270,8 +273,30 @@ def _plan_failures(doc):
     return out
 
 
+def _traced_once_per_pipeline_rank(traced, sizes, pp, done):
+    """Every rank's RankTrace, from one trace per pipeline rank (symmetry.py), and
+    how the ranks were captured; (None, why not) when a representative's program
+    depends on its rank in a way Loom does not model. `done`: rank -> the traces
+    made (for the ranks traced after all)."""
+    reps = {}
+    for r in representatives(sizes, pp):
+        with RankReads(sizes, () if pp is None else (pp,)) as reads:
+            rep = done[r] = traced(r)
+        if reads.outside:
+            return None, ("every rank traced: rank " f"{r}'s program reads its rank at "
+                          + ", ".join(reads.outside[:3]))
+        uneven = uneven_layout(rep)
+        if uneven:
+            return None, f"every rank traced: {uneven}"
+        reps[rep.coordinate[pp] if pp is not None else 0] = rep
+    ranks = [stand_in(reps[coordinate_of(r, sizes)[pp] if pp is not None else 0], r, sizes)
+             for r in range(math.prod(sizes))]
+    return ranks, f"one rank traced per pipeline rank ({len(reps)} of {len(ranks)})"
+
+
 def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=None,
-           fake=False, name=None, timeout_ms=10000, threads=0, cache_dir=""):
+           fake=False, name=None, timeout_ms=10000, threads=0, cache_dir="",
+           every_rank=False):
     """Proves that the programs torch runs on the ranks of `mesh` after
     `parallelize(module, device_mesh)` compute the training step of `model()`.
 
@@ -289,6 +314,9 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
         its forward, loss and backward, as torchtitan's train context does (e.g.
         torch.distributed.tensor.parallel.loss_parallel).
     fake: build everything from FakeTensors (real sizes, nothing allocated).
+    every_rank: trace every rank's program. By default one rank per pipeline rank is
+        traced and stands for the others, unless its program reads its rank outside
+        torch.distributed's own code or its shards are uneven (docs/torch.md).
 
     Returns a Report (.verdict, .exit_code 0/1/2, .failures with .module and .source).
     CaptureError (a ValueError) for a program or model Loom cannot capture.
@@ -302,9 +330,16 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
     world = range(math.prod(sizes))
     order = sorted(world, key=lambda r: coordinate_of(r, sizes)[pp]) if pp is not None else world
     boundary = {}
-    ranks = sorted((trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake,
-                               context=train_context, boundary=boundary) for r in order),
-                   key=lambda t: t.rank)
+
+    def traced(r):
+        return trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake,
+                          context=train_context, boundary=boundary)
+    ranks, capture, done = None, "every rank traced", {}
+    if not every_rank and len(world) > 1:
+        ranks, capture = _traced_once_per_pipeline_rank(traced, sizes, pp, done)
+    if ranks is None:
+        ranks = sorted((done[r] if r in done else traced(r) for r in order),
+                       key=lambda t: t.rank)
     times["ranks"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     pipe = ranks[0].pipeline
@@ -319,6 +354,8 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
     data_dims = [i for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS]
     doc, lowerings = build_plan(spec, ranks, names, sizes, data_claim_for(names, sizes),
                                name or spec.trace.model_class, data_dims=data_dims)
+    if doc.lowered is not None:
+        capture += f"; {len(doc.lowered)} lowered, the others' plans written from theirs"
     text = doc.json()
     plan = loom.parse_plan(text, origin="<captured plan>")
     step = spec.step if doc.loss_output else spec.step_without_loss()
@@ -334,4 +371,4 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
     return Report(verdict=verdict, exit_code=exit_code, failures=failures,
                   undecided=[(u.item, u.reason) for u in report.undecided],
                   loom_report=report, spec=spec, step=step, plan=plan, plan_json=text,
-                  times=times)
+                  times=times, capture=capture)

@@ -55,12 +55,43 @@ def chunk(size, n, k):
     return begin, min(begin + step, size)
 
 
-def coordinate_in(mesh, rank):
-    """The coordinate of global `rank` in `mesh` (a DeviceMesh, possibly a sub-mesh
-    of the launch's mesh), from the mesh's own table of ranks."""
+def _launch_coordinate(rank, sizes):
+    coord = []
+    for size in reversed(sizes):
+        coord.append(rank % size)
+        rank //= size
+    return tuple(reversed(coord))
+
+
+def table_for(mesh, rank):
+    """`mesh`'s table of global ranks as `rank` sees it. A sub-mesh a rank sliced
+    (its tensor-parallel group) holds that rank's ranks; a rank standing in with
+    another's trace (symmetry.py) sees the sub-mesh the same slice gives it: along
+    the launch mesh dims the table does not span, its own coordinates."""
     table = getattr(mesh, "_loom_ranks", None)
     if table is None:
         table = mesh.mesh
+    sizes = getattr(mesh, "_loom_launch", None)
+    if sizes is None or bool((table == rank).any()):
+        return table
+    flat = [int(r) for r in table.flatten()]
+    coords = [_launch_coordinate(r, sizes) for r in flat]
+    spans = {k for k in range(len(sizes)) if len({c[k] for c in coords}) > 1}
+    own = _launch_coordinate(rank, sizes)
+    moved = []
+    for c in coords:
+        r = 0
+        for k, size in enumerate(sizes):
+            r = r * size + (c[k] if k in spans else own[k])
+        moved.append(r)
+    import torch
+    return torch.tensor(moved, dtype=table.dtype).reshape(table.shape)
+
+
+def coordinate_in(mesh, rank):
+    """The coordinate of global `rank` in `mesh` (a DeviceMesh, possibly a sub-mesh
+    of the launch's mesh), from the mesh's own table of ranks (table_for)."""
+    table = table_for(mesh, rank)
     where = (table == rank).nonzero()
     if where.shape[0] != 1:
         raise ValueError(f"rank {rank} is not in mesh {mesh}")

@@ -87,7 +87,7 @@ def report_json(report, launcher, mesh):
     doc["verdict_words"] = report.verdict
     doc["exit_code"] = report.exit_code
     doc["plan"] = f"captured from {launcher}"
-    doc["torch"] = {"launcher": launcher, "mesh": mesh,
+    doc["torch"] = {"launcher": launcher, "mesh": mesh, "ranks": report.capture,
                     "seconds": {k: round(v, 3) for k, v in report.times.items()}}
     return doc
 
@@ -181,6 +181,9 @@ def verify_command(argv):
                                        "(outermost first), e.g. dp=2,tp=2")
     parser.add_argument("--fake", action="store_true",
                         help="capture with fake tensors (real sizes, nothing allocated)")
+    parser.add_argument("--every-rank", action="store_true",
+                        help="trace every rank (by default one per pipeline rank stands "
+                             "for the others where that is sound; docs/torch.md)")
     parser.add_argument("--report", help="write the JSON report here")
     parser.add_argument("--junit", help="write JUnit XML here")
     parser.add_argument("--timeout-ms", type=int, default=10000,
@@ -196,7 +199,7 @@ def verify_command(argv):
             inputs=names["inputs"], loss=names["loss"], optimizer=names["optimizer"],
             train_context=names.get("train_context"),
             fake=bool(args.fake or names.get("fake", False)),
-            timeout_ms=args.timeout_ms, cache_dir=args.cache)
+            timeout_ms=args.timeout_ms, cache_dir=args.cache, every_rank=args.every_rank)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -226,6 +229,6 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "verify":
         print("usage: python -m loom.torch verify LAUNCHER.py [--mesh dp=2,tp=2] [--fake] "
-              "[--report FILE] [--junit FILE]", file=sys.stderr)
+              "[--every-rank] [--report FILE] [--junit FILE]", file=sys.stderr)
         return 2
     return verify_command(argv[1:])

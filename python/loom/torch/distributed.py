@@ -106,9 +106,10 @@ def _groups():
     return out
 
 
-def _keep_mesh_tables(trace, recorder):
+def _keep_mesh_tables(trace, recorder, sizes):
     """Every mesh the rank's DTensors live on keeps its table of global ranks
-    (DeviceMesh computes it from the process group, which is gone after the trace)."""
+    (DeviceMesh computes it from the process group, which is gone after the trace),
+    and the launch mesh's sizes (claims.table_for)."""
     specs = [ph.dtensor for ph in trace.placeholders if ph.dtensor is not None]
     specs += list(recorder.specs.values())
     for r in recorder.redistributions:
@@ -117,6 +118,7 @@ def _keep_mesh_tables(trace, recorder):
     for mesh in meshes:
         if getattr(mesh, "_loom_ranks", None) is None:
             mesh._loom_ranks = mesh.mesh.clone()
+            mesh._loom_launch = tuple(sizes)
 
 
 def _stage_inputs(pipe, batch, boundary, chain, views):
@@ -209,6 +211,6 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
                                param_views=views, context=context,
                                optimizer_site=site_of(optimizer), body=body)
         groups = _groups()
-        _keep_mesh_tables(trace, recorder)
+        _keep_mesh_tables(trace, recorder, sizes)
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,
                      recorder=recorder, groups=groups, managed=managed, pipeline=pipe)

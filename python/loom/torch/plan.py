@@ -32,6 +32,7 @@ import torch
 
 import loom
 from loom.torch import claims as C
+from loom.torch import plan_symmetry
 from loom.torch.errors import CaptureError
 from loom.torch.lower import (RULES, Lowering, MaskedIds, UnsupportedOp, Value, VocabMask,
                               user_frame)
@@ -407,6 +408,7 @@ class PlanDocument:
         self.seq_of_collective = {}  # (collective id, device) -> when the device's lowering made it
         self._seq = 0
         self.order = []     # per device, its program (pipeline schedules), or []
+        self.lowered = None  # the ranks lowered when the others were written from them
 
     def next_seq(self):
         """A counter over the tasks and collectives the lowerings make, in order."""
@@ -929,6 +931,8 @@ class RankLowering(Lowering):
             # another value (a gradient lacking a contribution, a stage sending the
             # wrong tensor); lowered as it is, the verifier says where it differs.
             m = self.S.match_but_one(node, self._spec_image)
+            if m is not None and _ndim(m) != _ndim(node):
+                m = None  # no piece of it: an op of another rank (the same line)
             if m is not None:
                 self._explain_scale(node, m)
         if m is None and self._extra_scale(node):
@@ -1027,7 +1031,7 @@ class RankLowering(Lowering):
             mesh_dim = info.mesh_dim
             n = r.source.mesh.size(mesh_dim)
             key = (r.index, step)
-            group = _group_in(r.source.mesh, mesh_dim, coord)
+            group = _group_in(r.source.mesh, mesh_dim, self.device)
             if isinstance(a, Partial) and isinstance(b, Replicate):
                 reduce = _reduce_of(a)
                 v = self._collective(key, group, "all_reduce", {"reduce": reduce}, v,
@@ -1114,7 +1118,7 @@ class RankLowering(Lowering):
             return
         key = ("masked sum", self._masked_sums)
         self._masked_sums += 1
-        group = _group_in(w.mesh, w.mesh_dim, coord)
+        group = _group_in(w.mesh, w.mesh_dim, self.device)
         self.env[node] = self._collective(key, group, "all_reduce", {"reduce": "sum"}, v,
                                           dataclasses.replace(v.claim, part=C.FULL), v.dims)
 
@@ -1196,15 +1200,12 @@ class RankLowering(Lowering):
 # ---------------------------------------------------------------------------------
 # All ranks together.
 
-def _group_in(mesh, mesh_dim, coordinate):
-    """The global ranks of `mesh` (a DeviceMesh) that differ from `coordinate` only
-    along `mesh_dim`, in order along it."""
-    index = list(coordinate)
+def _group_in(mesh, mesh_dim, rank):
+    """The global ranks of `mesh` (a DeviceMesh, as `rank` sees it) that differ from
+    `rank` only along `mesh_dim`, in order along it."""
+    index = list(C.coordinate_in(mesh, rank))
     index[mesh_dim] = slice(None)
-    table = getattr(mesh, "_loom_ranks", None)
-    if table is None:
-        table = mesh.mesh
-    return tuple(int(r) for r in table[tuple(index)].flatten())
+    return tuple(int(r) for r in C.table_for(mesh, rank)[tuple(index)].flatten())
 
 
 def _groups_along(mesh_sizes, mesh_dims):
@@ -1264,17 +1265,22 @@ def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data
     the batch. The plan's outputs are every rank's updated parameters and optimizer
     states, and its loss where the rank holds the whole loss (doc.loss_output)."""
     S = SpecIndex(spec)
-    doc = PlanDocument(S, mesh_names, mesh_sizes, model_name)
-    lowerings = [RankLowering(S, rank, doc, data_claim) for rank in ranks]
-    published = {}
-    for L in lowerings:
-        L.data_dims = tuple(data_dims)
-        L.mesh_sizes = tuple(mesh_sizes)
-        L.published = published
-        L.used = set()
-    results = _lower_together(lowerings, published)
+    groups = plan_symmetry.groups_of(ranks)
+    doc = lowerings = None
+    if groups is not None:
+        chosen, lowered = plan_symmetry.bases(groups, mesh_sizes)
+        if len(lowered) < len(ranks):
+            doc, lowerings = _lowered(S, [ranks[r] for r in lowered], mesh_names, mesh_sizes,
+                                      data_claim, model_name, data_dims)
+            lowerings = plan_symmetry.extend(doc, lowerings, ranks, mesh_sizes, chosen)
+            if lowerings is not None:
+                doc.lowered = lowered
+    if lowerings is None:
+        doc, lowerings = _lowered(S, ranks, mesh_names, mesh_sizes, data_claim, model_name,
+                                  data_dims)
     losses = []
-    for L, outs in zip(lowerings, results):
+    for L in lowerings:
+        outs = L.results
         for (kind, name), v in zip(L.trace.outputs, outs):
             if kind == "send":
                 continue
@@ -1293,6 +1299,21 @@ def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data
     p2p = _assemble_sends(doc)
     if any(L.rank.pipeline is not None for L in lowerings):
         doc.order = pipeline_order(doc, lowerings, p2p)
+    return doc, lowerings
+
+
+def _lowered(S, ranks, mesh_names, mesh_sizes, data_claim, model_name, data_dims):
+    """A plan document with the lowerings of `ranks` (each with its .results)."""
+    doc = PlanDocument(S, mesh_names, mesh_sizes, model_name)
+    lowerings = [RankLowering(S, rank, doc, data_claim) for rank in ranks]
+    published = {}
+    for L in lowerings:
+        L.data_dims = tuple(data_dims)
+        L.mesh_sizes = tuple(mesh_sizes)
+        L.published = published
+        L.used = set()
+    for L, outs in zip(lowerings, _lower_together(lowerings, published)):
+        L.results = outs
     return doc, lowerings
 
 
