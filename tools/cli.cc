@@ -266,32 +266,6 @@ int CmdGraph(const std::vector<std::string>& args, std::ostream& out, std::ostre
   return kExitOk;
 }
 
-// The training configuration of `path`; the model flags, when given, override
-// its model fields, and no parallel flag may be given beside it.
-absl::StatusOr<TrainConfig> ConfigFromFlags(const FlagSet& flags, const std::string& path) {
-  for (const char* f : {"--dp", "--tp", "--pp", "--vpp", "--sp", "--ep", "--zero",
-                        "--microbatches", "--recompute"}) {
-    if (flags.Has(f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("give the parallel configuration by --config or by flags, not both (",
-                       f, " given beside --config)"));
-    }
-  }
-  LOOM_ASSIGN_OR_RETURN(TrainConfig config, LoadTrainConfig(path));
-  if (auto name = flags.GetString("--model")) config.model.name = *name;
-  if (flags.GetBool("--tiny")) config.model.tiny = true;
-  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", config.model.layers, 1, ir::kMaxLayers));
-  config.model.layers = static_cast<int>(layers);
-  LOOM_ASSIGN_OR_RETURN(config.model.batch,
-                        flags.GetInt("--batch", config.model.batch, 1, int64_t{1} << 30));
-  LOOM_ASSIGN_OR_RETURN(config.model.seq, flags.GetInt("--seq", config.model.seq, 1, int64_t{1} << 30));
-  if (config.model.name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": no model named (set loom_model: NAME in the file, or give --model)"));
-  }
-  return config;
-}
-
 int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("plan",
                 "Splits a model's training step over a dp x pp x tp device mesh and writes the\n"

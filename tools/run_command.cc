@@ -107,9 +107,7 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::optional<std::string> path = flags.GetString("--plan");
   if (!path.has_value()) path = flags.Positional();
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing the plan file"));
-  if (!flags.GetString("--model").has_value()) {
-    return fail(absl::InvalidArgumentError("missing --model NAME (the model the plan was made from)"));
-  }
+  if (auto model = ModelName(flags); !model.ok()) return fail(model.status());
   exec::ExecOptions exec_options;
   const std::string precision = flags.GetString("--precision").value_or("fp32");
   if (precision == "fp32") {

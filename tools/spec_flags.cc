@@ -13,6 +13,10 @@
 namespace loom::tools {
 
 void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix) {
+  flags.AddString("--config", "FILE",
+                  absl::StrCat(help_prefix,
+                               "the YAML training configuration the plan was made from "
+                               "(`loom plan --config`): its model and sizes"));
   flags.AddString("--model", "NAME", absl::StrCat(help_prefix, "the model the plan was made from"));
   flags.AddBool("--tiny", absl::StrCat(help_prefix, "the model at tiny size"));
   flags.AddString("--layers", "N", absl::StrCat(help_prefix, "the model's layer count"));
@@ -24,25 +28,71 @@ void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix) {
   flags.AddString("--max-grad-norm", "X", absl::StrCat(help_prefix, kMaxGradNormHelp));
 }
 
+absl::StatusOr<TrainConfig> ConfigFromFlags(const FlagSet& flags, const std::string& path) {
+  for (const char* f : {"--dp", "--tp", "--pp", "--vpp", "--sp", "--ep", "--zero",
+                        "--microbatches", "--recompute"}) {
+    if (flags.Has(f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("give the parallel configuration by --config or by flags, not both (",
+                       f, " given beside --config)"));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(TrainConfig config, LoadTrainConfig(path));
+  if (auto name = flags.GetString("--model")) config.model.name = *name;
+  if (flags.GetBool("--tiny")) config.model.tiny = true;
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", config.model.layers, 1, ir::kMaxLayers));
+  config.model.layers = static_cast<int>(layers);
+  LOOM_ASSIGN_OR_RETURN(config.model.batch,
+                        flags.GetInt("--batch", config.model.batch, 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(config.model.seq, flags.GetInt("--seq", config.model.seq, 1, int64_t{1} << 30));
+  if (config.model.name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": no model named (set loom_model: NAME in the file, or give --model)"));
+  }
+  return config;
+}
+
 absl::StatusOr<double> MaxGradNorm(const FlagSet& flags) {
   return flags.GetDouble("--max-grad-norm", 1.0, 0.0, 1e30);
 }
 
-absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan) {
-  auto name = flags.GetString("--model");
-  if (!name.has_value()) {
-    return absl::InvalidArgumentError("--plan needs the --model (and size flags) it was made from");
+absl::StatusOr<std::string> ModelName(const FlagSet& flags) {
+  if (auto name = flags.GetString("--model")) return *name;
+  if (auto path = flags.GetString("--config")) {
+    LOOM_ASSIGN_OR_RETURN(TrainConfig config, ConfigFromFlags(flags, *path));
+    return config.model.name;
   }
-  models::ModelOptions options;
-  options.tiny = flags.GetBool("--tiny");
-  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, ir::kMaxLayers));
-  options.layers = static_cast<int>(layers);
+  return absl::InvalidArgumentError(
+      "missing --model NAME or --config FILE (what the plan was made from)");
+}
+
+absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan) {
   // One sequence per data-parallel rank by default, as `loom plan` builds it: the
   // expert-parallel axis is carved out of the data-parallel ranks.
   const int64_t data_ranks = plan.mesh.AxisSize("dp") * plan.mesh.AxisSize("ep");
-  LOOM_ASSIGN_OR_RETURN(options.batch, flags.GetInt("--batch", data_ranks, 1, int64_t{1} << 30));
-  LOOM_ASSIGN_OR_RETURN(options.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
-  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(*name, options));
+  std::string name;
+  models::ModelOptions options;
+  if (auto path = flags.GetString("--config")) {
+    LOOM_ASSIGN_OR_RETURN(TrainConfig config, ConfigFromFlags(flags, *path));
+    name = config.model.name;
+    options.tiny = config.model.tiny;
+    options.layers = config.model.layers;
+    options.batch = config.model.batch > 0 ? config.model.batch : data_ranks;
+    options.seq = config.model.seq;
+  } else {
+    auto model = flags.GetString("--model");
+    if (!model.has_value()) {
+      return absl::InvalidArgumentError(
+          "--plan needs the --config or the --model (and size flags) it was made from");
+    }
+    name = *model;
+    options.tiny = flags.GetBool("--tiny");
+    LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, ir::kMaxLayers));
+    options.layers = static_cast<int>(layers);
+    LOOM_ASSIGN_OR_RETURN(options.batch, flags.GetInt("--batch", data_ranks, 1, int64_t{1} << 30));
+    LOOM_ASSIGN_OR_RETURN(options.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
+  }
+  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(name, options));
   ir::TrainingOptions training;
   int64_t planned = 1;
   if (plan.factoring.has_value()) {

@@ -232,11 +232,9 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
   };
   auto path = flags.GetString("--plan");
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing --plan FILE"));
-  auto model = flags.GetString("--model");
-  if (!model.has_value()) {
-    return fail(absl::InvalidArgumentError(
-                               "missing --model NAME (the model the plan was made from)"));
-  }
+  auto model = ModelName(flags);
+  if (!model.ok()) return fail(model.status());
+
   auto options = OptionsFromFlags(flags);
   if (!options.ok()) return fail(options.status());
 

@@ -146,6 +146,40 @@ TEST(CliTest, LayerAndMicrobatchBoundsAreTheSameInFlagsAndConfigurations) {
   EXPECT_TRUE(absl::StrContains(config.err, "above 1024")) << config.err;
 }
 
+// The CI job of docs/ci.md as written: the plan made from a configuration is
+// searched and verified against the same configuration (its own sequence length,
+// not the model's default), and run by `loom run --check`.
+TEST(CliTest, CommandsReadThePlansConfiguration) {
+  const std::string dir = ::testing::TempDir();
+  const std::string yaml = dir + "train.yaml";
+  {
+    std::ofstream f(yaml);
+    f << "loom_model: gpt2\ntiny: true\nnum_layers: 2\nseq_length: 12\n"
+         "tensor_model_parallel_size: 2\npipeline_model_parallel_size: 2\n"
+         "data_parallel_size: 2\nmicro_batch_size: 1\nglobal_batch_size: 8\n";
+  }
+  const std::string plan = dir + "ci_plan.json";
+  const std::string ordered = dir + "ci_plan.ordered.json";
+  ASSERT_EQ(RunCli({"plan", "--config", yaml, "-o", plan}).code, kExitOk);
+  Result search = RunCli({"search", "--plan", plan, "--config", yaml, "-o", ordered});
+  ASSERT_EQ(search.code, kExitOk) << search.err;
+  Result verify = RunCli({"verify", "--config", yaml, "--plan", ordered});
+  EXPECT_EQ(verify.code, kExitOk) << verify.out << verify.err;
+  EXPECT_TRUE(absl::StrContains(verify.out, "proved equivalent")) << verify.out;
+  EXPECT_TRUE(absl::StrContains(verify.out, "(model gpt2)")) << verify.out;
+  Result run = RunCli({"run", plan, "--config", yaml, "--steps", "1", "--check"});
+  EXPECT_EQ(run.code, kExitOk) << run.out << run.err;
+  // The model's own sequence length is not the plan's: the flags alone describe
+  // another step, and say where.
+  Result flags = RunCli({"verify", "--model", "gpt2", "--tiny", "--plan", ordered});
+  EXPECT_EQ(flags.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(flags.err, "the flags describe")) << flags.err;
+  // A parallel flag beside --config is refused by name, as in `loom plan`.
+  Result both = RunCli({"verify", "--config", yaml, "--microbatches", "2", "--plan", ordered});
+  EXPECT_EQ(both.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(both.err, "--microbatches given beside --config")) << both.err;
+}
+
 // `loom plan` writes a factored plan that reads back, and prints its size.
 TEST(CliTest, PlanWritesAPlanFile) {
   std::string path = ::testing::TempDir() + "plan.json";

@@ -153,7 +153,7 @@ TEST(ScheduleCliTest, SearchPlanWritesTheOrderIntoThePlan) {
   // Without the model it came from, the plan cannot be read.
   Result missing = RunCli({"search", "--plan", dir + "p.json"});
   EXPECT_EQ(missing.code, kExitBadInput);
-  EXPECT_TRUE(absl::StrContains(missing.err, "--plan needs the --model")) << missing.err;
+  EXPECT_TRUE(absl::StrContains(missing.err, "--plan needs the --config or the --model")) << missing.err;
 }
 
 }  // namespace
