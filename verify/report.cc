@@ -78,19 +78,40 @@ void AddFailure(TestCase& t, const Failure& f) {
   t.failures.push_back({FailureClassName(f.cls), message, FailureDetails(f)});
 }
 
+// A failure is a test case of its own, one per class and tensor (the same wrong
+// tensor on several devices is one case with a <failure> per entry), named after the
+// check that found it: `group` ("lineage", "law:linear", "schedule").
+void AddFailureCase(std::vector<TestCase>& cases, const std::string& group, const Failure& f) {
+  std::string name = absl::StrCat(group, ": ", FailureClassName(f.cls));
+  if (!f.tensor.empty()) absl::StrAppend(&name, " '", f.tensor, "'");
+  auto it = std::find_if(cases.begin(), cases.end(),
+                         [&](const TestCase& t) { return t.name == name; });
+  if (it == cases.end()) {
+    TestCase t;
+    t.name = name;
+    cases.push_back(std::move(t));
+    it = cases.end() - 1;
+  }
+  AddFailure(*it, f);
+}
+
 void AddUndecided(TestCase& t, const Undecided& u) {
   t.errors.push_back({absl::StrCat("undecided: ", u.item, ": ", u.reason),
                       absl::StrCat("item: ", u.item, "\nreason: ", u.reason, "\n")});
 }
 
+// A test case per check group (what it checked, its time, its undecided entries as
+// errors), each followed by a test case per failure it found (AddFailureCase).
 std::vector<TestCase> TestCases(const VerifyReport& report) {
   std::vector<TestCase> cases;
+  std::vector<TestCase> found;
   TestCase lineage;
   lineage.name = "coverage and lineage";
+  lineage.seconds = report.derive_seconds;
   lineage.out = absl::StrCat(report.items, " tasks and collectives, ", report.values,
                              " values derived\n");
   for (const Failure& f : report.failures) {
-    if (FailureGroup(f) == "lineage") AddFailure(lineage, f);
+    if (FailureGroup(f) == "lineage") AddFailureCase(found, "lineage", f);
   }
   // Undecided entries of laws go to their law's test case below.
   std::vector<std::string> law_items;
@@ -105,6 +126,7 @@ std::vector<TestCase> TestCases(const VerifyReport& report) {
     }
   }
   cases.push_back(std::move(lineage));
+  for (TestCase& t : found) cases.push_back(std::move(t));
 
   for (const std::string& op : ops) {
     TestCase law;
@@ -121,27 +143,34 @@ std::vector<TestCase> TestCases(const VerifyReport& report) {
     law.out = absl::StrCat(proved, " of ", total, " laws proved, ", cached, " from the cache\n",
                            law.out);
     const std::string item = LawItem(op);
+    found.clear();
     for (const Failure& f : report.failures) {
-      if (f.item == item) AddFailure(law, f);
+      if (f.item == item) AddFailureCase(found, law.name, f);
     }
     for (const Undecided& u : report.undecided) {
       if (u.item == item) AddUndecided(law, u);
     }
     cases.push_back(std::move(law));
+    for (TestCase& t : found) cases.push_back(std::move(t));
   }
 
   TestCase schedule;
   schedule.name = "schedule safety";
+  // What is neither derivation nor law proofs: reading, checking the order.
+  schedule.seconds =
+      std::max(0.0, report.seconds - report.derive_seconds - report.law_seconds);
+  found.clear();
   for (const Failure& f : report.failures) {
-    if (FailureGroup(f) == "schedule") AddFailure(schedule, f);
+    if (FailureGroup(f) == "schedule") AddFailureCase(found, "schedule", f);
   }
   if (report.schedule_checked) {
     schedule.out = absl::StrCat("peak bytes per device: ", absl::StrJoin(report.peak_bytes, ", "),
                                 "\n");
-  } else if (schedule.failures.empty()) {
+  } else if (found.empty()) {
     schedule.skipped = "the plan has no per-device order";
   }
   cases.push_back(std::move(schedule));
+  for (TestCase& t : found) cases.push_back(std::move(t));
   return cases;
 }
 

@@ -55,6 +55,12 @@ def test_a_planted_bug_exits_1_and_the_reports_name_the_users_code(tmp_path):
     failures = list(suite.iter("failure"))
     assert failures and failures[0].get("type") == "missing_reduction"
     assert "model.layers.1" in failures[0].get("message")
+    # A test case per failing tensor, counted as a failure; the groups keep their times.
+    failing = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert [c.get("name") for c in failing] == [f"lineage: missing_reduction '{first['tensor']}'"]
+    assert suite.get("failures") == "1"
+    capture = next(c for c in suite.iter("testcase") if c.get("name") == "capture")
+    assert float(capture.get("time")) > 0
 
 
 def test_a_launcher_without_an_optimizer_exits_2():

@@ -123,21 +123,32 @@ TEST(ReportTest, VerdictNamesAndExitCodes) {
   }
 }
 
-// The JUnit file is well-formed: one suite, a test case per check group, each
-// failure a <failure>, each undecided entry an <error>, special characters escaped.
+// The JUnit file is well-formed: one suite, a test case per check group with its
+// time and its undecided entries as <error>s, then a test case per failure it found
+// (one per class and tensor, a <failure> per entry), special characters escaped.
 TEST(ReportTest, JUnitGroupsChecksIntoTestCases) {
-  const std::string xml = ReportJUnit(Mixed(), {"gpt2", "a<b>&\"c\".json"});
+  VerifyReport mixed = Mixed();
+  mixed.derive_seconds = 0.5;
+  mixed.law_seconds = 1.75;
+  Failure again = mixed.failures[0];  // the same tensor wrong on another device
+  again.devices = {2};
+  mixed.failures.push_back(again);
+  const std::string xml = ReportJUnit(mixed, {"gpt2", "a<b>&\"c\".json"});
   EXPECT_EQ(XmlWellFormedError(xml), "") << xml;
   EXPECT_EQ(Count(xml, "<testsuite "), 1) << xml;
-  EXPECT_TRUE(absl::StrContains(xml, "<testsuite name=\"loom.verify\" tests=\"4\" failures=\"3\" "
-                                     "errors=\"1\" skipped=\"0\""))
+  EXPECT_TRUE(absl::StrContains(xml, "<testsuite name=\"loom.verify\" tests=\"7\" failures=\"3\" "
+                                     "errors=\"2\" skipped=\"0\" time=\"2.500\""))
       << xml;
-  EXPECT_EQ(Count(xml, "<testcase "), 4);
-  EXPECT_TRUE(absl::StrContains(xml, "name=\"coverage and lineage\""));
+  EXPECT_EQ(Count(xml, "<testcase "), 7);
+  EXPECT_TRUE(absl::StrContains(xml, "name=\"coverage and lineage\" time=\"0.500\"")) << xml;
+  EXPECT_TRUE(absl::StrContains(xml, "name=\"lineage: missing_reduction &apos;h.1&apos;\""))
+      << xml;
   EXPECT_TRUE(absl::StrContains(xml, "name=\"law:linear\""));
+  EXPECT_TRUE(absl::StrContains(xml, "name=\"law:linear: computation_differs\""));
   EXPECT_TRUE(absl::StrContains(xml, "name=\"law:attention\""));
-  EXPECT_TRUE(absl::StrContains(xml, "name=\"schedule safety\""));
-  EXPECT_EQ(Count(xml, "<failure "), 3);
+  EXPECT_TRUE(absl::StrContains(xml, "name=\"schedule safety\" time=\"0.250\"")) << xml;
+  EXPECT_TRUE(absl::StrContains(xml, "name=\"schedule: deadlock\""));
+  EXPECT_EQ(Count(xml, "<failure "), 4);
   EXPECT_EQ(Count(xml, "<error "), 2);
   EXPECT_TRUE(absl::StrContains(
       xml, "<failure type=\"missing_reduction\" message=\"missing reduction: holds a partial sum "

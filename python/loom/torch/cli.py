@@ -106,25 +106,44 @@ def undecided_json(launcher, mesh, reason):
 
 
 def report_junit(doc):
-    """JUnit XML of a report_json document: a test case per check group (capture,
-    lineage, one per law, schedule), failures with the user's module and line."""
-    cases = {"capture": [], "coverage and lineage": []}
+    """JUnit XML of a report_json document, as `loom verify --junit` writes it
+    (docs/formats.md): a test case per check group (capture, lineage, one per law,
+    schedule) with its time and its undecided entries as errors, each followed by a
+    test case per failure it found, one per class and tensor, with the user's module
+    and line."""
+    seconds = doc["torch"].get("seconds", {})
+    groups = [["capture", sum(seconds.get(k, 0.0) for k in ("spec", "ranks", "plan"))],
+              ["coverage and lineage", 0.0]]
+    law_time = {}
     for law in doc["laws"]:
-        cases.setdefault(f"law:{law['op']}", [])
-    cases["schedule safety"] = []
-    errors = {}
+        law_time[f"law:{law['op']}"] = law_time.get(f"law:{law['op']}", 0.0) + \
+            law.get("seconds", 0.0)
+    groups += [[name, t] for name, t in law_time.items()]
+    groups.append(["schedule safety", 0.0])
+    groups[1][1] = max(0.0, seconds.get("verify", 0.0) - sum(law_time.values()))
+    found = {name: {} for name, _ in groups}
     for f in doc["failures"]:
         group = {"capture": "capture", "lineage": "coverage and lineage",
                  "schedule": "schedule safety"}.get(f["group"])
+        prefix = {"coverage and lineage": "lineage", "schedule safety": "schedule"}
         if group is None:  # a refuted law: "partition law of 'linear'"
             op = f["item"].split("'")[1] if f["item"].count("'") >= 2 else f["item"]
             group = f"law:{op}"
-        cases.setdefault(group, []).append(f)
+            found.setdefault(group, {})
+            groups.append([group, 0.0])
+        name = f"{prefix.get(group, group)}: {f['class']}" + \
+            (f" '{f['tensor']}'" if f.get("tensor") else "")
+        found[group].setdefault(name, []).append(f)
+    errors = {}
     for u in doc["undecided"]:
         group = "capture" if u["item"] == "capture" else "coverage and lineage"
         errors.setdefault(group, []).append(u)
-    failed = sum(1 for c in cases.values() if c)
-    errored = sum(1 for name, e in errors.items() if e and not cases.get(name))
+    cases = []  # (name, seconds, failures, errors)
+    for name, t in groups:
+        cases.append((name, t, [], errors.get(name, [])))
+        cases += [(case, 0.0, fs, []) for case, fs in found.get(name, {}).items()]
+    failed = sum(1 for c in cases if c[2])
+    errored = sum(1 for c in cases if c[3] and not c[2])
     counts = (f'tests="{len(cases)}" failures="{failed}" errors="{errored}" skipped="0" '
               f'time="{doc["seconds"]:.3f}"')
     out = ['<?xml version="1.0" encoding="UTF-8"?>',
@@ -135,9 +154,10 @@ def report_junit(doc):
                         ("verdict", doc["verdict"]), ("exit_code", str(doc["exit_code"]))):
         out.append(f'      <property name="{name}" value={quoteattr(value)}/>')
     out.append("    </properties>")
-    for name, failures in cases.items():
-        out.append(f'    <testcase classname="loom.torch" name={quoteattr(name)}>')
-        for u in errors.get(name, []):
+    for name, t, failures, undecided in cases:
+        out.append(f'    <testcase classname="loom.torch" name={quoteattr(name)} '
+                   f'time="{t:.3f}">')
+        for u in undecided:
             out.append(f'      <error type="undecided" message={quoteattr(u["reason"])}>'
                        f'{escape(u["item"])}</error>')
         for f in failures:
