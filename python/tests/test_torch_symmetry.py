@@ -4,6 +4,7 @@ one tracing every rank gives, and a program that differs on one rank must be cau
 
 import json
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -56,11 +57,35 @@ def test_ranks_written_from_others_are_the_ranks_lowered_alone():
     assert executor_difference(shared) < 1e-10
 
 
-def test_a_program_that_reads_its_rank_has_every_rank_traced():
-    # The launcher doubles the final norm's output on rank 1 only: tracing rank 0 alone
-    # would prove it; every rank is traced and rank 1's extra scaling is found.
+def _global_rank(mesh):
+    return dist.get_rank()
+
+
+def _local_rank_along_dp(mesh):
+    return mesh.get_local_rank("dp")
+
+
+def _sampler_index(mesh):
+    from torch.utils.data.distributed import DistributedSampler
+    return list(DistributedSampler(range(2), shuffle=False))[0]
+
+
+def _not_in_a_new_group(mesh):
+    return int(dist.new_group([0]) is dist.GroupMember.NON_GROUP_MEMBER)
+
+
+def _mesh_attribute(mesh):
+    return mesh._rank
+
+
+@pytest.mark.parametrize("read", [_global_rank, _local_rank_along_dp, _sampler_index,
+                                  _not_in_a_new_group, _mesh_attribute])
+def test_a_program_that_reads_its_rank_has_every_rank_traced(read):
+    # The launcher doubles the final norm's output on rank 1 only, deciding so from its
+    # rank read one way or another: tracing rank 0 alone would prove it; every rank is
+    # traced and rank 1's extra scaling is found.
     def fsdp_scaled_on_rank_1(model, mesh):
-        if dist.get_rank() == 1:
+        if read(mesh) == 1:
             model.model.norm.register_forward_hook(lambda module, args, out: out * 2.0)
         fsdp(model, mesh)
 

@@ -21,7 +21,8 @@ from loom.torch.distributed import PIPELINE_DIM, coordinate_of, mesh_shape, trac
 from loom.torch.errors import CaptureError
 from loom.torch.plan import build_plan
 from loom.torch.spec import capture_step
-from loom.torch.symmetry import RankReads, representatives, stand_in, uneven_layout
+from loom.torch.symmetry import (RankReads, representatives, stand_in, uneven_layout,
+                                 unsliced_group)
 
 # Mesh dims whose ranks split the batch (data parallelism); the others see all of it.
 DATA_PARALLEL_DIMS = ("dp", "dp_replicate", "dp_shard", "fsdp", "hsdp", "ddp", "data")
@@ -285,7 +286,7 @@ def _traced_once_per_pipeline_rank(traced, sizes, pp, done):
         if reads.outside:
             return None, ("every rank traced: rank " f"{r}'s program reads its rank at "
                           + ", ".join(reads.outside[:3]))
-        uneven = uneven_layout(rep)
+        uneven = uneven_layout(rep) or unsliced_group(rep, sizes)
         if uneven:
             return None, f"every rank traced: {uneven}"
         reps[rep.coordinate[pp] if pp is not None else 0] = rep

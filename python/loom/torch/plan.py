@@ -1237,6 +1237,10 @@ def assemble_collectives(doc, lowerings, mesh_sizes):
         for e in L.collective_log:
             by_key[(e["key"], e["group"])][L.device] = e
     for (key, group), members in by_key.items():
+        outside = [r for r in members if r not in group]
+        if outside:
+            raise CaptureError(f"ranks {outside} take part in a collective of ranks "
+                               f"{list(group)} they are not members of")
         missing = [r for r in group if r not in members]
         if missing:
             raise CaptureError(f"ranks {missing} do not take part in a collective of ranks "

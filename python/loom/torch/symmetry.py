@@ -2,27 +2,30 @@
 
 A torch.distributed job is SPMD: every rank runs the same Python code, and the ranks'
 programs differ only where that code reads the rank. Under the capture's fake
-process group every such read goes through the group's rank (ProcessGroup.rank, which
-dist.get_rank reads) or the coordinate a DeviceMesh computed from it (get_coordinate,
-get_local_rank, its _coordinate_on_dim). RankReads watches both while a rank is
-traced, and notes where each read comes from:
+process group every such read goes through the group's rank (ProcessGroup.rank and
+its backend's, which dist.get_rank reads) or what a DeviceMesh computed from it (its
+coordinate, its rank: get_coordinate, get_local_rank, get_rank). RankReads watches
+them while a rank is traced and finds, for each, the program's code that caused it
+and the torch function it called there (the entry point):
 
-- torch.distributed's own code reads it (from Python, or from DTensor's C++ dispatch
-  under some torch frame) to lay out shards (DTensor, FSDP), to build process
-  groups, to place a vocabulary mask and to pick a pipeline stage. Loom's
-  lowering computes each of those itself from the rank's coordinate (claims.py,
-  plan.py's groups and masks), so such a read makes no program of its own, with one
+- an entry point whose use of the rank Loom models from the rank's coordinate:
+  modules and ops (DTensor's dispatch under them lays out shards and masks), autograd,
+  the optimizers, DTensor's API and parallel styles, FSDP2 and replicate, pipelining,
+  building and slicing meshes. Such a read makes no program of its own, with one
   condition: every shard is as large as every other (Shard of a dim its mesh dim
-  divides), which `uneven_layout` checks; torch.chunk's smaller last piece would give
-  the last rank other shapes.
-- any other code (the launcher's, the model's, a library's such as Hugging Face's,
-  torch.distributed's random-number state, whose offsets differ per rank) may make
-  the ranks' programs differ.
+  divides), which `uneven_layout` checks (torch.chunk's smaller last piece would give
+  the last rank other shapes), and every process group is a slice of the mesh
+  (`unsliced_group`);
+- the rank read by the program itself, or handed to it by any other torch function
+  (a sampler's indices, a shard's offset, new_group's membership, the random state),
+  may make the ranks' programs differ. A read along the pipeline dim only (a
+  launcher picking its stage by its pipeline rank) is the same on every rank the
+  trace stands for and is allowed.
 
 When the representative of each pipeline rank (coordinate 0 along every other mesh
-dim) was traced with no read of the second kind and an even layout, every rank of
-the pipeline rank stands in with that trace (`stand_in`); otherwise every rank is
-traced (api.verify). plan.py then lowers a few of the stand-ins and writes the
+dim) was traced with no read of the second kind, even shards and sliced groups, every
+rank of the pipeline rank stands in with that trace (`stand_in`); otherwise every rank
+is traced (api.verify). plan.py then lowers a few of the stand-ins and writes the
 others' programs from them (plan_symmetry.py).
 """
 
@@ -34,16 +37,44 @@ import sys
 import torch
 
 _TORCH = os.path.dirname(torch.__file__) + os.sep
-_TORCH_DISTRIBUTED = os.path.dirname(torch.distributed.__file__) + os.sep
 _LOOM_TORCH = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# Where the rank is read from, not what reads it: the caller of these is the reader.
-_ACCESSOR_FILES = tuple(_TORCH_DISTRIBUTED + f for f in (
-    "distributed_c10d.py", "device_mesh.py", "c10d_logger.py"))
+
+
+def _torch_files(*paths):
+    return tuple(_TORCH + p.replace("/", os.sep) for p in paths)
+
+
+# Where the rank is read from, not what reads it: the functions that hand out the
+# rank (and the wrappers around them) pass it on to their caller.
+_ACCESSOR_FILES = _torch_files("distributed/distributed_c10d.py",
+                               "distributed/device_mesh.py", "distributed/c10d_logger.py")
 _ACCESSORS = {"get_rank", "get_local_rank", "get_coordinate", "get_group_rank", "wrapper",
               "_get_msg_dict"}
-# torch.distributed code whose reads make per-rank values Loom does not model.
-_PER_RANK_STATE = (_TORCH_DISTRIBUTED + os.path.join("tensor", "_random.py"),
-                   _TORCH_DISTRIBUTED + os.path.join("tensor", "experimental") + os.sep)
+# Frames that only call through (decorators, context managers, Loom's own watches
+# and recorders around torch's functions).
+_WRAPPERS = _torch_files("_dynamo/", "_compile.py", "utils/_contextlib.py",
+                         "distributed/c10d_logger.py") + tuple(
+    _LOOM_TORCH + f for f in ("symmetry.py", "rank_trace.py"))
+# The torch entry points a program may call, whose use of the rank Loom models from
+# the rank's coordinate: modules and ops (DTensor's dispatch under them), autograd and
+# the optimizers, DTensor's API and parallel styles, FSDP2 and replicate, pipelining,
+# and building and slicing meshes. Any other torch function that reads the rank (a
+# sampler, a shard offset helper, new_group's membership, the random state) may
+# hand its caller a value that differs per rank.
+_MODELED_ENTRIES = _torch_files(
+    "nn/", "_ops.py", "_tensor.py", "functional.py", "autograd/", "optim/", "_functorch/",
+    "fx/", "_subclasses/", "_refs/", "_decomp/", "_prims", "overrides.py", "utils/_pytree.py",
+    "utils/_python_dispatch.py", "utils/hooks.py",
+    "distributed/tensor/_api.py", "distributed/tensor/_dispatch.py",
+    "distributed/tensor/_redistribute.py", "distributed/tensor/_ops/",
+    "distributed/tensor/_sharding_prop.py", "distributed/tensor/placement_types.py",
+    "distributed/tensor/parallel/", "distributed/fsdp/", "distributed/_composable/",
+    "distributed/pipelining/", "distributed/device_mesh.py",
+    "distributed/_functional_collectives.py")
+
+
+def _is_loom(name):
+    return name.startswith(_LOOM_TORCH)
 
 
 class RankReads(contextlib.AbstractContextManager):
@@ -83,21 +114,35 @@ class RankReads(contextlib.AbstractContextManager):
         return self._spans_same(table.tolist())
 
     def _note(self, depth):
+        """A read of the rank, made `depth` frames up: outside if the program's own
+        code reads it, directly (through an accessor) or from a torch function whose
+        use of the rank Loom does not model (_MODELED_ENTRIES)."""
         if self._quiet:
             return
         frame = sys._getframe(depth)
         while frame is not None and frame.f_code.co_name in _ACCESSORS and \
                 frame.f_code.co_filename.startswith(_ACCESSOR_FILES):
             frame = frame.f_back
-        if frame is None:
+        # Outward to the program's code (neither torch's nor Loom's): the torch
+        # function it called (the outermost torch frame that is not a wrapper) is
+        # the entry point. Reached from Loom's capture itself, the read is Loom's.
+        entry = None
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(_WRAPPERS):
+                pass
+            elif _is_loom(name):
+                return
+            elif name.startswith(_TORCH):
+                entry = name
+            else:
+                break
+            frame = frame.f_back
+        if frame is None or (entry is not None and entry.startswith(_MODELED_ENTRIES)):
             return
-        name = frame.f_code.co_filename
-        internal = name.startswith(_LOOM_TORCH) or (
-            name.startswith(_TORCH) and not name.startswith(_PER_RANK_STATE))
-        if not internal:
-            place = f"{name}:{frame.f_lineno}"
-            if place not in self.outside:
-                self.outside.append(place)
+        place = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        if place not in self.outside:
+            self.outside.append(place)
 
     def __enter__(self):
         from torch._C._distributed_c10d import ProcessGroup
@@ -112,35 +157,53 @@ class RankReads(contextlib.AbstractContextManager):
             return rank(group)
         ProcessGroup.rank = watched_rank
         self._stack.callback(setattr, ProcessGroup, "rank", method)
+        from torch._C._distributed_c10d import Backend
+        backend_method = Backend.__dict__["rank"]
+        backend_rank = Backend.rank
+
+        def watched_backend_rank(backend):
+            reads._note(2)
+            return backend_rank(backend)
+        Backend.rank = watched_backend_rank
+        self._stack.callback(setattr, Backend, "rank", backend_method)
 
         local_rank = DeviceMesh.get_local_rank
 
         def watched_local_rank(mesh, mesh_dim=None):
-            quiet = reads._mesh_dim_spans_same(mesh, mesh_dim)
-            reads._quiet += quiet
+            if not reads._mesh_dim_spans_same(mesh, mesh_dim):
+                reads._note(2)
+            reads._quiet += 1  # the reads it makes itself are this one
             try:
                 return local_rank(mesh, mesh_dim)
             finally:
-                reads._quiet -= quiet
+                reads._quiet -= 1
         DeviceMesh.get_local_rank = watched_local_rank
         self._stack.callback(setattr, DeviceMesh, "get_local_rank", local_rank)
 
-        key = "_coordinate_on_dim"
-
-        def get(mesh):
-            reads._note(2)
-            return mesh.__dict__.get(key)
-
-        def put(mesh, value):
-            mesh.__dict__[key] = value
-        had = key in DeviceMesh.__dict__
-        previous = DeviceMesh.__dict__.get(key)
-        setattr(DeviceMesh, key, property(get, put))
-        if had:
-            self._stack.callback(setattr, DeviceMesh, key, previous)
-        else:
-            self._stack.callback(delattr, DeviceMesh, key)
+        for key in ("_coordinate_on_dim", "_rank"):
+            self._watch_attribute(DeviceMesh, key)
         return self
+
+    def _watch_attribute(self, cls, key):
+        """Reads of instance attribute `key` of `cls` instances are reads of the rank."""
+        reads = self
+
+        def get(obj):
+            reads._note(2)
+            try:
+                return obj.__dict__[key]
+            except KeyError:
+                raise AttributeError(key) from None
+
+        def put(obj, value):
+            obj.__dict__[key] = value
+        had = key in cls.__dict__
+        previous = cls.__dict__.get(key)
+        setattr(cls, key, property(get, put))
+        if had:
+            self._stack.callback(setattr, cls, key, previous)
+        else:
+            self._stack.callback(delattr, cls, key)
 
     def __exit__(self, *exc):
         self._stack.close()
@@ -176,6 +239,26 @@ def uneven_layout(rank_trace):
             n = w.mesh.size(w.mesh_dim)
             if vocab % n:
                 return f"a vocabulary of {vocab} is split over {n} ranks, unevenly"
+    return None
+
+
+def unsliced_group(rank_trace, sizes):
+    """Why a process group of the traced rank is no slice of the launch mesh (every
+    coordinate along the dims it spans, the others its rank's), or None: another
+    rank's counterpart of such a group is not defined by the coordinates."""
+    groups = list(rank_trace.groups.values())
+    if rank_trace.pipeline is not None:
+        groups.append(rank_trace.pipeline.pp_ranks)
+    for members in groups:
+        if rank_trace.rank not in members:
+            continue
+        coords = [_coordinate(m, sizes) for m in members]
+        spans = [k for k in range(len(sizes)) if len({c[k] for c in coords}) > 1]
+        whole = 1
+        for k in spans:
+            whole *= sizes[k]
+        if len(set(members)) != whole:
+            return f"process group {sorted(members)} is no slice of the mesh"
     return None
 
 
