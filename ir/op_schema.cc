@@ -1,11 +1,18 @@
 #include "ir/op_schema.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
 
@@ -78,6 +85,68 @@ absl::StatusOr<TensorId> GradBuilder::GradOutputOrZeros(int i) {
   return Emit1(OpKind::kFill, {}, std::move(attrs), absl::StrCat("d.", t.name));
 }
 
+namespace {
+
+// The attribute names of a schema's doc: "name(inputs) {a, b=1, c?} -> ..." gives
+// a, b and c (each item's leading identifier).
+std::vector<std::string> DocAttributes(const std::string& doc) {
+  std::vector<std::string> names;
+  const size_t close = doc.find(')');
+  const size_t open = doc.find('{', close == std::string::npos ? 0 : close);
+  const size_t arrow = doc.find("->");
+  if (open == std::string::npos || (arrow != std::string::npos && open > arrow)) return names;
+  const size_t end = doc.find('}', open);
+  if (end == std::string::npos) return names;
+  for (absl::string_view item :
+       absl::StrSplit(absl::string_view(doc).substr(open + 1, end - open - 1), ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    size_t n = 0;
+    while (n < item.size() && (absl::ascii_isalnum(item[n]) || item[n] == '_')) ++n;
+    if (n > 0) names.emplace_back(item.substr(0, n));
+  }
+  return names;
+}
+
+// Whether `a` and `b` are one edit apart or two (a typo of a name).
+bool NearMiss(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()] <= 2 || absl::StrContains(a, b) || absl::StrContains(b, a);
+}
+
+absl::Status CheckAttributeNames(const OpSchema& schema, const AttrMap& attrs) {
+  for (const auto& entry : attrs.values()) {
+    const std::string& name = entry.first;
+    if (std::find(schema.attributes.begin(), schema.attributes.end(), name) !=
+        schema.attributes.end()) {
+      continue;
+    }
+    std::string known = schema.attributes.empty()
+                            ? "it has none"
+                            : absl::StrCat("its attributes: ", absl::StrJoin(schema.attributes, ", "));
+    for (const std::string& a : schema.attributes) {
+      if (NearMiss(name, a)) {
+        known = absl::StrCat("did you mean '", a, "'? (", known, ")");
+        break;
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat("'", OpKindName(schema.kind),
+                                                   "' has no attribute '", name, "'; ", known));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 const OpSchema& GetOpSchema(OpKind kind) {
   const OpSchema* schema = Table().Find(kind);
   if (schema == nullptr) {
@@ -101,7 +170,9 @@ absl::StatusOr<std::vector<TensorType>> InferOutputTypes(OpKind kind,
     return absl::InvalidArgumentError(
         absl::StrCat("takes ", want, " inputs, got ", n));
   }
-  LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> out, GetOpSchema(kind).infer(in, attrs));
+  const OpSchema& schema = GetOpSchema(kind);
+  LOOM_RETURN_IF_ERROR(CheckAttributeNames(schema, attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> out, schema.infer(in, attrs));
   if (arity.num_outputs >= 0) {
     LOOM_RET_CHECK(static_cast<int>(out.size()) == arity.num_outputs)
         << OpKindName(kind) << " inferred " << out.size() << " outputs";
@@ -110,6 +181,7 @@ absl::StatusOr<std::vector<TensorType>> InferOutputTypes(OpKind kind,
 }
 
 void SchemaTable::Register(OpSchema schema) {
+  if (schema.attributes.empty()) schema.attributes = DocAttributes(schema.doc);
   int index = static_cast<int>(schema.kind);
   if (schemas_[index].has_value()) {
     std::cerr << "loom: op '" << OpKindName(schema.kind) << "' registered twice\n";

@@ -119,6 +119,10 @@ struct OpSchema {
   // The output does not depend on the order of the operands (add, mul,
   // accumulate): a piece may read them in any order.
   bool commutative = false;
+  // The attribute names the op reads: those its doc lists between braces after its
+  // inputs ("rmsnorm(x, gamma) {eps=1e-5} -> ..."), filled at registration. An
+  // attribute of another name is an error (InferOutputTypes), never ignored.
+  std::vector<std::string> attributes;
 };
 
 // The registry: every OpKind has exactly one schema.

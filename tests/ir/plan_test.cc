@@ -244,8 +244,9 @@ TEST(MicrobatchMapTest, RejectsMismatchedMicrobatches) {
     TensorId x1 = *g.AddInput("x1", Shape({2}), DType::kF32, TensorRole::kInput);
     (void)*g.AddOp(OpKind::kScale, {x0}, {{"factor", 0.5}}, OpInfo{Phase::kForward, -1, 0},
                    {{"y0"}});
-    (void)*g.AddOp(second_kind, {x1}, {{"factor", second_factor}},
-                   OpInfo{Phase::kForward, -1, 1}, {{"y1"}});
+    AttrMap second_attrs;
+    if (second_kind == OpKind::kScale) second_attrs.Set("factor", second_factor);
+    (void)*g.AddOp(second_kind, {x1}, second_attrs, OpInfo{Phase::kForward, -1, 1}, {{"y1"}});
     if (extra_op) (void)*g.AddOp(OpKind::kGelu, {x1}, {}, OpInfo{Phase::kForward, -1, 1}, {{"z"}});
     if (extra_input) {
       TensorId x2 = *g.AddInput("x2", Shape({2}), DType::kF32, TensorRole::kInput);

@@ -61,8 +61,7 @@ Graph MultiOpGraph() {
   TensorId c = (*g.AddOp(OpKind::kFill, {},
                          {{"shape", std::vector<int64_t>{}},
                           {"value", std::numeric_limits<double>::infinity()},
-                          {"dtype", std::string("f32")},
-                          {"note", std::string("a \"b\" \\ c")}},
+                          {"dtype", std::string("f32")}},
                          {Phase::kBackward, -1, -1}, {{"c"}}))[0];
   TensorId dh = (*g.AddOp(OpKind::kMulScalar, {s, c}, {}, {Phase::kBackward, 0, 1},
                           {{"d.h", TensorRole::kGradient}}))[0];
@@ -71,13 +70,7 @@ Graph MultiOpGraph() {
   Shape rows_named = g.tensor(two[1]).shape;
   rows_named.set_dim_name(0, "rows");
   EXPECT_TRUE(g.SetDimNames(two[1], rows_named));
-  TensorId upd = (*g.AddOp(OpKind::kAccumulate, {two[1], m, w},
-                           {{"big", std::numeric_limits<int64_t>::min()},
-                            {"list", std::vector<int64_t>{-1, 0, 5}},
-                            {"empty", std::vector<int64_t>{}},
-                            {"tiny", 5e-324},
-                            {"neg", -0.5},
-                            {"\"odd\" name", int64_t{1}}},
+  TensorId upd = (*g.AddOp(OpKind::kAccumulate, {two[1], m, w}, {},
                            {Phase::kOptimizer, 3, 7}, {{"w.new", TensorRole::kParameter}}))[0];
   g.AddOutput(upd);
   g.AddOutput(h);
@@ -202,9 +195,7 @@ TEST(TextFormatTest, RoundTripsNamesThatNeedQuoting) {
   Graph g("name with \"quotes\"\n");
   TensorId x = *g.AddInput("line\nbreak\t\\", Shape({2}, {"dim \"q\""}), DType::kF32,
                            TensorRole::kInput);
-  ASSERT_TRUE(g.AddOp(OpKind::kNeg, {x}, {{"attr name", std::string("\n\"")}}, {},
-                      {{"#not a comment"}})
-                  .ok());
+  ASSERT_TRUE(g.AddOp(OpKind::kNeg, {x}, {}, {}, {{"#not a comment"}}).ok());
   g.AddOutput(1);
   std::string text = PrintGraph(g);
   auto parsed = ParseGraph(text);
@@ -228,14 +219,17 @@ graph "hand" {   # trailing comment
   %x = input f32[b:2, 3]
   %"w w" = parameter f32[2,3]
 
-  %y = add(%x, %"w w") {k=-3, f=1e-3, l=[ ], n=-inf, s="\"\\"} : f32[2,3]
+  %y = add(%x, %"w w") : f32[2,3]
       @optimizer mb=4 layer=2   # tags in any order
+  %c = fill() { shape=[ ], value=-inf, dtype="f32" } : f32[] @forward
+  %z = transpose(%y) {perm=[1,
+                          0]} : f32[3,2] @forward
   output %y, %x
 })");
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->name(), "hand");
-  ASSERT_EQ(g->num_tensors(), 3);
-  ASSERT_EQ(g->num_ops(), 1);
+  ASSERT_EQ(g->num_tensors(), 5);
+  ASSERT_EQ(g->num_ops(), 3);
   EXPECT_EQ(g->tensor(0).shape, Shape({2, 3}, {"b", ""}));
   EXPECT_EQ(g->tensor(1).name, "w w");
   EXPECT_EQ(g->tensor(1).role, TensorRole::kParameter);
@@ -245,11 +239,12 @@ graph "hand" {   # trailing comment
   EXPECT_EQ(op.info.phase, Phase::kOptimizer);
   EXPECT_EQ(op.info.layer, 2);
   EXPECT_EQ(op.info.microbatch, 4);
-  EXPECT_EQ(*op.attrs.GetInt("k"), -3);
-  EXPECT_EQ(*op.attrs.GetFloat("f"), 1e-3);
-  EXPECT_TRUE(op.attrs.GetInts("l")->empty());
-  EXPECT_EQ(*op.attrs.GetFloat("n"), -std::numeric_limits<double>::infinity());
-  EXPECT_EQ(*op.attrs.GetString("s"), "\"\\");
+  EXPECT_TRUE(op.attrs.empty());
+  const AttrMap& fill = g->op(1).attrs;
+  EXPECT_TRUE(fill.GetInts("shape")->empty());
+  EXPECT_EQ(*fill.GetFloat("value"), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(*fill.GetString("dtype"), "f32");
+  EXPECT_EQ(*g->op(2).attrs.GetInts("perm"), (std::vector<int64_t>{1, 0}));
   EXPECT_EQ(g->outputs(), (std::vector<TensorId>{2, 0}));
   EXPECT_EQ(g->tensor(2).shape, Shape({2, 3}));  // names come from the written type
 }
@@ -426,6 +421,28 @@ TEST(TextFormatErrorTest, StructuralErrors) {
             "model.loom:4:1: expected a tensor name");
   EXPECT_EQ(ErrorOf("graph \"m\" {\n  %a, %b = input f32[2]\n}"),
             "model.loom:2:12: a declaration defines exactly one tensor");
+}
+
+// An attribute the op does not have is an error naming the op, the name and the
+// attributes it has (with the one meant, for a typo), never ignored: an rmsnorm
+// written with `epsilon` would otherwise run with the default eps.
+TEST(TextFormatErrorTest, UnknownAttributeNamesAreErrors) {
+  const std::string head =
+      "graph \"t\" {\n  %x = input f32[2,4]\n  %g = parameter f32[4]\n  %y = rmsnorm(%x, %g) ";
+  EXPECT_EQ(ErrorOf(head + "{epsilon=0.5} : f32[2,4] @forward\n}"),
+            "model.loom:4:8: op 'rmsnorm' (y): 'rmsnorm' has no attribute 'epsilon'; did you "
+            "mean 'eps'? (its attributes: eps) (inputs: 'x' f32[2,4], 'g' f32[4])");
+  EXPECT_TRUE(ParseGraph(head + "{eps=0.5} : f32[2,4] @forward\n}").ok());
+  EXPECT_EQ(ErrorOf("graph \"m\" {\n  %a = input f32[2]\n  %b = neg(%a) {k=1} : f32[2] "
+                    "@forward\n}"),
+            "model.loom:3:8: op 'neg' (b): 'neg' has no attribute 'k'; it has none "
+            "(inputs: 'a' f32[2])");
+  // The names come from each schema's one-line doc.
+  EXPECT_EQ(GetOpSchema(OpKind::kAdamW).attributes,
+            (std::vector<std::string>{"lr", "beta1", "beta2", "eps", "weight_decay", "step"}));
+  EXPECT_EQ(GetOpSchema(OpKind::kTopKGate).attributes,
+            (std::vector<std::string>{"k", "score", "normalize"}));
+  EXPECT_TRUE(GetOpSchema(OpKind::kMatMul).attributes.empty());
 }
 
 // Attribute errors: duplicates, bad values, out-of-range integers, repeated tags.
