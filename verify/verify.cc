@@ -25,110 +25,11 @@
 #include "ir/json_util.h"
 #include "ir/status_macros.h"
 #include "verify/law_reduce.h"
+#include "verify/proof_cache.h"
 #include "verify/laws.h"
 #include "verify/schedule_safety.h"
 
 namespace loom::verify {
-namespace {
-
-// Proved laws on disk: one append-only file, a line per proof ("proved <key>",
-// the key's backslashes and line breaks escaped). It is read once, and the proofs
-// a run adds are appended in one write at its end, so a cold run does not pay a
-// file per law and a warm one reads one file. Lines that do not parse (a write
-// cut short) are skipped: an entry only ever stands for the exact key it holds.
-class ProofCache {
- public:
-  // About a million proofs; past it the cache is neither read nor grown.
-  static constexpr int64_t kMaxCacheBytes = int64_t{256} << 20;
-  explicit ProofCache(std::string dir) : dir_(std::move(dir)) {
-    if (dir_.empty()) return;
-    // Only a regular file of bounded size is read; anything else (a FIFO, a link
-    // to a device, a file grown past the bound) is a cache with nothing in it.
-    auto text = ir::ReadTextFile(Path(), kMaxCacheBytes);
-    if (!text.ok()) return;
-    std::istringstream in(*std::move(text));
-    std::string line;
-    while (std::getline(in, line)) {
-      constexpr absl::string_view kTag = "proved ";
-      if (!absl::StartsWith(line, kTag)) continue;
-      std::optional<std::string> key = Unescape(absl::string_view(line).substr(kTag.size()));
-      if (key.has_value()) known_.insert(*std::move(key));
-    }
-  }
-  // Safe from any thread: the known proofs do not change during a run.
-  bool Has(const std::string& key) const { return known_.contains(key); }
-  // Callers serialise Add and Flush.
-  void Add(const std::string& key) {
-    if (dir_.empty()) return;
-    absl::StrAppend(&fresh_, "proved ", Escape(key), "\n");
-  }
-  void Flush() {
-    if (dir_.empty() || fresh_.empty()) return;
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    // Never blocks on a FIFO, never writes through to something not a file.
-    const int fd = ::open(Path().c_str(),
-                          O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
-    if (fd < 0) return;  // an unwritable cache only costs the next run its proofs
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxCacheBytes) {
-      ::close(fd);
-      return;
-    }
-    size_t written = 0;
-    while (written < fresh_.size()) {
-      const ssize_t n = ::write(fd, fresh_.data() + written, fresh_.size() - written);
-      if (n <= 0) break;
-      written += static_cast<size_t>(n);
-    }
-    ::close(fd);
-    fresh_.clear();
-  }
-
- private:
-  std::string Path() const { return absl::StrCat(dir_, "/proved-laws"); }
-  static std::string Escape(absl::string_view key) {
-    std::string out;
-    out.reserve(key.size());
-    for (char c : key) {
-      if (c == '\\') {
-        out += "\\\\";
-      } else if (c == '\n') {
-        out += "\\n";
-      } else if (c == '\r') {
-        out += "\\r";
-      } else {
-        out += c;
-      }
-    }
-    return out;
-  }
-  static std::optional<std::string> Unescape(absl::string_view text) {
-    std::string out;
-    out.reserve(text.size());
-    for (size_t i = 0; i < text.size(); ++i) {
-      if (text[i] != '\\') {
-        out += text[i];
-        continue;
-      }
-      if (++i >= text.size()) return std::nullopt;
-      switch (text[i]) {
-        case '\\': out += '\\'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        default: return std::nullopt;
-      }
-    }
-    return out;
-  }
-
-  const std::string dir_;
-  absl::flat_hash_set<std::string> known_;
-  std::string fresh_;
-};
-
-}  // namespace
-
 std::string VerdictWords(Verdict v) {
   switch (v) {
     case Verdict::kEquivalent: return "proved equivalent";
