@@ -247,7 +247,16 @@ void FillModel(const DeviceCosts& costs, const std::map<std::pair<int, int>, dou
     longest = std::max(longest, best.seconds);
   }
   double unit = cost.seconds_per_unit;
-  if (unit <= 0) unit = longest > 0 ? longest / 100 : 1.0;
+  if (unit <= 0) {
+    // A hundredth of the longest block, coarser where a transfer is so much longer
+    // (a tiny model's compute beside a link's latency) that its lag would pass the
+    // block model's bound on spans and lags.
+    double slowest_lag = 0;
+    for (const auto& [edge, lag] : deps) slowest_lag = std::max(slowest_lag, lag);
+    unit = longest > 0 ? longest / 100 : 1.0;
+    const double bound = static_cast<double>(kMaxSpan);
+    unit = std::max({unit, longest / bound, slowest_lag / bound});
+  }
   out.seconds_per_unit = unit;
   std::vector<Block>& blocks = out.model.blocks;
   for (size_t b = 0; b < blocks.size(); ++b) {

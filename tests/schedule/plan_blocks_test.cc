@@ -247,6 +247,23 @@ TEST(PlanBlocksTest, Llama3Pp4SpansAndMemory) {
   EXPECT_EQ(s.blocks.model.blocks[0].span, std::llround(m.blocks.costs[0].seconds / 1e-10));
 }
 
+// A tiny model's blocks are microseconds beside a link's latency: the time unit is
+// made coarser so that the lags stay within the block model's bound (they were
+// refused as out of range), and the compute blocks still take at least one unit.
+TEST(PlanBlocksTest, LagsOfATinyModelStayWithinTheBound) {
+  Made m = MakeBlocks("mlp", Make(1, 1, 2, 2), 2);
+  const BlockModel& model = m.blocks.model;
+  ASSERT_EQ(model.num_blocks(), 4);
+  int64_t longest_lag = 0;
+  for (const Block& b : model.blocks) {
+    EXPECT_GE(b.span, 1);
+    for (const Dep& p : b.preds) longest_lag = std::max(longest_lag, p.lag);
+  }
+  EXPECT_GT(longest_lag, 1000);
+  EXPECT_LE(longest_lag, kMaxSpan);
+  EXPECT_TRUE(ValidateBlockModel(model).ok());
+}
+
 // Recomputation moves forward work into the backward blocks and keeps less.
 TEST(PlanBlocksTest, RecomputeShrinksMemoryAndGrowsBackward) {
   CostModel cost;
