@@ -144,7 +144,8 @@ std::map<std::pair<int, int>, double> BlockDeps(const Plan& plan, const StepGrap
       const double t =
           CollectiveBytes(plan, g.collective(s), 0) / cost.bytes_per_second + cost.latency_seconds;
       for (ValueId v : g.inputs(s)) {
-        for (auto [src, lag] : from[v]) {
+        for (auto [source, lag] : from[v]) {
+          const int src = source;  // a lambda captures a variable, not a binding
           auto it = std::find_if(out.begin(), out.end(), [&](auto& e) { return e.first == src; });
           if (it == out.end()) {
             out.push_back({src, lag + t});

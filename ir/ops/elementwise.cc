@@ -429,7 +429,7 @@ template <OpKind kGradKind>
 Grads GradActivation(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
   LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(kGradKind, {b.input(0), dy}, {}, b.GradName(0)));
-  return std::vector<std::optional<TensorId>>{dx};
+  return Grads(std::vector<std::optional<TensorId>>(1, dx));
 }
 
 Grads GradSwiGlu(GradBuilder& b) {

@@ -273,7 +273,7 @@ Grads GradFunction(GradBuilder& b) {
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
   const TensorId at = kFromOutput ? b.output(0) : b.input(0);
   LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(kGradKind, {at, dy}, {}, b.GradName(0)));
-  return std::vector<std::optional<TensorId>>{dx};
+  return Grads(std::vector<std::optional<TensorId>>(1, dx));
 }
 
 // d sqrt(x) = dy / (2 sqrt(x)).
@@ -295,7 +295,7 @@ Grads GradTrig(GradBuilder& b) {
     LOOM_ASSIGN_OR_RETURN(other, b.Emit1(OpKind::kNeg, {other}, {}, "trig_slope"));
   }
   LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(OpKind::kMul, {dy, other}, {}, b.GradName(0)));
-  return std::vector<std::optional<TensorId>>{dx};
+  return Grads(std::vector<std::optional<TensorId>>(1, dx));
 }
 
 // y = a / b: da = dy / b, db = -dy y / b, each summed back to its input's dims.
