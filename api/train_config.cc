@@ -121,7 +121,7 @@ class Keys {
         }
         if (std::find_if(std::begin(kNotModelled), std::end(kNotModelled),
                          [&](const char* k) { return key == k; }) != std::end(kNotModelled)) {
-          const YAML::Node& v = it->second;
+          const YAML::Node v = it->second;  // a copy: it->second lives in a temporary
           if (v.IsNull() || (v.IsScalar() && v.Scalar() == "1")) continue;
           return Error(it->first, key.c_str(),
                        "Loom does not model this parallelism; remove the key or set it to 1");
