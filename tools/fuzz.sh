@@ -41,19 +41,21 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$findings"
   cp -n fuzz/corpus/"$t"/* "$work"/ 2>/dev/null || true
   log=build-fuzz/findings/$t.log
+  start=$(date +%s)
   set +e
   ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
     build-fuzz/fuzz/"$t"_fuzzer "$work" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
       -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 >"$log" 2>&1
   rc=$?
   set -e
+  elapsed=$(( $(date +%s) - start ))
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   speed=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
   n=$(find "$findings" -type f | wc -l)
   [ "$rc" -ne 0 ] || [ "$n" -ne 0 ] && found=1
-  printf '%-14s %8s %10s %8s %8s %s\n' "$t" "$seconds" "$speed" "$cov" "$ft" \
+  printf '%-14s %8s %10s %8s %8s %s\n' "$t" "$elapsed" "$speed" "$cov" "$ft" \
     "$n (exit $rc, $execs runs; log $log)"
 done
 exit $found
