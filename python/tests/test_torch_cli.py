@@ -29,12 +29,19 @@ def test_the_example_launcher_is_proved_with_its_reports(tmp_path):
     assert doc["format"] == "loom.verify.report"
     assert doc["verdict"] == "equivalent" and doc["exit_code"] == 0
     assert doc["torch"]["mesh"] == {"dp": 2, "tp": 2}
+    assert doc["torch"]["ranks"] == "one rank traced per pipeline rank (1 of 4)"
     assert doc["counts"]["laws_proved"] == doc["counts"]["laws"] > 0
     suite = ET.parse(tmp_path / "v.xml").getroot()
     assert suite.get("failures") == "0"
     names = [c.get("name") for c in suite.iter("testcase")]
     assert names[:2] == ["capture", "coverage and lineage"]
     assert any(n.startswith("law:") for n in names)
+
+
+def test_every_rank_traces_every_rank():
+    r = run("verify", EXAMPLE, "--every-rank")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ranks:     every rank traced\n" in r.stdout
 
 
 def test_a_planted_bug_exits_1_and_the_reports_name_the_users_code(tmp_path):
