@@ -55,12 +55,21 @@ def chunk(size, n, k):
     return begin, min(begin + step, size)
 
 
-def _launch_coordinate(rank, sizes):
+def coordinate_of(rank, sizes):
+    """Global `rank`'s coordinate in the launch mesh of `sizes` (outermost dim first)."""
     coord = []
     for size in reversed(sizes):
         coord.append(rank % size)
         rank //= size
     return tuple(reversed(coord))
+
+
+def rank_of(coord, sizes):
+    """The global rank at `coord` of the launch mesh of `sizes` (coordinate_of's inverse)."""
+    r = 0
+    for c, s in zip(coord, sizes):
+        r = r * s + c
+    return r
 
 
 def table_for(mesh, rank):
@@ -75,15 +84,11 @@ def table_for(mesh, rank):
     if sizes is None or bool((table == rank).any()):
         return table
     flat = [int(r) for r in table.flatten()]
-    coords = [_launch_coordinate(r, sizes) for r in flat]
+    coords = [coordinate_of(r, sizes) for r in flat]
     spans = {k for k in range(len(sizes)) if len({c[k] for c in coords}) > 1}
-    own = _launch_coordinate(rank, sizes)
-    moved = []
-    for c in coords:
-        r = 0
-        for k, size in enumerate(sizes):
-            r = r * size + (c[k] if k in spans else own[k])
-        moved.append(r)
+    own = coordinate_of(rank, sizes)
+    moved = [rank_of([c[k] if k in spans else own[k] for k in range(len(sizes))], sizes)
+             for c in coords]
     import torch
     return torch.tensor(moved, dtype=table.dtype).reshape(table.shape)
 

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from loom.torch.capture import site_of, trace_step
+from loom.torch.claims import coordinate_of
 from loom.torch.errors import CaptureError
 from loom.torch.rank_trace import Recorder
 from loom.torch.spec import _maybe_fake
@@ -82,14 +83,6 @@ def mesh_shape(mesh):
         names.append(name)
         sizes.append(size)
     return tuple(names), tuple(sizes)
-
-
-def coordinate_of(rank, sizes):
-    coord = []
-    for size in reversed(sizes):
-        coord.append(rank % size)
-        rank //= size
-    return tuple(reversed(coord))
 
 
 def _groups():

@@ -27,21 +27,7 @@ from fractions import Fraction
 from types import SimpleNamespace
 
 from loom.torch import claims as C
-
-
-def _coordinate(rank, sizes):
-    coord = []
-    for size in reversed(sizes):
-        coord.append(rank % size)
-        rank //= size
-    return tuple(reversed(coord))
-
-
-def _rank(coord, sizes):
-    r = 0
-    for c, s in zip(coord, sizes):
-        r = r * s + c
-    return r
+from loom.torch.claims import coordinate_of, rank_of
 
 
 def groups_of(ranks):
@@ -60,24 +46,24 @@ def bases(groups, sizes):
     out = {}
     chosen = set()
     for gi, group in enumerate(groups):
-        coords = [_coordinate(r, sizes) for r in group]
+        coords = [coordinate_of(r, sizes) for r in group]
         spans = [k for k in range(len(sizes)) if len({c[k] for c in coords}) > 1]
         o = tuple(min(c[k] for c in coords) for k in range(len(sizes)))
         steps = []
         for k in spans:
             step = list(o)
             step[k] += 1
-            steps.append(_rank(step, sizes))
+            steps.append(rank_of(step, sizes))
         corner = list(o)
         for k in spans:
             corner[k] = max(c[k] for c in coords)
-        corner = _rank(corner, sizes)
-        base = {_rank(o, sizes), *steps, corner}
+        corner = rank_of(corner, sizes)
+        base = {rank_of(o, sizes), *steps, corner}
         if len(group) <= len(base) or any(r not in group for r in base):
             base = set(group)
             out[gi] = None
         else:
-            out[gi] = (_rank(o, sizes), steps, corner, spans)
+            out[gi] = (rank_of(o, sizes), steps, corner, spans)
         chosen |= base
     return out, sorted(chosen)
 
@@ -231,11 +217,11 @@ def extend(doc, lowerings, ranks, sizes, plan):
             if chosen is None:
                 continue
             o, steps, corner, spans = chosen
-            origin = _coordinate(o, sizes)
+            origin = coordinate_of(o, sizes)
             base_steps = [records[s] for s in steps]
 
             def at(rank):
-                c = _coordinate(rank, sizes)
+                c = coordinate_of(rank, sizes)
                 return [c[k] - origin[k] for k in spans]
             if _comparable(_written(records[o], base_steps, at(corner))) != \
                     _comparable(records[corner]):

@@ -36,6 +36,8 @@ import sys
 
 import torch
 
+from loom.torch.claims import coordinate_of, rank_of
+
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _LOOM_TORCH = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -94,7 +96,7 @@ class RankReads(contextlib.AbstractContextManager):
 
     def _spans_same(self, ranks):
         """Whether global `ranks` differ only along the dims in `same`."""
-        coords = [_coordinate(int(r), self._sizes) for r in ranks]
+        coords = [coordinate_of(int(r), self._sizes) for r in ranks]
         return bool(self._sizes) and all(
             k in self._same for k in range(len(self._sizes))
             if len({c[k] for c in coords}) > 1)
@@ -252,7 +254,7 @@ def unsliced_group(rank_trace, sizes):
     for members in groups:
         if rank_trace.rank not in members:
             continue
-        coords = [_coordinate(m, sizes) for m in members]
+        coords = [coordinate_of(m, sizes) for m in members]
         spans = [k for k in range(len(sizes)) if len({c[k] for c in coords}) > 1]
         whole = 1
         for k in spans:
@@ -273,31 +275,16 @@ def representatives(sizes, pp):
     return [p * stride for p in range(sizes[pp])]
 
 
-def _coordinate(rank, sizes):
-    coord = []
-    for size in reversed(sizes):
-        coord.append(rank % size)
-        rank //= size
-    return tuple(reversed(coord))
-
-
-def _rank(coord, sizes):
-    r = 0
-    for c, s in zip(coord, sizes):
-        r = r * s + c
-    return r
-
-
 def moved_group(group, source, target, sizes):
     """The group of `target` that is to it what `group` (global ranks, containing
     `source`) is to `source`: its members, in order, with `target`'s coordinates
     along the mesh dims the group does not span. None if `source` is not in it."""
     if source not in group:
         return None
-    coords = [_coordinate(m, sizes) for m in group]
+    coords = [coordinate_of(m, sizes) for m in group]
     spans = {k for k in range(len(sizes)) if len({c[k] for c in coords}) > 1}
-    t = _coordinate(target, sizes)
-    return [_rank(tuple(c[k] if k in spans else t[k] for k in range(len(sizes))), sizes)
+    t = coordinate_of(target, sizes)
+    return [rank_of(tuple(c[k] if k in spans else t[k] for k in range(len(sizes))), sizes)
             for c in coords]
 
 
@@ -315,5 +302,5 @@ def stand_in(rep, rank, sizes):
     if pipe is not None:
         pipe = dataclasses.replace(pipe, pp_ranks=moved_group(pipe.pp_ranks, rep.rank, rank,
                                                               sizes))
-    return dataclasses.replace(rep, rank=rank, coordinate=_coordinate(rank, sizes),
+    return dataclasses.replace(rep, rank=rank, coordinate=coordinate_of(rank, sizes),
                                groups=groups, pipeline=pipe)
