@@ -26,7 +26,9 @@ if(LOOM_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
 
-# CUDA Toolkit and NCCL are optional: when both are found the CUDA backend is compiled.
+# CUDA Toolkit, cuBLAS and NCCL are optional: when all are found the CUDA backend
+# is compiled, as a plugin (exec/CMakeLists.txt). cuBLAS and NCCL come from the
+# toolkit's folders or, where it lacks them, from .cuda-deps (tools/setup.sh).
 set(LOOM_HAVE_CUDA OFF)
 if(LOOM_WITH_CUDA)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -36,19 +38,29 @@ if(LOOM_WITH_CUDA)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     find_package(CUDAToolkit QUIET)
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-    if(CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(_loom_wheels ${PROJECT_SOURCE_DIR}/.cuda-deps/nvidia)
+    find_path(NCCL_INCLUDE_DIR nccl.h
+              HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include ${_loom_wheels}/nccl/include)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+                 HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 ${_loom_wheels}/nccl/lib)
+    find_path(LOOM_CUBLAS_INCLUDE_DIR cublas_v2.h
+              HINTS ${CUDAToolkit_INCLUDE_DIRS} ${_loom_wheels}/cu13/include)
+    find_library(LOOM_CUBLAS_LIBRARY NAMES cublas libcublas.so.13
+                 HINTS ${CUDAToolkit_LIBRARY_DIR} ${_loom_wheels}/cu13/lib)
+    if(CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND LOOM_CUBLAS_INCLUDE_DIR
+       AND LOOM_CUBLAS_LIBRARY)
       enable_language(CUDA)
       set(CMAKE_CUDA_STANDARD 17)
       if(NOT CMAKE_CUDA_ARCHITECTURES)
         set(CMAKE_CUDA_ARCHITECTURES 80 90)
       endif()
       set(LOOM_HAVE_CUDA ON)
-      # NCCL as a target, so that the installed package names it (LoomConfig.cmake
-      # finds it again) rather than a path of this machine.
       add_library(NCCL::nccl UNKNOWN IMPORTED)
-      set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY})
+      set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+                            INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+      add_library(Loom::cublas UNKNOWN IMPORTED)
+      set_target_properties(Loom::cublas PROPERTIES IMPORTED_LOCATION ${LOOM_CUBLAS_LIBRARY}
+                            INTERFACE_INCLUDE_DIRECTORIES ${LOOM_CUBLAS_INCLUDE_DIR})
     endif()
   endif()
 endif()

@@ -1,6 +1,7 @@
 # `cmake --install build --prefix P` installs Loom as a CMake package (docs/library.md):
 #   P/bin/loom                           the command
 #   P/lib/libloom_*.a                    the libraries, exported as Loom::loom_*
+#   P/lib/libloom_cuda.so                the CUDA backend, a plugin (in a CUDA build)
 #   P/include/{api,ir,verify,...}/*.h    the headers, at their repository paths
 #   P/lib/cmake/Loom/                    LoomConfig.cmake, its version file, the targets
 include(GNUInstallDirs)
@@ -13,10 +14,12 @@ set(LOOM_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Loom)
 
 install(TARGETS ${LOOM_INSTALLED_LIBRARIES} EXPORT LoomTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# The installed command keeps the paths of the shared libraries it was linked with
-# (NCCL, CUDA) that lie outside the build tree.
-set_target_properties(loom PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS loom RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The CUDA plugin beside the libraries, where the installed command looks for it
+# (exec/cuda_plugin.h).
+if(TARGET loom_cuda)
+  install(TARGETS loom_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 
 # Headers: every *.h of the libraries' folders (exec/cuda included), so that all
 # that api/loom.h reaches is there.
@@ -27,11 +30,8 @@ endforeach()
 
 install(EXPORT LoomTargets NAMESPACE Loom:: DESTINATION ${LOOM_CMAKE_DIR})
 
-# LoomConfig.cmake finds the dependencies again; it records whether this build has
-# the CUDA backend (then CUDA Toolkit and NCCL are required too) and where NCCL was.
-if(LOOM_HAVE_CUDA)
-  get_filename_component(LOOM_NCCL_LIBRARY_DIR ${NCCL_LIBRARY} DIRECTORY)
-endif()
+# LoomConfig.cmake finds the dependencies again. The CUDA backend is no
+# dependency of the libraries: it is the plugin, loaded at run time.
 configure_package_config_file(
   ${CMAKE_CURRENT_LIST_DIR}/LoomConfig.cmake.in
   ${PROJECT_BINARY_DIR}/LoomConfig.cmake

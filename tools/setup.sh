@@ -40,3 +40,22 @@ if [ ! -x .venv/bin/python3 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; t
   .venv/bin/python3 -m pip install --quiet --disable-pip-version-check -r "$requirements"
   echo "$want" > "$stamp"
 fi
+
+# The CUDA backend's cuBLAS and NCCL, where a CUDA compiler is found (the toolkit
+# alone has neither): pinned wheels unpacked into .cuda-deps, made again whenever
+# tools/cuda-requirements.txt changes. Without nvcc nothing is installed and the
+# build has no CUDA plugin.
+nvcc=$(command -v nvcc || true)
+if [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc=/usr/local/cuda/bin/nvcc; fi
+if [ -n "$nvcc" ]; then
+  cuda_requirements=tools/cuda-requirements.txt
+  cuda_stamp=.cuda-deps/requirements.sha256
+  cuda_want=$(sha256sum "$cuda_requirements" | cut -d' ' -f1)
+  if [ "$(cat "$cuda_stamp" 2>/dev/null)" != "$cuda_want" ]; then
+    echo "loom setup: unpacking cuBLAS and NCCL into .cuda-deps from $cuda_requirements"
+    rm -rf .cuda-deps
+    .venv/bin/python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+      --only-binary=:all: --target .cuda-deps -r "$cuda_requirements"
+    echo "$cuda_want" > "$cuda_stamp"
+  fi
+fi

@@ -20,6 +20,7 @@
 #include "exec/backend.h"
 #include "exec/cpu_kernels.h"
 #include "exec/cuda/cuda_ops.h"
+#include "exec/cuda/entry_points.h"
 #include "exec/host_ops.h"
 #include "exec/launch.h"
 #include "exec/rendezvous.h"
@@ -735,7 +736,9 @@ absl::Status CudaBackend::ExchangeKept(const Program& program, StepResult& resul
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ExecOptions& options) {
+namespace cuda {
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const ExecOptions& options) {
   int gpus = 0;
   const cudaError_t err = cudaGetDeviceCount(&gpus);
   if (err != cudaSuccess || gpus == 0) {
@@ -751,9 +754,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const ExecOptions& opti
   return std::make_unique<CudaBackend>(options, gpus, std::move(store));
 }
 
-absl::StatusOr<std::vector<HostTensor>> RunTaskOnCuda(const ir::Task& task,
-                                                      absl::Span<const HostTensor* const> in,
-                                                      ir::DType precision, bool* on_gpu) {
+absl::StatusOr<std::vector<HostTensor>> RunTask(const ir::Task& task,
+                                                absl::Span<const HostTensor* const> in,
+                                                ir::DType precision, bool* on_gpu) {
   // A one-task program on one device.
   Program program;
   ir::Plan& plan = program.plan;
@@ -811,4 +814,5 @@ absl::StatusOr<std::vector<HostTensor>> RunTaskOnCuda(const ir::Task& task,
   return out;
 }
 
+}  // namespace cuda
 }  // namespace loom::exec

@@ -7,15 +7,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "exec/device_query.h"
+#include "exec/cuda/entry_points.h"
 
 extern "C" int LoomCudaSmoke(int n, float value, float* host_out);
 
-namespace loom::exec {
+namespace loom::exec::cuda {
 
-bool BuiltWithCuda() { return true; }
-
-absl::StatusOr<int> CudaDeviceCount() {
+absl::StatusOr<int> DeviceCount() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -34,7 +32,7 @@ absl::StatusOr<std::string> NcclVersion() {
                       version % 100);
 }
 
-absl::Status CudaSmokeTest() {
+absl::Status SmokeTest() {
   constexpr int kN = 1000;
   std::vector<float> out(kN, -1.0f);
   int err = LoomCudaSmoke(kN, 0.5f, out.data());
@@ -50,4 +48,4 @@ absl::Status CudaSmokeTest() {
   return absl::OkStatus();
 }
 
-}  // namespace loom::exec
+}  // namespace loom::exec::cuda

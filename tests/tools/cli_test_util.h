@@ -3,6 +3,9 @@
 
 // Helpers shared by the command-line tests: run `loom` in-process and capture it.
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -37,6 +40,23 @@ inline std::string WriteTemp(const std::string& name, const std::string& content
   std::string path = ::testing::TempDir() + name;
   std::ofstream(path) << content;
   return path;
+}
+
+// Runs a shell command; returns what it wrote to stdout, its exit code in `code`
+// (-1 when it did not exit normally).
+inline std::string RunShell(const std::string& command, int& code) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) {
+    code = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
 }
 
 }  // namespace loom::tools::testing

@@ -2,8 +2,6 @@
 // environment runs a dp2 plan across two GPUs. Skips, saying why, without two
 // GPUs or without the CUDA backend.
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,21 +15,6 @@
 
 namespace loom::tools::testing {
 namespace {
-
-std::string RunShell(const std::string& command, int& code) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) {
-    code = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
 
 TEST(CudaLaunchTest, TwoProcessesRunADataParallelPlan) {
   auto backend = exec::MakeBackend("cuda", exec::ExecOptions{});
