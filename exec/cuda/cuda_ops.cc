@@ -33,7 +33,8 @@ absl::Status RunOp(ir::OpKind kind, const ir::AttrMap& attrs, absl::Span<const D
   }
   using Family = absl::Status (*)(ir::OpKind, const ir::AttrMap&, absl::Span<const DeviceTensor>,
                                   absl::Span<DeviceTensor>, const OpContext&);
-  for (Family family : {RunMatmulOp, RunElementwiseOp, RunRowwiseOp, RunReduceShapeOp}) {
+  for (Family family : {RunMatmulOp, RunElementwiseOp, RunPointwiseOp, RunRowwiseOp,
+                         RunReduceShapeOp}) {
     absl::Status s = family(kind, attrs, in, out, ctx);
     if (!absl::IsUnimplemented(s)) return s;
   }

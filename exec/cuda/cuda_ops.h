@@ -35,6 +35,9 @@ absl::Status RunOp(ir::OpKind kind, const ir::AttrMap& attrs, absl::Span<const D
 absl::Status RunElementwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
                               absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
                               const OpContext& ctx);
+absl::Status RunPointwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
+                            absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
+                            const OpContext& ctx);
 absl::Status RunRowwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
                           absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
                           const OpContext& ctx);

@@ -146,10 +146,10 @@ absl::Status RunElementwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
   }
   if (std::optional<BinaryFn> fn = BinaryFor(kind)) {
     LOOM_RETURN_IF_ERROR(CheckTensors(kind, in, 2, out, 1));
-    // Inputs that broadcast (add, sub, mul) run on the host.
+    // Inputs that broadcast (add, sub, mul) are the pointwise family's.
     if (in[0].size() != out[0].size() || in[1].size() != out[0].size()) {
       return absl::UnimplementedError(
-          absl::StrCat(ir::OpKindName(kind), ": broadcasting inputs run on the host"));
+          absl::StrCat(ir::OpKindName(kind), ": broadcasting inputs are pointwise ops"));
     }
     return LaunchStatus(LaunchBinary(*fn, in[0], in[1], out[0], ctx.stream), kind);
   }
