@@ -3,9 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
+#include "schedule/list_schedule.h"
+#include "schedule/predefined.h"
 
 namespace loom::schedule {
 namespace {
@@ -423,32 +429,11 @@ std::string ClassifyGap(const BlockModel& model, const ModelFacts& facts, int n,
   return absl::StrCat("period ", period, ": no packing found within the search budget");
 }
 
-}  // namespace
-
-absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
-                                            const SearchOptions& options) {
-  const auto started = Clock::now();
-  LOOM_RETURN_IF_ERROR(ValidateBlockModel(model));
-  if (options.microbatches <= 0 || options.microbatches > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "micro-batch count must be in [1, 1048576], got ", options.microbatches));
-  }
-  if (int64_t{model.num_blocks()} * options.microbatches > (int64_t{1} << 26)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model.num_blocks(), " blocks x ", options.microbatches,
-                     " micro-batches is more than this tool schedules"));
-  }
-  LOOM_ASSIGN_OR_RETURN(ModelFacts facts, AnalyzeBlockModel(model));
-  for (int d = 0; d < model.num_devices; ++d) {
-    if (model.has_cap() && facts.net_memory[d] > 0 &&
-        facts.single_peak[d] + (options.microbatches - 1) * facts.net_memory[d] >
-            model.memory_cap[d]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "block model '", model.name, "': device ", d, " keeps ", facts.net_memory[d],
-          " memory per micro-batch, so ", options.microbatches,
-          " micro-batches cannot stay within its cap ", model.memory_cap[d]));
-    }
-  }
+// The repetend search: the searched schedule, or ResourceExhausted when none was
+// found within the limits.
+absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const ModelFacts& facts,
+                                            const SearchOptions& options,
+                                            Clock::time_point started) {
   Clock::time_point deadline = Clock::time_point::max();
   if (options.time_limit_seconds > 0) {
     deadline = started + std::chrono::duration_cast<Clock::duration>(
@@ -536,10 +521,10 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
         " search nodes); raise --time-limit"));
   }
   if (offsets.empty()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no schedule found for '", model.name, "' within ", result.nodes,
-                     " search nodes: the memory caps leave no room even when micro-batches "
-                     "run one after another"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no schedule found for '", model.name, "' within ", result.nodes,
+        " search nodes under its memory caps (a limit of the search, not a proof that none "
+        "exists); raise --node-limit"));
   }
   result.period_optimal = result.period == result.period_lower_bound;
   if (!result.period_optimal) {
@@ -578,6 +563,114 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   int64_t first_end = 0;
   for (int b = 0; b < n; ++b) first_end = std::max(first_end, offsets[b] + model.blocks[b].span);
   result.in_flight = static_cast<int>((first_end + result.period - 1) / result.period);
+  return result;
+}
+
+ScheduleCandidate Candidate(const std::string& name, const absl::StatusOr<SimResult>& sim) {
+  ScheduleCandidate c;
+  c.name = name;
+  c.defined = sim.ok();
+  if (!sim.ok()) {
+    c.why_not = std::string(sim.status().message());
+  } else if (!sim->valid) {
+    c.why_not = sim->violation;
+  } else {
+    c.fits = true;
+    c.makespan = sim->makespan;
+    c.peak_memory = sim->peak_memory;
+  }
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
+                                            const SearchOptions& options) {
+  const auto started = Clock::now();
+  LOOM_RETURN_IF_ERROR(ValidateBlockModel(model));
+  if (options.microbatches <= 0 || options.microbatches > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch count must be in [1, 1048576], got ", options.microbatches));
+  }
+  if (int64_t{model.num_blocks()} * options.microbatches > (int64_t{1} << 26)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.num_blocks(), " blocks x ", options.microbatches,
+                     " micro-batches is more than this tool schedules"));
+  }
+  LOOM_ASSIGN_OR_RETURN(ModelFacts facts, AnalyzeBlockModel(model));
+  // Proved impossible: every schedule ends holding what each micro-batch keeps.
+  for (int d = 0; d < model.num_devices; ++d) {
+    if (model.has_cap() && facts.net_memory[d] > 0 &&
+        options.microbatches * facts.net_memory[d] > model.memory_cap[d]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block model '", model.name, "': device ", d, " keeps ", facts.net_memory[d],
+          " memory per micro-batch, so ", options.microbatches,
+          " micro-batches end holding ", options.microbatches * facts.net_memory[d],
+          ", above its cap ", model.memory_cap[d], " (no schedule can exist)"));
+    }
+  }
+  absl::StatusOr<SearchResult> searched = SearchRepetend(model, facts, options, started);
+  if (!searched.ok() && !absl::IsResourceExhausted(searched.status())) return searched.status();
+  SearchResult result;
+  if (searched.ok()) {
+    result = *std::move(searched);
+    result.candidates.push_back(Candidate("search", result.sim));
+  } else {
+    result.period_lower_bound = facts.max_work;
+    result.makespan_lower_bound = MakespanLowerBound(facts, options.microbatches);
+    result.gap_reason = std::string(searched.status().message());
+    ScheduleCandidate none;
+    none.name = "search";
+    none.defined = true;
+    none.why_not = result.gap_reason;
+    result.candidates.push_back(none);
+  }
+  // The published schedules the model admits and the list schedules, timed within
+  // the same caps; the shortest valid one is kept.
+  std::optional<Schedule> best;
+  std::optional<SimResult> best_sim;
+  auto compare = [&](const std::string& name, absl::StatusOr<Schedule> made, bool defined) {
+    absl::StatusOr<SimResult> sim =
+        made.ok() ? Simulate(model, *made) : absl::StatusOr<SimResult>(made.status());
+    result.candidates.push_back(Candidate(name, sim));
+    ScheduleCandidate& c = result.candidates.back();
+    c.defined = defined;
+    const int64_t to_beat = best_sim.has_value() ? best_sim->makespan
+                            : searched.ok()      ? result.sim.makespan
+                                                 : std::numeric_limits<int64_t>::max();
+    if (c.fits && c.makespan < to_beat) {
+      best = *std::move(made);
+      best_sim = *std::move(sim);
+    }
+  };
+  if (options.compare_alternatives) {
+    for (const std::string& name : PredefinedScheduleNames()) {
+      absl::StatusOr<Schedule> made = MakePredefinedSchedule(name, model, options.microbatches);
+      const bool defined = made.ok();
+      compare(name, std::move(made), defined);
+    }
+    // A list schedule costs instances x ready instances; above this size the
+    // repetend is the better use of the time.
+    constexpr int64_t kListInstances = int64_t{1} << 16;
+    if (int64_t{model.num_blocks()} * options.microbatches <= kListInstances) {
+      for (ListPriority rule : ListPriorities()) {
+        std::optional<Schedule> made = ListSchedule(model, facts, options.microbatches, rule);
+        absl::StatusOr<Schedule> listed =
+            made.has_value()
+                ? absl::StatusOr<Schedule>(*std::move(made))
+                : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
+                      "dead end: every block that could start next would exceed a cap"));
+        compare(absl::StrCat("list/", ListPriorityName(rule)), std::move(listed), true);
+      }
+    }
+  }
+  if (best.has_value()) {
+    result.schedule = *std::move(best);
+    result.sim = *std::move(best_sim);
+  } else if (!searched.ok()) {
+    return searched.status();
+  }
+  result.makespan_optimal = result.sim.makespan == result.makespan_lower_bound;
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return result;
 }

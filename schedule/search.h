@@ -13,9 +13,16 @@
 // not built apart: the N copies of the repetend are laid out together and the whole
 // schedule is re-timed as soon as possible with the per-device orders, so the ramps
 // are tightened jointly with the steady state. The search is deterministic.
+//
+// The searched schedule then competes with every published schedule defined on the
+// model (predefined.h: GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2/V, Chimera, DualPipe)
+// and with greedy list schedules (list_schedule.h), all timed by the simulator
+// within the same caps: the shortest valid one is returned, so the result is never
+// longer than a hand-made schedule the model admits.
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "schedule/block_model.h"
@@ -30,17 +37,42 @@ struct SearchOptions {
   int64_t node_limit = 2'000'000;
   // Wall-clock safety net in seconds; 0: none.
   double time_limit_seconds = 0;
+  // Compare with the predefined schedules defined on the model and with the list
+  // schedules, and keep the shortest valid schedule (ties go to the searched one).
+  bool compare_alternatives = true;
+};
+
+// A schedule compared on the model: the searched repetend ("search"), a predefined
+// schedule or a list schedule ("list/<rule>").
+struct ScheduleCandidate {
+  std::string name;
+  bool defined = false;  // the schedule is defined on the model (predefined.h; the
+                         // others always are)
+  bool fits = false;     // defined, and valid within the model's caps
+  std::string why_not;   // when it does not fit
+  int64_t makespan = 0;  // when it fits
+  std::vector<int64_t> peak_memory;
 };
 
 struct SearchResult {
-  Schedule schedule;              // N micro-batches, with its repetend
-  SimResult sim;                  // simulated: makespan, bubble, peak memory
+  // The schedule returned: the searched one (N micro-batches, with its repetend)
+  // unless a predefined schedule is shorter; `schedule.name` says which.
+  Schedule schedule;
+  SimResult sim;                  // of `schedule`: makespan, bubble, peak memory
+  // The searched repetend, whichever schedule was returned (0 when none was found
+  // and a predefined schedule is returned instead).
   int64_t period = 0;
   int64_t period_lower_bound = 0;  // max over devices of the work of one micro-batch
   bool period_optimal = false;     // period == period_lower_bound: optimal in the model
   // Why the period is above the bound, in words (empty when optimal).
   std::string gap_reason;
   int64_t makespan_lower_bound = 0;  // MakespanLowerBound for N micro-batches
+  // The returned makespan equals its lower bound: proved optimal among all
+  // schedules, not only repetends. False says only that no proof was made.
+  bool makespan_optimal = false;
+  // Every schedule compared: "search" first (fits is false when no repetend was
+  // found), then the predefined ones by name, then the list schedules.
+  std::vector<ScheduleCandidate> candidates;
   int in_flight = 0;                 // micro-batches one repetend spans
   int64_t latency = 0;               // one micro-batch's first start to last end
   int64_t nodes = 0;                 // search nodes visited
@@ -49,7 +81,9 @@ struct SearchResult {
 
 // Searches a schedule for `options.microbatches` copies of the model's blocks
 // within its memory caps. InvalidArgument for an invalid model (ValidateBlockModel)
-// and ResourceExhausted when no schedule was found within the limits.
+// or when no schedule can exist (proved: the memory every micro-batch keeps exceeds
+// a cap), and ResourceExhausted when none was found within the search's limits (a
+// limit of the search, not a proof that none exists).
 absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
                                             const SearchOptions& options);
 

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "schedule/placements.h"
+#include "schedule/predefined.h"
 
 namespace loom::schedule {
 namespace {
@@ -144,10 +145,99 @@ TEST(SearchTest, RejectsBadModels) {
   r = Search(leak, 8);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()),
-              HasSubstr("device 0 keeps 1 memory per micro-batch, so 8 micro-batches cannot "
-                        "stay within its cap 3"));
+              HasSubstr("device 0 keeps 1 memory per micro-batch, so 8 micro-batches end "
+                        "holding 8, above its cap 3 (no schedule can exist)"));
   r = Search(Placement("vshape", 2, 3), 0);
   EXPECT_FALSE(r.ok());
+}
+
+// What every micro-batch keeps refuses a cap only when the end of the schedule
+// exceeds it: +2, -2, then +1 on one device fits 2 micro-batches under cap 2 (the
+// two +2/-2 pairs first, then both +1), and 3 micro-batches are proved impossible.
+TEST(SearchTest, KeptMemoryRefusesOnlyWhatIsProved) {
+  BlockModel m;
+  m.name = "keeps_one";
+  m.num_devices = 1;
+  auto add = [&](const char* name, int64_t memory) {
+    Block b;
+    b.name = name;
+    b.memory = memory;
+    b.devices = {0};
+    if (!m.blocks.empty()) b.preds.push_back(Dep{m.num_blocks() - 1, 0});
+    m.blocks.push_back(b);
+  };
+  add("hold", 2);
+  add("free", -2);
+  add("keep", 1);
+  m.SetUniformCap(2);
+  auto r = Search(m, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sim.valid) << r->sim.violation;
+  EXPECT_EQ(r->sim.peak_memory, std::vector<int64_t>{2});
+  r = Search(m, 3);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("no schedule can exist"));
+}
+
+// On the block model of every predefined schedule, within the memory that schedule
+// needs, the schedule returned is never longer than it; where the searched repetend
+// alone is longer, the predefined schedule is returned under its own name.
+TEST(SearchTest, NeverLongerThanAPredefinedScheduleTheModelAdmits) {
+  struct Case {
+    const char* name;
+    int stages_per_device;
+    const char* layout;
+    bool split;
+  };
+  for (const Case& c : {Case{"1f1b", 1, "loop", false}, Case{"interleaved_1f1b", 2, "loop", false},
+                        Case{"zb_h2", 1, "loop", true}, Case{"zb_v", 2, "v", true}}) {
+    for (int64_t lag : {0, 1}) {
+      SCOPED_TRACE(absl::StrCat(c.name, ", lag ", lag));
+      StageCosts costs{1, c.split ? 1 : 2, c.split ? 1 : 0, lag, 2, 1};
+      auto m = MakeStageModel(4, 4 * c.stages_per_device, c.layout, costs);
+      ASSERT_TRUE(m.ok()) << m.status();
+      auto predefined = MakePredefinedSchedule(c.name, *m, 8);
+      ASSERT_TRUE(predefined.ok()) << predefined.status();
+      auto sim = Simulate(*m, *predefined);
+      ASSERT_TRUE(sim.ok() && sim->valid);
+      m->memory_cap = sim->peak_memory;
+      auto r = Search(*m, 8);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->sim.valid) << r->sim.violation;
+      EXPECT_LE(r->sim.makespan, sim->makespan);
+      for (int d = 0; d < 4; ++d) EXPECT_LE(r->sim.peak_memory[d], m->memory_cap[d]);
+      ASSERT_FALSE(r->candidates.empty());
+      const ScheduleCandidate& searched = r->candidates.front();
+      EXPECT_EQ(searched.name, "search");
+      if (!searched.fits || searched.makespan > sim->makespan) {
+        EXPECT_NE(r->schedule.name, "search");
+        EXPECT_FALSE(r->schedule.repetend.has_value());
+      }
+      bool compared = false;
+      for (const ScheduleCandidate& k : r->candidates) {
+        if (k.name != c.name) continue;
+        compared = true;
+        EXPECT_TRUE(k.fits) << k.why_not;
+        EXPECT_EQ(k.makespan, sim->makespan);
+      }
+      EXPECT_TRUE(compared);
+      EXPECT_EQ(r->makespan_optimal, r->sim.makespan == r->makespan_lower_bound);
+    }
+  }
+}
+
+// Without the comparison the searched repetend is returned as it is.
+TEST(SearchTest, ComparisonCanBeTurnedOff) {
+  auto m = MakeStageModel(4, 8, "loop", StageCosts{1, 2, 0, 0, 2, 1});
+  ASSERT_TRUE(m.ok()) << m.status();
+  SearchOptions o;
+  o.microbatches = 8;
+  o.compare_alternatives = false;
+  auto r = SearchSchedule(*m, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->schedule.name, "search");
+  ASSERT_EQ(r->candidates.size(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+#include "schedule/list_schedule.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::schedule {
+namespace {
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+}  // namespace
+
+std::vector<ListPriority> ListPriorities() {
+  return {ListPriority::kMicrobatchFirst, ListPriority::kFreeMemoryFirst,
+          ListPriority::kCriticalPathFirst};
+}
+
+std::string ListPriorityName(ListPriority priority) {
+  switch (priority) {
+    case ListPriority::kMicrobatchFirst:
+      return "microbatch_first";
+    case ListPriority::kFreeMemoryFirst:
+      return "free_memory_first";
+    case ListPriority::kCriticalPathFirst:
+      return "critical_path_first";
+  }
+  return "?";
+}
+
+std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& facts,
+                                     int microbatches, ListPriority priority) {
+  const int n = model.num_blocks();
+  const int total = n * microbatches;
+  std::vector<int> waiting(total);   // unfinished predecessors
+  std::vector<int64_t> ready_at(total, 0);  // latest predecessor end + lag
+  std::vector<int64_t> start(total, -1);
+  std::vector<int> ready;            // instances whose predecessors are scheduled
+  for (int m = 0; m < microbatches; ++m) {
+    for (int b = 0; b < n; ++b) {
+      waiting[m * n + b] = static_cast<int>(model.blocks[b].preds.size());
+      if (waiting[m * n + b] == 0) ready.push_back(m * n + b);
+    }
+  }
+  std::vector<int64_t> free_at(model.num_devices, 0);
+  std::vector<int64_t> held(model.num_devices, 0);
+  // The rule's key of an instance: smaller goes first.
+  auto key = [&](int id) {
+    const int b = id % n;
+    const int m = id / n;
+    const Block& block = model.blocks[b];
+    const int64_t tail = facts.tail[b] + block.span;
+    switch (priority) {
+      case ListPriority::kMicrobatchFirst:
+        return std::make_tuple(int64_t{m}, -tail, int64_t{b});
+      case ListPriority::kFreeMemoryFirst:
+        return std::make_tuple(int64_t{block.memory >= 0}, int64_t{m}, -tail);
+      case ListPriority::kCriticalPathFirst:
+        return std::make_tuple(-tail, int64_t{m}, int64_t{b});
+    }
+    return std::make_tuple(int64_t{m}, int64_t{b}, int64_t{0});
+  };
+  auto fits = [&](int id) {
+    const Block& block = model.blocks[id % n];
+    if (!model.has_cap()) return true;
+    for (int d : block.devices) {
+      if (held[d] + block.memory > model.memory_cap[d]) return false;
+    }
+    return true;
+  };
+  for (int placed = 0; placed < total; ++placed) {
+    // The earliest start among the instances that fit, ties by the rule.
+    int best = -1;
+    int64_t best_start = kNever;
+    for (int id : ready) {
+      if (!fits(id)) continue;
+      int64_t t = ready_at[id];
+      for (int d : model.blocks[id % n].devices) t = std::max(t, free_at[d]);
+      if (best < 0 || t < best_start || (t == best_start && key(id) < key(best))) {
+        best = id;
+        best_start = t;
+      }
+    }
+    if (best < 0) return std::nullopt;  // every candidate exceeds a cap
+    const Block& block = model.blocks[best % n];
+    start[best] = best_start;
+    for (int d : block.devices) {
+      free_at[d] = best_start + block.span;
+      held[d] += block.memory;
+    }
+    ready.erase(std::find(ready.begin(), ready.end(), best));
+    const int m = best / n;
+    for (int s : facts.succs[best % n]) {
+      const int id = m * n + s;
+      for (const Dep& p : model.blocks[s].preds) {
+        if (p.block == best % n) {
+          ready_at[id] = std::max(ready_at[id], best_start + block.span + p.lag);
+        }
+      }
+      if (--waiting[id] == 0) ready.push_back(id);
+    }
+  }
+  Schedule s = ScheduleFromTimes(model, microbatches, start);
+  s.name = absl::StrCat("list/", ListPriorityName(priority));
+  return s;
+}
+
+}  // namespace loom::schedule

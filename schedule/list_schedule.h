@@ -1,0 +1,45 @@
+#ifndef LOOM_SCHEDULE_LIST_SCHEDULE_H_
+#define LOOM_SCHEDULE_LIST_SCHEDULE_H_
+
+// Greedy list schedules of N micro-batches: block instances are started one at a
+// time, each as early as its dependencies (with their lags) and its devices allow,
+// and only when its memory delta keeps every one of its devices within its cap. Of
+// the instances that could start earliest, a priority rule picks one. They complement
+// the repetend search where it is weakest: few micro-batches (the ramps are most of
+// the schedule) and caps so tight that little overlaps.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "schedule/block_model.h"
+#include "schedule/schedule.h"
+
+namespace loom::schedule {
+
+enum class ListPriority {
+  // The lowest micro-batch first, then the longest path to the end of the
+  // micro-batch: micro-batches flow through in order (GPipe-like when memory allows).
+  kMicrobatchFirst,
+  // Blocks that free memory first, then the lowest micro-batch: backward work
+  // drains in-flight micro-batches as soon as it can (1F1B-like under tight caps).
+  kFreeMemoryFirst,
+  // The longest path to the end of the micro-batch first, then the lowest
+  // micro-batch: the critical path leads.
+  kCriticalPathFirst,
+};
+
+// Every rule, in the order the search tries them.
+std::vector<ListPriority> ListPriorities();
+std::string ListPriorityName(ListPriority priority);
+
+// The list schedule of `microbatches` copies of `model` under its caps with the given
+// rule, named "list/<rule>"; nullopt when the rule runs into a dead end (every
+// instance that could start would exceed a cap while nothing is running). `facts`
+// must be AnalyzeBlockModel(model).
+std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& facts,
+                                     int microbatches, ListPriority priority);
+
+}  // namespace loom::schedule
+
+#endif  // LOOM_SCHEDULE_LIST_SCHEDULE_H_
