@@ -76,9 +76,12 @@ absl::StatusOr<SearchSummary> SearchSchedule(const ir::Graph& step, ir::Plan& pl
                         schedule::ApplySchedule(step, plan, blocks, found.schedule));
   plan = std::move(ordered);
   SearchSummary summary;
+  summary.schedule = found.schedule.name;
   summary.period = found.period;
   summary.period_lower_bound = found.period_lower_bound;
   summary.makespan = found.sim.makespan;
+  summary.makespan_lower_bound = found.makespan_lower_bound;
+  summary.makespan_optimal = found.makespan_optimal;
   summary.bubble = found.sim.bubble_ratio;
   summary.peak_memory = found.sim.peak_memory;
   summary.seconds = found.seconds;

@@ -95,9 +95,12 @@ struct SearchConfig {
 };
 
 struct SearchSummary {
-  int64_t period = 0;
+  std::string schedule;               // "search", a published schedule's name, "list/<rule>"
+  int64_t period = 0;                 // of the searched repetend
   int64_t period_lower_bound = 0;
   int64_t makespan = 0;
+  int64_t makespan_lower_bound = 0;
+  bool makespan_optimal = false;      // proved: the makespan meets its lower bound
   double bubble = 0;                  // idle share over all devices
   std::vector<int64_t> peak_memory;   // per pipeline rank, block-model units
   double seconds = 0;

@@ -318,18 +318,24 @@ void DefineModule(py::module_& m) {
 
   // ---------------------------------------------------------------------------
   py::class_<SearchSummary>(m, "SearchSummary", "What a schedule search found (block-model units).")
+      .def_readonly("schedule", &SearchSummary::schedule,
+                    "the schedule returned: search, a published schedule, list/<rule>")
       .def_readonly("period", &SearchSummary::period)
       .def_readonly("period_lower_bound", &SearchSummary::period_lower_bound)
       .def_readonly("makespan", &SearchSummary::makespan)
+      .def_readonly("makespan_lower_bound", &SearchSummary::makespan_lower_bound)
+      .def_readonly("makespan_optimal", &SearchSummary::makespan_optimal,
+                    "proved: the makespan meets its lower bound")
       .def_readonly("bubble", &SearchSummary::bubble, "idle share over all devices")
       .def_readonly("peak_memory", &SearchSummary::peak_memory, "per pipeline rank")
       .def_readonly("seconds", &SearchSummary::seconds)
       .def_readonly("svg", &SearchSummary::svg, "the schedule's Gantt chart")
       .def("__repr__", [](const SearchSummary& s) {
         return absl::StrFormat(
-            "SearchSummary(period=%d, period_lower_bound=%d, makespan=%d, bubble=%.4f, "
-            "peak_memory=[%s])",
-            s.period, s.period_lower_bound, s.makespan, s.bubble,
+            "SearchSummary(schedule='%s', period=%d, period_lower_bound=%d, makespan=%d, "
+            "makespan_lower_bound=%d, bubble=%.4f, peak_memory=[%s])",
+            s.schedule, s.period, s.period_lower_bound, s.makespan, s.makespan_lower_bound,
+            s.bubble,
             absl::StrJoin(s.peak_memory, ", "));
       });
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -176,21 +177,58 @@ std::string CapText(const schedule::BlockModel& model) {
   return *lo == *hi ? absl::StrCat(*lo) : Slashed(model.memory_cap);
 }
 
+// The schedules compared on the model, the returned one marked.
+void PrintCandidates(const schedule::SearchResult& r, std::ostream& out) {
+  out << "schedules:    compared on this model within its caps (makespan, peak memory)\n";
+  std::vector<std::string> undefined;
+  for (const schedule::ScheduleCandidate& c : r.candidates) {
+    if (!c.defined) {
+      undefined.push_back(c.name);
+      continue;
+    }
+    out << absl::StrFormat("  %-25s ", c.name);
+    if (c.fits) {
+      out << absl::StrFormat("%-12d %s", c.makespan, Slashed(c.peak_memory));
+      if (c.name == r.schedule.name) out << "  <- returned";
+    } else {
+      out << "-            " << c.why_not;
+    }
+    out << "\n";
+  }
+  if (!undefined.empty()) {
+    out << "  not defined on this model: " << absl::StrJoin(undefined, ", ") << "\n";
+  }
+}
+
 void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult& r,
                  int microbatches, std::ostream& out) {
   out << "model:        " << model.name << ", " << model.num_blocks() << " blocks on "
       << model.num_devices << " devices, " << microbatches << " micro-batches, memory cap "
       << CapText(model) << "\n";
-  out << "period:       " << r.period
-      << (r.period_optimal ? " (optimal: equals the lower bound)" : "") << "\n";
+  const bool searched = !r.candidates.empty() && r.candidates.front().fits;
+  std::string what = "the searched repetend";
+  if (r.schedule.name != "search") {
+    what = absl::StrCat(absl::StartsWith(r.schedule.name, "list/") ? "a list schedule" : "predefined",
+                        searched ? ", shorter than the searched repetend"
+                                 : "; the search found no repetend");
+  }
+  out << "schedule:     " << r.schedule.name << " (" << what << ")\n";
+  if (r.period > 0) {
+    out << "period:       " << r.period
+        << (r.period_optimal ? " (proved optimal for a repetend: equals the lower bound)" : "")
+        << "\n";
+  }
   out << "lower bound:  " << r.period_lower_bound << " (most work of one micro-batch on a device)\n";
   if (!r.period_optimal) out << "gap:          " << r.gap_reason << "\n";
   out << "makespan:     " << r.sim.makespan << " (lower bound " << r.makespan_lower_bound
-      << (r.sim.makespan == r.makespan_lower_bound ? ", optimal" : "") << ")\n";
+      << (r.makespan_optimal ? ": proved optimal" : "; not proved optimal") << ")\n";
   out << "bubble:       " << Percent(r.sim.bubble_ratio) << "\n";
   out << "peak memory:  " << Slashed(r.sim.peak_memory) << "\n";
-  out << "repetend:     " << r.in_flight << " micro-batches in flight, latency " << r.latency
-      << "\n";
+  if (r.period > 0) {
+    out << "repetend:     " << r.in_flight << " micro-batches in flight, latency " << r.latency
+        << "\n";
+  }
+  PrintCandidates(r, out);
   out << absl::StrFormat("search time:  %.2f ms (%d nodes)\n", r.seconds * 1e3, r.nodes);
   out << "valid:        " << (r.sim.valid ? "yes" : "no: " + r.sim.violation) << "\n";
 }
@@ -200,15 +238,32 @@ std::string SearchJson(const schedule::BlockModel& model, const schedule::Search
   j["model"] = model.name;
   j["devices"] = model.num_devices;
   j["microbatches"] = r.schedule.microbatches;
+  j["schedule"] = r.schedule.name;
   j["period"] = r.period;
   j["lower_bound"] = r.period_lower_bound;
-  j["optimal"] = r.period_optimal;
+  j["period_optimal"] = r.period_optimal;
   if (!r.period_optimal) j["gap_reason"] = r.gap_reason;
   j["makespan"] = r.sim.makespan;
   j["makespan_lower_bound"] = r.makespan_lower_bound;
+  j["makespan_optimal"] = r.makespan_optimal;
   j["bubble_ratio"] = r.sim.bubble_ratio;
   j["peak_memory"] = r.sim.peak_memory;
   j["in_flight"] = r.in_flight;
+  ir::OrderedJson candidates = ir::OrderedJson::array();
+  for (const schedule::ScheduleCandidate& c : r.candidates) {
+    ir::OrderedJson e;
+    e["name"] = c.name;
+    e["defined"] = c.defined;
+    e["fits"] = c.fits;
+    if (c.fits) {
+      e["makespan"] = c.makespan;
+      e["peak_memory"] = c.peak_memory;
+    } else {
+      e["why_not"] = c.why_not;
+    }
+    candidates.push_back(std::move(e));
+  }
+  j["candidates"] = std::move(candidates);
   j["search_seconds"] = r.seconds;
   j["search_nodes"] = r.nodes;
   j["valid"] = r.sim.valid;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -24,7 +25,8 @@ TEST(ScheduleCliTest, SearchPrintsTableAndWritesSchedule) {
   Result r = RunCli({"search", "--placement", "mshape", "--devices", "4", "--memory", "6",
                   "--microbatches", "128", "-o", path});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  for (const char* line : {"period:       6 (optimal", "lower bound:  6", "makespan:     780",
+  for (const char* line : {"schedule:     search", "period:       6 (proved optimal for a repetend",
+                           "lower bound:  6", "makespan:     780",
                            "bubble:", "peak memory:", "search time:", "valid:        yes"}) {
     EXPECT_TRUE(absl::StrContains(r.out, line)) << line << "\n" << r.out;
   }
@@ -95,7 +97,21 @@ TEST(ScheduleCliTest, SearchStageModel) {
   ASSERT_EQ(r.code, kExitOk) << r.err;
   const ir::Json j = ir::Json::parse(r.out);
   EXPECT_EQ(j["period"], 6);  // two stages per device
-  EXPECT_EQ(j["optimal"], true);
+  EXPECT_EQ(j["period_optimal"], true);
+  EXPECT_EQ(j["makespan_optimal"], j["makespan"] == j["makespan_lower_bound"]);
+  // The predefined schedules this stage model admits were compared, and the one
+  // returned is the shortest of them all.
+  int64_t shortest = -1;
+  bool interleaved = false;
+  for (const ir::Json& c : j["candidates"]) {
+    if (c["fits"] == true) {
+      const int64_t m = c["makespan"].get<int64_t>();
+      shortest = shortest < 0 ? m : std::min(shortest, m);
+    }
+    interleaved |= c["name"] == "interleaved_1f1b" && c["defined"] == true;
+  }
+  EXPECT_TRUE(interleaved) << r.out;
+  EXPECT_EQ(j["makespan"], shortest) << r.out;
 }
 
 // A predefined schedule simulates, writes the Gantt chart, the trace and a torch
