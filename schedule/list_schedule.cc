@@ -108,4 +108,84 @@ std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& 
   return s;
 }
 
+namespace {
+
+// Depth-first search for a topological order of one micro-batch within the caps,
+// blocks that free the most memory tried first.
+class CappedOrder {
+ public:
+  CappedOrder(const BlockModel& model, const ModelFacts& facts, int64_t node_limit)
+      : model_(model), facts_(facts), nodes_left_(node_limit) {}
+
+  std::optional<std::vector<int>> Find() {
+    const int n = model_.num_blocks();
+    waiting_.assign(n, 0);
+    for (int b = 0; b < n; ++b) waiting_[b] = static_cast<int>(model_.blocks[b].preds.size());
+    held_.assign(model_.num_devices, 0);
+    order_.clear();
+    if (Dfs()) return order_;
+    return std::nullopt;
+  }
+
+ private:
+  bool Fits(int b) const {
+    if (!model_.has_cap()) return true;
+    for (int d : model_.blocks[b].devices) {
+      if (held_[d] + model_.blocks[b].memory > model_.memory_cap[d]) return false;
+    }
+    return true;
+  }
+
+  bool Dfs() {
+    const int n = model_.num_blocks();
+    if (static_cast<int>(order_.size()) == n) return true;
+    if (--nodes_left_ < 0) return false;
+    std::vector<int> ready;
+    for (int b = 0; b < n; ++b) {
+      if (waiting_[b] == 0 && Fits(b)) ready.push_back(b);
+    }
+    std::stable_sort(ready.begin(), ready.end(), [&](int a, int b) {
+      return model_.blocks[a].memory < model_.blocks[b].memory;
+    });
+    for (int b : ready) {
+      waiting_[b] = -1;  // placed
+      for (int d : model_.blocks[b].devices) held_[d] += model_.blocks[b].memory;
+      for (int s : facts_.succs[b]) --waiting_[s];
+      order_.push_back(b);
+      if (Dfs()) return true;
+      order_.pop_back();
+      for (int s : facts_.succs[b]) ++waiting_[s];
+      for (int d : model_.blocks[b].devices) held_[d] -= model_.blocks[b].memory;
+      waiting_[b] = 0;
+      if (nodes_left_ < 0) return false;
+    }
+    return false;
+  }
+
+  const BlockModel& model_;
+  const ModelFacts& facts_;
+  int64_t nodes_left_;
+  std::vector<int> waiting_;
+  std::vector<int64_t> held_;
+  std::vector<int> order_;
+};
+
+}  // namespace
+
+std::optional<Schedule> SerialSchedule(const BlockModel& model, const ModelFacts& facts,
+                                       int microbatches, int64_t node_limit) {
+  std::optional<std::vector<int>> order = CappedOrder(model, facts, node_limit).Find();
+  if (!order.has_value()) return std::nullopt;
+  Schedule s;
+  s.name = "serial";
+  s.microbatches = microbatches;
+  s.order.assign(model.num_devices, {});
+  for (int m = 0; m < microbatches; ++m) {
+    for (int b : *order) {
+      for (int d : model.blocks[b].devices) s.order[d].push_back(Instance{b, m});
+    }
+  }
+  return s;
+}
+
 }  // namespace loom::schedule

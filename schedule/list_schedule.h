@@ -40,6 +40,15 @@ std::string ListPriorityName(ListPriority priority);
 std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& facts,
                                      int microbatches, ListPriority priority);
 
+// Micro-batches one after another on every device: one order of a micro-batch's
+// blocks (a topological order whose running memory stays within every device's cap,
+// found by a depth-first search of at most `node_limit` nodes), repeated N times in
+// each device's order, named "serial". The simulator still overlaps micro-batches
+// across devices where the orders allow. nullopt when no such order was found, or
+// when what micro-batches keep makes the repetition exceed a cap.
+std::optional<Schedule> SerialSchedule(const BlockModel& model, const ModelFacts& facts,
+                                       int microbatches, int64_t node_limit);
+
 }  // namespace loom::schedule
 
 #endif  // LOOM_SCHEDULE_LIST_SCHEDULE_H_

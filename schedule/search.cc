@@ -663,6 +663,16 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
         compare(absl::StrCat("list/", ListPriorityName(rule)), std::move(listed), true);
       }
     }
+    // Micro-batches one after another: where memory is too tight for them to
+    // overlap, this still gives a valid schedule when one exists in that form.
+    std::optional<Schedule> serial =
+        SerialSchedule(model, facts, options.microbatches, std::max<int64_t>(options.node_limit / 16, 1000));
+    compare("serial",
+            serial.has_value()
+                ? absl::StatusOr<Schedule>(*std::move(serial))
+                : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
+                      "no order of one micro-batch within the caps was found")),
+            true);
   }
   if (best.has_value()) {
     result.schedule = *std::move(best);

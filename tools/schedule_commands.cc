@@ -208,7 +208,9 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
   const bool searched = !r.candidates.empty() && r.candidates.front().fits;
   std::string what = "the searched repetend";
   if (r.schedule.name != "search") {
-    what = absl::StrCat(absl::StartsWith(r.schedule.name, "list/") ? "a list schedule" : "predefined",
+    what = absl::StrCat(absl::StartsWith(r.schedule.name, "list/") ? "a list schedule"
+                        : r.schedule.name == "serial" ? "micro-batches one after another"
+                                                      : "predefined",
                         searched ? ", shorter than the searched repetend"
                                  : "; the search found no repetend");
   }

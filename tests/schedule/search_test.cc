@@ -227,6 +227,21 @@ TEST(SearchTest, NeverLongerThanAPredefinedScheduleTheModelAdmits) {
   }
 }
 
+// Where memory is too tight for micro-batches to overlap, micro-batches one after
+// another still give a schedule: xshape on 4 devices at cap 1 (the repetend search
+// finds none within its budget; the optimum for 2 micro-batches is 55).
+TEST(SearchTest, NoRefusalWhereMicrobatchesCanRunOneAfterAnother) {
+  SearchOptions o;
+  o.microbatches = 2;
+  o.node_limit = 20'000;
+  auto r = SearchSchedule(Placement("xshape", 4, 1), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sim.valid) << r->sim.violation;
+  EXPECT_EQ(r->sim.peak_memory, std::vector<int64_t>(4, 1));
+  EXPECT_EQ(r->schedule.name, "serial");
+  EXPECT_EQ(r->sim.makespan, 55);
+}
+
 // Without the comparison the searched repetend is returned as it is.
 TEST(SearchTest, ComparisonCanBeTurnedOff) {
   auto m = MakeStageModel(4, 8, "loop", StageCosts{1, 2, 0, 0, 2, 1});
