@@ -1,6 +1,11 @@
 #include "tools/flags.h"
 
+#include <cmath>
+#include <map>
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -99,6 +104,47 @@ absl::StatusOr<double> FlagSet::GetDouble(absl::string_view name, double fallbac
                                                    min, ", ", max, "], got '", *text, "'"));
   }
   return v;
+}
+
+absl::StatusOr<int64_t> FlagSet::GetBytes(absl::string_view name, int64_t fallback,
+                                          int64_t max) const {
+  auto text = GetString(name);
+  if (!text.has_value()) return fallback;
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flag '", name, "' expects bytes in [0, ", max,
+        "]: an integer or a number with a unit (KiB, MiB, GiB, TiB, kB, MB, GB, TB), got '",
+        *text, "'"));
+  };
+  absl::string_view v = absl::StripAsciiWhitespace(*text);
+  size_t unit_at = v.size();
+  while (unit_at > 0 && absl::ascii_isalpha(v[unit_at - 1])) --unit_at;
+  const std::string unit = absl::AsciiStrToLower(v.substr(unit_at));
+  const absl::string_view number = absl::StripAsciiWhitespace(v.substr(0, unit_at));
+  static const std::map<std::string, int64_t>* const kUnits = new std::map<std::string, int64_t>{
+      {"", 1},
+      {"b", 1},
+      {"kib", int64_t{1} << 10},
+      {"mib", int64_t{1} << 20},
+      {"gib", int64_t{1} << 30},
+      {"tib", int64_t{1} << 40},
+      {"kb", 1'000},
+      {"mb", 1'000'000},
+      {"gb", 1'000'000'000},
+      {"tb", 1'000'000'000'000}};
+  auto it = kUnits->find(unit);
+  if (it == kUnits->end() || number.empty()) return bad();
+  int64_t whole = 0;
+  if (absl::SimpleAtoi(number, &whole)) {
+    if (whole < 0 || whole > max / it->second) return bad();
+    return whole * it->second;
+  }
+  // A fraction of a unit: exact only when it comes to whole bytes.
+  double x = 0;
+  if (!absl::SimpleAtod(number, &x) || !(x >= 0)) return bad();
+  const double bytes = x * static_cast<double>(it->second);
+  if (!(bytes <= static_cast<double>(max)) || bytes != std::floor(bytes)) return bad();
+  return static_cast<int64_t>(bytes);
 }
 
 void FlagSet::AddPositional(std::string value_name, std::string help) {

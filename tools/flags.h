@@ -43,6 +43,10 @@ class FlagSet {
                                  int64_t max) const;
   absl::StatusOr<double> GetDouble(absl::string_view name, double fallback, double min,
                                    double max) const;
+  // A present flag must hold a byte count in [0, max]: an integer, or a number with
+  // a unit, binary (KiB, MiB, GiB, TiB) or decimal (B, kB, MB, GB, TB), any case,
+  // that comes to a whole number of bytes: "85899345920", "80GiB", "1.5 TB".
+  absl::StatusOr<int64_t> GetBytes(absl::string_view name, int64_t fallback, int64_t max) const;
 
   std::string Help() const;
   const std::string& command() const { return command_; }

@@ -139,7 +139,9 @@ void AddVerifyFlags(FlagSet& flags) {
   flags.AddString("--cache", "DIR",
                   "proof cache (default: $XDG_CACHE_HOME/loom, else $HOME/.cache/loom)");
   flags.AddBool("--no-cache", "prove every law afresh and store no proof");
-  flags.AddString("--memory", "BYTES", "device memory capacity the schedule's peak must fit");
+  flags.AddString("--memory", "BYTES",
+                  "device memory capacity the schedule's peak must fit (bytes, or with a unit: "
+                  "80GiB, 85.9GB)");
   flags.AddString("--timeout", "MS", "solver time limit per query in milliseconds (default 10000)");
   flags.AddString("--threads", "N", "proof threads (default: every core)");
   flags.AddBool("--quiet", "no progress line on a terminal");
@@ -152,7 +154,7 @@ absl::StatusOr<verify::VerifyOptions> OptionsFromFlags(const FlagSet& flags) {
     return absl::InvalidArgumentError("give --cache DIR or --no-cache, not both");
   }
   if (flags.Has("--memory")) {
-    auto memory = flags.GetInt("--memory", 0, 0, int64_t{1} << 60);
+    auto memory = flags.GetBytes("--memory", 0, int64_t{1} << 60);
     if (!memory.ok()) return memory.status();
     options.memory_capacity_bytes = *memory;
   }
