@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/tools/cli_test_util.h"
 #include "ir/json_util.h"
@@ -136,6 +138,30 @@ TEST(ScheduleCliTest, SimulatePredefinedWritesPicturesAndCsv) {
   Result bad = RunCli({"simulate", "--schedule", "zb_h9", "--devices", "4", "--microbatches", "8"});
   EXPECT_EQ(bad.code, kExitBadInput);
   EXPECT_EQ(Lines(bad.err), 1) << bad.err;
+}
+
+// The searched schedule's torch CSV lists each rank's actions with no idle steps
+// and reads back to the same makespan.
+TEST(ScheduleCliTest, SearchCsvReadsBackToTheSameSchedule) {
+  const std::string csv = ::testing::TempDir() + "zb.csv";
+  Result r = RunCli({"search", "--stages", "8", "--devices", "4", "--costs", "1,1,1,1",
+                     "--memory", "12", "--microbatches", "8", "--json", "--csv", csv});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const ir::Json j = ir::Json::parse(r.out.substr(0, r.out.find("\nwrote")));
+  auto text = ir::ReadTextFile(csv);
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(absl::StrContains(*text, ",,")) << *text;
+  EXPECT_FALSE(absl::StrContains(*text, "\n,")) << *text;
+  EXPECT_FALSE(absl::StartsWith(*text, ",")) << *text;
+  EXPECT_FALSE(absl::StrContains(*text, ",\r")) << *text;
+  // 8 stages on 4 ranks, 8 micro-batches, F, I and W each: 48 actions per rank.
+  for (absl::string_view row : absl::StrSplit(*text, "\r\n", absl::SkipEmpty())) {
+    EXPECT_EQ(std::count(row.begin(), row.end(), ',') + 1, 48) << row;
+  }
+  Result back = RunCli({"simulate", csv, "--costs", "1,1,1,1"});
+  ASSERT_EQ(back.code, kExitOk) << back.err;
+  EXPECT_TRUE(absl::StrContains(back.out, absl::StrCat("makespan:     ", j["makespan"].get<int64_t>())))
+      << back.out << "\n" << r.out;
 }
 
 // A deadlocking torch CSV is reported with exit 1 and the cycle.
