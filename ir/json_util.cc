@@ -1,11 +1,13 @@
 #include "ir/json_util.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -15,6 +17,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ir/name_suggestion.h"
 #include "ir/status_macros.h"
 
 namespace loom::ir {
@@ -113,6 +117,21 @@ absl::Status JsonReader::ExpectArray(const Json& j, absl::string_view path) cons
 
 absl::Status JsonReader::ExpectObject(const Json& j, absl::string_view path) const {
   if (!j.is_object()) return Error(path, "expected an object");
+  return absl::OkStatus();
+}
+
+absl::Status JsonReader::ExpectKeys(const Json& object, absl::string_view path,
+                                    absl::Span<const std::string> known) const {
+  if (!object.is_object()) return Error(path, "expected an object");
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+    std::string hint = absl::StrCat("its keys: ", absl::StrJoin(known, ", "));
+    if (std::optional<std::string> meant = ClosestName(it.key(), known)) {
+      hint = absl::StrCat("did you mean '", *meant, "'? (", hint, ")");
+    }
+    return Error(path.empty() ? it.key() : absl::StrCat(path, ".", it.key()),
+                 absl::StrCat("unknown key; ", hint));
+  }
   return absl::OkStatus();
 }
 

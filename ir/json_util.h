@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "ir/attributes.h"
 #include "nlohmann/json.hpp"
 
@@ -52,6 +53,10 @@ class JsonReader {
   absl::StatusOr<std::string> String(const Json& j, absl::string_view path) const;
   absl::Status ExpectArray(const Json& j, absl::string_view path) const;
   absl::Status ExpectObject(const Json& j, absl::string_view path) const;
+  // An object's keys must be among `known`: an unknown one is an error naming it,
+  // the key it most likely meant and the keys the format has.
+  absl::Status ExpectKeys(const Json& object, absl::string_view path,
+                          absl::Span<const std::string> known) const;
   absl::StatusOr<std::vector<int>> IdList(const Json& j, absl::string_view path) const;
   // One tagged attribute value, and an "attrs" object of them.
   absl::StatusOr<AttrValue> Attr(const Json& j, const std::string& path) const;

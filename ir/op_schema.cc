@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "ir/name_suggestion.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
 
@@ -107,22 +109,6 @@ std::vector<std::string> DocAttributes(const std::string& doc) {
   return names;
 }
 
-// Whether `a` and `b` are one edit apart or two (a typo of a name).
-bool NearMiss(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()] <= 2 || absl::StrContains(a, b) || absl::StrContains(b, a);
-}
-
 absl::Status CheckAttributeNames(const OpSchema& schema, const AttrMap& attrs) {
   for (const auto& entry : attrs.values()) {
     const std::string& name = entry.first;
@@ -133,11 +119,8 @@ absl::Status CheckAttributeNames(const OpSchema& schema, const AttrMap& attrs) {
     std::string known = schema.attributes.empty()
                             ? "it has none"
                             : absl::StrCat("its attributes: ", absl::StrJoin(schema.attributes, ", "));
-    for (const std::string& a : schema.attributes) {
-      if (NearMiss(name, a)) {
-        known = absl::StrCat("did you mean '", a, "'? (", known, ")");
-        break;
-      }
+    if (std::optional<std::string> meant = ClosestName(name, schema.attributes)) {
+      known = absl::StrCat("did you mean '", *meant, "'? (", known, ")");
     }
     return absl::InvalidArgumentError(absl::StrCat("'", OpKindName(schema.kind),
                                                    "' has no attribute '", name, "'; ", known));

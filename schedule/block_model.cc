@@ -395,7 +395,11 @@ ir::OrderedJson BlockModelJsonValue(const BlockModel& model) {
 
 absl::StatusOr<BlockModel> ReadBlockModelJson(const ir::JsonReader& r, const ir::Json& j,
                                           const std::string& path) {
-  LOOM_RETURN_IF_ERROR(r.ExpectObject(j, path));
+  static const std::vector<std::string>* const kModelKeys = new std::vector<std::string>{
+      "format", "version", "name", "devices", "memory_cap", "blocks"};
+  static const std::vector<std::string>* const kBlockKeys = new std::vector<std::string>{
+      "name", "kind", "stage", "span", "memory", "devices", "after"};
+  LOOM_RETURN_IF_ERROR(r.ExpectKeys(j, path, *kModelKeys));
   auto sub = [&](absl::string_view key) {
     return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
   };
@@ -430,7 +434,7 @@ absl::StatusOr<BlockModel> ReadBlockModelJson(const ir::JsonReader& r, const ir:
   absl::flat_hash_map<std::string, int> index;
   for (size_t i = 0; i < blocks->size(); ++i) {
     const std::string bpath = absl::StrCat(sub("blocks"), "[", i, "]");
-    LOOM_RETURN_IF_ERROR(r.ExpectObject((*blocks)[i], bpath));
+    LOOM_RETURN_IF_ERROR(r.ExpectKeys((*blocks)[i], bpath, *kBlockKeys));
     LOOM_ASSIGN_OR_RETURN(const ir::Json* name, r.Field((*blocks)[i], "name", bpath));
     LOOM_ASSIGN_OR_RETURN(std::string text, r.String(*name, bpath + ".name"));
     if (!index.emplace(text, static_cast<int>(i)).second) {
@@ -469,6 +473,9 @@ absl::StatusOr<BlockModel> ReadBlockModelJson(const ir::JsonReader& r, const ir:
         const ir::Json* ref = &(*it)[k];
         Dep dep;
         if (ref->is_object()) {
+          static const std::vector<std::string>* const kDepKeys =
+              new std::vector<std::string>{"block", "lag"};
+          LOOM_RETURN_IF_ERROR(r.ExpectKeys(*ref, ppath, *kDepKeys));
           if (auto lag = ref->find("lag"); lag != ref->end()) {
             LOOM_ASSIGN_OR_RETURN(dep.lag, r.Int(*lag, ppath + ".lag"));
           }

@@ -517,14 +517,14 @@ absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const Model
   }
   if (offsets.empty() && Clock::now() > deadline) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "no schedule found for '", model.name, "' within the time limit (", result.nodes,
+        "no repetend found for '", model.name, "' within the time limit (", result.nodes,
         " search nodes); raise --time-limit"));
   }
   if (offsets.empty()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "no schedule found for '", model.name, "' within ", result.nodes,
-        " search nodes under its memory caps (a limit of the search, not a proof that none "
-        "exists); raise --node-limit"));
+        "no repetend found for '", model.name, "' within ", result.nodes,
+        " search nodes", model.has_cap() ? " under its memory caps" : "",
+        " (a limit of the search, not a proof that none exists); raise --node-limit"));
   }
   result.period_optimal = result.period == result.period_lower_bound;
   if (!result.period_optimal) {
@@ -609,36 +609,19 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
           ", above its cap ", model.memory_cap[d], " (no schedule can exist)"));
     }
   }
-  absl::StatusOr<SearchResult> searched = SearchRepetend(model, facts, options, started);
-  if (!searched.ok() && !absl::IsResourceExhausted(searched.status())) return searched.status();
-  SearchResult result;
-  if (searched.ok()) {
-    result = *std::move(searched);
-    result.candidates.push_back(Candidate("search", result.sim));
-  } else {
-    result.period_lower_bound = facts.max_work;
-    result.makespan_lower_bound = MakespanLowerBound(facts, options.microbatches);
-    result.gap_reason = std::string(searched.status().message());
-    ScheduleCandidate none;
-    none.name = "search";
-    none.defined = true;
-    none.why_not = result.gap_reason;
-    result.candidates.push_back(none);
-  }
-  // The published schedules the model admits and the list schedules, timed within
-  // the same caps; the shortest valid one is kept.
+  const int64_t makespan_bound = MakespanLowerBound(facts, options.microbatches);
+  // The published schedules the model admits, the list schedules and the serial
+  // one, timed within the same caps; the shortest valid one is kept.
+  std::vector<ScheduleCandidate> others;
   std::optional<Schedule> best;
   std::optional<SimResult> best_sim;
   auto compare = [&](const std::string& name, absl::StatusOr<Schedule> made, bool defined) {
     absl::StatusOr<SimResult> sim =
         made.ok() ? Simulate(model, *made) : absl::StatusOr<SimResult>(made.status());
-    result.candidates.push_back(Candidate(name, sim));
-    ScheduleCandidate& c = result.candidates.back();
+    others.push_back(Candidate(name, sim));
+    ScheduleCandidate& c = others.back();
     c.defined = defined;
-    const int64_t to_beat = best_sim.has_value() ? best_sim->makespan
-                            : searched.ok()      ? result.sim.makespan
-                                                 : std::numeric_limits<int64_t>::max();
-    if (c.fits && c.makespan < to_beat) {
+    if (c.fits && (!best_sim.has_value() || c.makespan < best_sim->makespan)) {
       best = *std::move(made);
       best_sim = *std::move(sim);
     }
@@ -665,8 +648,8 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     }
     // Micro-batches one after another: where memory is too tight for them to
     // overlap, this still gives a valid schedule when one exists in that form.
-    std::optional<Schedule> serial =
-        SerialSchedule(model, facts, options.microbatches, std::max<int64_t>(options.node_limit / 16, 1000));
+    std::optional<Schedule> serial = SerialSchedule(model, facts, options.microbatches,
+                                                    std::max<int64_t>(options.node_limit / 16, 1000));
     compare("serial",
             serial.has_value()
                 ? absl::StatusOr<Schedule>(*std::move(serial))
@@ -674,11 +657,42 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
                       "no order of one micro-batch within the caps was found")),
             true);
   }
-  if (best.has_value()) {
+  // A schedule meeting the makespan's lower bound is optimal and no repetend can be
+  // shorter: the repetend is then searched only for its period, on a budget that
+  // shrinks as blocks make each node dearer.
+  const bool settled = best_sim.has_value() && best_sim->makespan == makespan_bound;
+  SearchOptions repetend_options = options;
+  if (settled) {
+    const int64_t per_node = std::max<int64_t>(1, model.num_blocks() / 64);
+    repetend_options.node_limit = std::max<int64_t>(1000, options.node_limit / 64 / per_node);
+  }
+  absl::StatusOr<SearchResult> searched =
+      SearchRepetend(model, facts, repetend_options, started);
+  if (!searched.ok() && !absl::IsResourceExhausted(searched.status())) return searched.status();
+  SearchResult result;
+  if (searched.ok()) {
+    result = *std::move(searched);
+    result.candidates.push_back(Candidate("search", result.sim));
+  } else {
+    result.period_lower_bound = facts.max_work;
+    result.makespan_lower_bound = makespan_bound;
+    result.gap_reason = std::string(searched.status().message());
+    ScheduleCandidate none;
+    none.name = "search";
+    none.defined = true;
+    none.why_not = result.gap_reason;
+    result.candidates.push_back(none);
+  }
+  for (ScheduleCandidate& c : others) result.candidates.push_back(std::move(c));
+  // The searched schedule unless another is shorter (ties go to the search).
+  if (best_sim.has_value() && (!searched.ok() || best_sim->makespan < result.sim.makespan)) {
     result.schedule = *std::move(best);
     result.sim = *std::move(best_sim);
   } else if (!searched.ok()) {
-    return searched.status();
+    if (!options.compare_alternatives) return searched.status();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        searched.status().message(),
+        "; no list, serial or published schedule fits the caps either"));
   }
   result.makespan_optimal = result.sim.makespan == result.makespan_lower_bound;
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();

@@ -114,3 +114,35 @@ TEST(BlockModelTest, JsonErrorsNameThePlace) {
 
 }  // namespace
 }  // namespace loom::schedule
+
+namespace loom::schedule {
+namespace {
+
+// A key the format does not have is an error naming it, not a field silently
+// dropped (a dependency list under another name would leave the blocks unordered).
+TEST(BlockModelJsonTest, UnknownKeysAreErrors) {
+  auto m = BlockModelFromJson(
+      R"({"devices": 1, "blocks": [{"name": "a", "devices": [0]},
+                                  {"name": "b", "devices": [0], "preds": ["a"]}]})",
+      "chain.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(std::string(m.status().message()),
+            "chain.json: blocks[1].preds: unknown key; its keys: name, kind, stage, span, memory, "
+            "devices, after");
+  m = BlockModelFromJson(R"({"devices": 1, "memory_caps": 3, "blocks": []})", "m.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(std::string(m.status().message()).find("did you mean 'memory_cap'"),
+            std::string::npos)
+      << m.status();
+  m = BlockModelFromJson(
+      R"({"devices": 1, "blocks": [{"name": "a", "devices": [0]},
+          {"name": "b", "devices": [0], "after": [{"block": "a", "lags": 2}]}]})",
+      "m.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(std::string(m.status().message()).find("blocks[1].after[0].lags: unknown key"),
+            std::string::npos)
+      << m.status();
+}
+
+}  // namespace
+}  // namespace loom::schedule

@@ -242,6 +242,27 @@ TEST(SearchTest, NoRefusalWhereMicrobatchesCanRunOneAfterAnother) {
   EXPECT_EQ(r->sim.makespan, 55);
 }
 
+// A long chain (2,000 blocks on 4 devices) gets the optimal makespan from a list
+// schedule; the repetend search, whose nodes cost more with every block, runs on a
+// budget that shrinks accordingly instead of ending in micro-batches one at a time.
+TEST(SearchTest, LongChainsMeetTheMakespanBound) {
+  BlockModel m;
+  m.name = "chain";
+  m.num_devices = 4;
+  for (int i = 0; i < 2000; ++i) {
+    Block b;
+    b.name = absl::StrCat("b", i);
+    b.devices = {i % 4};
+    if (i > 0) b.preds.push_back(Dep{i - 1, 0});
+    m.blocks.push_back(b);
+  }
+  auto r = Search(m, 8);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sim.valid) << r->sim.violation;
+  EXPECT_TRUE(r->makespan_optimal);
+  EXPECT_EQ(r->sim.makespan, r->makespan_lower_bound);
+}
+
 // Without the comparison the searched repetend is returned as it is.
 TEST(SearchTest, ComparisonCanBeTurnedOff) {
   auto m = MakeStageModel(4, 8, "loop", StageCosts{1, 2, 0, 0, 2, 1});
