@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -105,6 +106,58 @@ std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& 
   }
   Schedule s = ScheduleFromTimes(model, microbatches, start);
   s.name = absl::StrCat("list/", ListPriorityName(priority));
+  return s;
+}
+
+std::optional<Schedule> RandomListSchedule(const BlockModel& model, const ModelFacts& facts,
+                                           int microbatches, uint64_t seed, double spread) {
+  const int n = model.num_blocks();
+  const int total = n * microbatches;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> noise(0.0, spread);
+  std::vector<double> key(total);
+  for (int id = 0; id < total; ++id) key[id] = static_cast<double>(id / n) + noise(rng);
+  std::vector<int> waiting(total);
+  std::vector<int64_t> ready_at(total, 0);
+  std::vector<int64_t> start(total, -1);
+  std::vector<int> ready;
+  for (int id = 0; id < total; ++id) {
+    waiting[id] = static_cast<int>(model.blocks[id % n].preds.size());
+    if (waiting[id] == 0) ready.push_back(id);
+  }
+  std::vector<int64_t> free_at(model.num_devices, 0);
+  std::vector<int64_t> held(model.num_devices, 0);
+  for (int placed = 0; placed < total; ++placed) {
+    int best = -1;
+    for (int id : ready) {
+      const Block& block = model.blocks[id % n];
+      bool fits = true;
+      if (model.has_cap()) {
+        for (int d : block.devices) fits &= held[d] + block.memory <= model.memory_cap[d];
+      }
+      if (fits && (best < 0 || key[id] < key[best])) best = id;
+    }
+    if (best < 0) return std::nullopt;
+    const Block& block = model.blocks[best % n];
+    int64_t t = ready_at[best];
+    for (int d : block.devices) t = std::max(t, free_at[d]);
+    start[best] = t;
+    for (int d : block.devices) {
+      free_at[d] = t + block.span;
+      held[d] += block.memory;
+    }
+    ready.erase(std::find(ready.begin(), ready.end(), best));
+    const int m = best / n;
+    for (int s : facts.succs[best % n]) {
+      const int id = m * n + s;
+      for (const Dep& p : model.blocks[s].preds) {
+        if (p.block == best % n) ready_at[id] = std::max(ready_at[id], t + block.span + p.lag);
+      }
+      if (--waiting[id] == 0) ready.push_back(id);
+    }
+  }
+  Schedule s = ScheduleFromTimes(model, microbatches, start);
+  s.name = "list/random";
   return s;
 }
 

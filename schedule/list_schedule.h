@@ -8,6 +8,7 @@
 // the repetend search where it is weakest: few micro-batches (the ramps are most of
 // the schedule) and caps so tight that little overlaps.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,15 @@ enum class ListPriority {
 // Every rule, in the order the search tries them.
 std::vector<ListPriority> ListPriorities();
 std::string ListPriorityName(ListPriority priority);
+
+// A randomised list schedule for small problems: the ready instance whose key is
+// least goes next, at the earliest time its dependencies and devices allow (not
+// necessarily the earliest of all ready ones, so it may leave a device idle to keep
+// a cap). Keys are the micro-batch index plus a random amount drawn from `seed`
+// (deterministic), scaled by `spread`: 0 keeps micro-batches strictly in order.
+// Named "list/random"; nullopt on a dead end.
+std::optional<Schedule> RandomListSchedule(const BlockModel& model, const ModelFacts& facts,
+                                           int microbatches, uint64_t seed, double spread);
 
 // The list schedule of `microbatches` copies of `model` under its caps with the given
 // rule, named "list/<rule>"; nullopt when the rule runs into a dead end (every

@@ -646,6 +646,29 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
         compare(absl::StrCat("list/", ListPriorityName(rule)), std::move(listed), true);
       }
     }
+    // Small problems: randomised list schedules, the best of them compared. The
+    // ramps of a few micro-batches are where the repetend is weakest.
+    constexpr int64_t kRandomInstances = 512;
+    constexpr int kRandomTries = 200;
+    if (int64_t{model.num_blocks()} * options.microbatches <= kRandomInstances) {
+      std::optional<Schedule> kept;
+      int64_t kept_makespan = std::numeric_limits<int64_t>::max();
+      for (int k = 0; k < kRandomTries; ++k) {
+        std::optional<Schedule> made = RandomListSchedule(model, facts, options.microbatches,
+                                                          /*seed=*/k + 1, /*spread=*/0.5 * (k % 8));
+        if (!made.has_value()) continue;
+        absl::StatusOr<SimResult> sim = Simulate(model, *made);
+        if (sim.ok() && sim->valid && sim->makespan < kept_makespan) {
+          kept_makespan = sim->makespan;
+          kept = *std::move(made);
+        }
+      }
+      compare("list/random",
+              kept.has_value() ? absl::StatusOr<Schedule>(*std::move(kept))
+                               : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
+                                     "every randomised list schedule hit a dead end")),
+              true);
+    }
     // Micro-batches one after another: where memory is too tight for them to
     // overlap, this still gives a valid schedule when one exists in that form.
     std::optional<Schedule> serial = SerialSchedule(model, facts, options.microbatches,
