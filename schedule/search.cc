@@ -626,7 +626,11 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
       best_sim = *std::move(sim);
     }
   };
-  if (options.compare_alternatives) {
+  // Every alternative is a whole schedule, simulated: above this many instances
+  // only the repetend is built.
+  constexpr int64_t kAlternativeInstances = int64_t{1} << 22;
+  if (options.compare_alternatives &&
+      int64_t{model.num_blocks()} * options.microbatches <= kAlternativeInstances) {
     for (const std::string& name : PredefinedScheduleNames()) {
       absl::StatusOr<Schedule> made = MakePredefinedSchedule(name, model, options.microbatches);
       const bool defined = made.ok();
@@ -684,13 +688,20 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   // shorter: the repetend is then searched only for its period, on a budget that
   // shrinks as blocks make each node dearer.
   const bool settled = best_sim.has_value() && best_sim->makespan == makespan_bound;
+  // Above kSettledBlocks blocks a node costs milliseconds and the repetend is not
+  // searched at all then.
+  constexpr int kSettledBlocks = 1024;
   SearchOptions repetend_options = options;
   if (settled) {
     const int64_t per_node = std::max<int64_t>(1, model.num_blocks() / 64);
     repetend_options.node_limit = std::max<int64_t>(1000, options.node_limit / 64 / per_node);
   }
   absl::StatusOr<SearchResult> searched =
-      SearchRepetend(model, facts, repetend_options, started);
+      settled && model.num_blocks() > kSettledBlocks
+          ? absl::StatusOr<SearchResult>(absl::ResourceExhaustedError(absl::StrCat(
+                "not searched: another schedule meets the makespan's lower bound, and a "
+                "repetend of ", model.num_blocks(), " blocks would cost more than it adds")))
+          : SearchRepetend(model, facts, repetend_options, started);
   if (!searched.ok() && !absl::IsResourceExhausted(searched.status())) return searched.status();
   SearchResult result;
   if (searched.ok()) {
