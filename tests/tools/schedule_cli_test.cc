@@ -47,8 +47,9 @@ TEST(ScheduleCliTest, SearchJsonFields) {
                   "--microbatches", "128", "--json"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   const ir::Json j = ir::Json::parse(r.out);
-  for (const char* key : {"period", "lower_bound", "makespan", "bubble_ratio", "peak_memory",
-                          "search_seconds", "valid"}) {
+  for (const char* key : {"schedule", "period", "lower_bound", "period_optimal", "makespan",
+                          "makespan_lower_bound", "makespan_optimal", "bubble_ratio",
+                          "peak_memory", "candidates", "search_seconds", "valid"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["period"], 4);
