@@ -12,18 +12,21 @@
 // below. The table passes C++ types, so the plugin must come from the same build
 // as the program: the loader compares the layout stamp before it uses anything.
 //
-// Where the loader looks, first found wins:
+// Where the loader looks, the first plugin of this build wins (one of another build
+// is passed over):
 //   $LOOM_CUDA_PLUGIN                  (a path; then nowhere else)
 //   <dir>/libloom_cuda.so, <dir>/../lib/libloom_cuda.so
-//                                      (<dir>: the binary or shared object that
-//                                       holds the loader, e.g. bin/ of an install)
-//   the install prefix's lib/, then the build tree
+//                                      (<dir>: the folder of the binary or shared
+//                                       object that holds the loader, e.g. bin/ of
+//                                       an install)
+//   the build tree, then the install prefix's lib/
 // The plugin finds cudart, cuBLAS and NCCL through the paths it was linked with
 // and the dynamic loader's search path (LD_LIBRARY_PATH).
 
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,8 +42,16 @@ namespace loom::exec {
 // Bumped whenever CudaPlugin changes.
 inline constexpr int kCudaPluginVersion = 1;
 
+// Set by exec/CMakeLists.txt for the loader and the plugin alike: a value drawn when
+// the build is configured, so that a plugin of another build is never taken for
+// this one's (the sizes below would not tell a renumbered enum).
+#ifndef LOOM_BUILD_ID
+#define LOOM_BUILD_ID "unset"
+#endif
+
 // What the loader and the plugin must agree on, compiled into each.
 struct CudaPluginStamp {
+  const char* build_id = LOOM_BUILD_ID;
   int version = kCudaPluginVersion;
   size_t exec_options = sizeof(ExecOptions);
   size_t step_result = sizeof(StepResult);
@@ -52,7 +63,7 @@ struct CudaPluginStamp {
 };
 
 inline bool operator==(const CudaPluginStamp& a, const CudaPluginStamp& b) {
-  return a.version == b.version && a.exec_options == b.exec_options &&
+  return std::string_view(a.build_id) == std::string_view(b.build_id) && a.version == b.version && a.exec_options == b.exec_options &&
          a.step_result == b.step_result && a.program == b.program && a.task == b.task &&
          a.host_tensor == b.host_tensor && a.status == b.status && a.string == b.string;
 }

@@ -54,8 +54,9 @@ std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& 
 // blocks (a topological order whose running memory stays within every device's cap,
 // found by a depth-first search of at most `node_limit` nodes), repeated N times in
 // each device's order, named "serial". The simulator still overlaps micro-batches
-// across devices where the orders allow. nullopt when no such order was found, or
-// when what micro-batches keep makes the repetition exceed a cap.
+// across devices where the orders allow. nullopt when no such order was found;
+// whether the repetition keeps within the caps (micro-batches that keep memory) is
+// the simulator's to tell.
 std::optional<Schedule> SerialSchedule(const BlockModel& model, const ModelFacts& facts,
                                        int microbatches, int64_t node_limit);
 

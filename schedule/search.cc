@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
 #include "schedule/list_schedule.h"
 #include "schedule/predefined.h"
@@ -527,7 +528,11 @@ absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const Model
         " (a limit of the search, not a proof that none exists); raise --node-limit"));
   }
   result.period_optimal = result.period == result.period_lower_bound;
-  if (!result.period_optimal) {
+  if (!result.period_optimal && failed.empty()) {
+    // The time limit ended the probe before any period below this one was tried.
+    result.gap_reason = absl::StrCat("periods ", result.period_lower_bound, " to ",
+                                     result.period - 1, " not tried within the time limit");
+  } else if (!result.period_optimal) {
     // The first period above the bound explains the gap (the others usually repeat it).
     Budget classify;
     classify.limit = std::max<int64_t>(options.node_limit / 4, 1000);
@@ -723,10 +728,14 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     result.schedule = *std::move(best);
     result.sim = *std::move(best_sim);
   } else if (!searched.ok()) {
-    if (!options.compare_alternatives) return searched.status();
+    if (others.empty()) return searched.status();
+    std::vector<std::string> tried;
+    for (const ScheduleCandidate& c : others) {
+      if (c.defined) tried.push_back(c.name);
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
-        searched.status().message(),
-        "; no list, serial or published schedule fits the caps either"));
+        searched.status().message(), "; none of the other schedules tried (",
+        absl::StrJoin(tried, ", "), ") fits the caps either"));
   }
   result.makespan_optimal = result.sim.makespan == result.makespan_lower_bound;
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();

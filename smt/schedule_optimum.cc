@@ -22,6 +22,14 @@ absl::StatusOr<ScheduleOptimum> MinimumMakespan(const ScheduleProblem& problem,
       if (p < 0 || p >= jobs) return absl::InvalidArgumentError("bad predecessor");
     }
   }
+  for (const auto& [a, b] : problem.symmetric_order) {
+    if (a < 0 || a >= jobs || b < 0 || b >= jobs) {
+      return absl::InvalidArgumentError("bad job in symmetric_order");
+    }
+  }
+  if (!problem.caps.empty() && static_cast<int>(problem.caps.size()) != problem.num_devices) {
+    return absl::InvalidArgumentError("caps must be empty or one per device");
+  }
   try {
     z3::context ctx;
     z3::optimize opt(ctx);

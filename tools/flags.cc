@@ -1,5 +1,6 @@
 #include "tools/flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -134,16 +135,30 @@ absl::StatusOr<int64_t> FlagSet::GetBytes(absl::string_view name, int64_t fallba
       {"tb", 1'000'000'000'000}};
   auto it = kUnits->find(unit);
   if (it == kUnits->end() || number.empty()) return bad();
-  int64_t whole = 0;
-  if (absl::SimpleAtoi(number, &whole)) {
-    if (whole < 0 || whole > max / it->second) return bad();
-    return whole * it->second;
+  // Digits, optionally a point and more digits, computed exactly: 2.01GB is
+  // 2010000000 bytes, and a fraction of a byte is refused.
+  const size_t point = number.find('.');
+  const absl::string_view whole = number.substr(0, point);
+  const absl::string_view fraction =
+      point == absl::string_view::npos ? absl::string_view() : number.substr(point + 1);
+  auto digits = [](absl::string_view d) {
+    return std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if ((whole.empty() && fraction.empty()) || !digits(whole) || !digits(fraction) ||
+      whole.size() > 18 || fraction.size() > 18) {
+    return bad();
   }
-  // A fraction of a unit: exact only when it comes to whole bytes.
-  double x = 0;
-  if (!absl::SimpleAtod(number, &x) || !(x >= 0)) return bad();
-  const double bytes = x * static_cast<double>(it->second);
-  if (!(bytes <= static_cast<double>(max)) || bytes != std::floor(bytes)) return bad();
+  using Wide = unsigned __int128;
+  Wide int_part = 0, frac_part = 0, scale = 1;
+  for (char c : whole) int_part = int_part * 10 + static_cast<unsigned>(c - '0');
+  for (char c : fraction) {
+    frac_part = frac_part * 10 + static_cast<unsigned>(c - '0');
+    scale *= 10;
+  }
+  const Wide unit_bytes = static_cast<Wide>(it->second);
+  if ((frac_part * unit_bytes) % scale != 0) return bad();
+  const Wide bytes = int_part * unit_bytes + frac_part * unit_bytes / scale;
+  if (bytes > static_cast<Wide>(max)) return bad();
   return static_cast<int64_t>(bytes);
 }
 

@@ -266,6 +266,23 @@ TEST(SearchTest, LongChainsMeetTheMakespanBound) {
   EXPECT_EQ(r->sim.makespan, r->makespan_lower_bound);
 }
 
+// A time limit that has passed before the repetend search starts (the other
+// schedules took it) still gives an answer: a schedule, or a limit of the search.
+TEST(SearchTest, ExhaustedTimeLimitStillAnswers) {
+  for (const std::string& name : {std::string("vshape"), std::string("xshape")}) {
+    SearchOptions o;
+    o.microbatches = 8;
+    o.time_limit_seconds = 1e-9;
+    auto r = SearchSchedule(Placement(name, 4, 4), o);
+    if (r.ok()) {
+      EXPECT_TRUE(r->sim.valid) << name;
+      if (!r->period_optimal) EXPECT_FALSE(r->gap_reason.empty()) << name;
+    } else {
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    }
+  }
+}
+
 // Without the comparison the searched repetend is returned as it is.
 TEST(SearchTest, ComparisonCanBeTurnedOff) {
   auto m = MakeStageModel(4, 8, "loop", StageCosts{1, 2, 0, 0, 2, 1});

@@ -26,10 +26,14 @@ TEST(FlagsTest, BytesWithAndWithoutUnits) {
   EXPECT_EQ(*Bytes("512MiB"), int64_t{512} << 20);
   EXPECT_EQ(*Bytes("3kB"), 3000);
   EXPECT_EQ(*Bytes("7B"), 7);
+  EXPECT_EQ(*Bytes("2.01GB"), 2'010'000'000);  // exact, not a float product
+  EXPECT_EQ(*Bytes("1.07GB"), 1'070'000'000);
+  EXPECT_EQ(*Bytes(".5KiB"), 512);
 }
 
 TEST(FlagsTest, BytesRefusedWithTheFlagNamed) {
-  for (const char* bad : {"80Gb/s", "80 GiBs", "-1GiB", "GiB", "0.5B", "1e30", "2EiB", "80 G"}) {
+  for (const char* bad : {"80Gb/s", "80 GiBs", "-1GiB", "GiB", "0.5B", "1e30", "2EiB", "80 G", "1.2.3GB",
+                          "0.0000000001KB", "."}) {
     auto r = Bytes(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(std::string(r.status().message()).find("flag '--memory' expects bytes"),
