@@ -32,22 +32,96 @@ std::string ListPriorityName(ListPriority priority) {
   return "?";
 }
 
+namespace {
+
+// Block instances (id = micro-batch * blocks + block) placed one at a time, each at
+// the earliest time its dependencies (with their lags) and its devices allow. The
+// rules differ only in which ready instance goes next.
+class InstancePlacer {
+ public:
+  InstancePlacer(const BlockModel& model, const ModelFacts& facts, int microbatches)
+      : model_(model),
+        facts_(facts),
+        n_(model.num_blocks()),
+        total_(n_ * microbatches),
+        microbatches_(microbatches),
+        waiting_(total_),
+        ready_at_(total_, 0),
+        start_(total_, -1),
+        free_at_(model.num_devices, 0),
+        held_(model.num_devices, 0) {
+    for (int id = 0; id < total_; ++id) {
+      waiting_[id] = static_cast<int>(model.blocks[id % n_].preds.size());
+      if (waiting_[id] == 0) ready_.push_back(id);
+    }
+  }
+
+  // The earliest time instance `id` can start.
+  int64_t Earliest(int id) const {
+    int64_t t = ready_at_[id];
+    for (int d : model_.blocks[id % n_].devices) t = std::max(t, free_at_[d]);
+    return t;
+  }
+  // Whether starting it keeps every one of its devices within its cap.
+  bool Fits(int id) const {
+    const Block& block = model_.blocks[id % n_];
+    if (!model_.has_cap()) return true;
+    for (int d : block.devices) {
+      if (held_[d] + block.memory > model_.memory_cap[d]) return false;
+    }
+    return true;
+  }
+
+  // Places every instance, `pick(ready)` choosing the next among the ready ones (-1:
+  // none fits). The schedule of the start times, or nullopt on a dead end.
+  template <typename Pick>
+  std::optional<Schedule> Run(Pick pick) {
+    for (int placed = 0; placed < total_; ++placed) {
+      const int best = pick(static_cast<const std::vector<int>&>(ready_));
+      if (best < 0) return std::nullopt;  // every candidate exceeds a cap
+      Place(best);
+    }
+    return ScheduleFromTimes(model_, microbatches_, start_);
+  }
+
+ private:
+  void Place(int id) {
+    const Block& block = model_.blocks[id % n_];
+    const int64_t t = Earliest(id);
+    start_[id] = t;
+    for (int d : block.devices) {
+      free_at_[d] = t + block.span;
+      held_[d] += block.memory;
+    }
+    ready_.erase(std::find(ready_.begin(), ready_.end(), id));
+    const int m = id / n_;
+    for (int s : facts_.succs[id % n_]) {
+      const int next = m * n_ + s;
+      for (const Dep& p : model_.blocks[s].preds) {
+        if (p.block == id % n_) ready_at_[next] = std::max(ready_at_[next], t + block.span + p.lag);
+      }
+      if (--waiting_[next] == 0) ready_.push_back(next);
+    }
+  }
+
+  const BlockModel& model_;
+  const ModelFacts& facts_;
+  const int n_;
+  const int total_;
+  const int microbatches_;
+  std::vector<int> waiting_;         // unfinished predecessors
+  std::vector<int64_t> ready_at_;    // latest predecessor end + lag
+  std::vector<int64_t> start_;
+  std::vector<int64_t> free_at_;     // per device
+  std::vector<int64_t> held_;        // per device
+  std::vector<int> ready_;           // instances whose predecessors are placed
+};
+
+}  // namespace
+
 std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& facts,
                                      int microbatches, ListPriority priority) {
   const int n = model.num_blocks();
-  const int total = n * microbatches;
-  std::vector<int> waiting(total);   // unfinished predecessors
-  std::vector<int64_t> ready_at(total, 0);  // latest predecessor end + lag
-  std::vector<int64_t> start(total, -1);
-  std::vector<int> ready;            // instances whose predecessors are scheduled
-  for (int m = 0; m < microbatches; ++m) {
-    for (int b = 0; b < n; ++b) {
-      waiting[m * n + b] = static_cast<int>(model.blocks[b].preds.size());
-      if (waiting[m * n + b] == 0) ready.push_back(m * n + b);
-    }
-  }
-  std::vector<int64_t> free_at(model.num_devices, 0);
-  std::vector<int64_t> held(model.num_devices, 0);
   // The rule's key of an instance: smaller goes first.
   auto key = [&](int id) {
     const int b = id % n;
@@ -64,48 +138,22 @@ std::optional<Schedule> ListSchedule(const BlockModel& model, const ModelFacts& 
     }
     return std::make_tuple(int64_t{m}, int64_t{b}, int64_t{0});
   };
-  auto fits = [&](int id) {
-    const Block& block = model.blocks[id % n];
-    if (!model.has_cap()) return true;
-    for (int d : block.devices) {
-      if (held[d] + block.memory > model.memory_cap[d]) return false;
-    }
-    return true;
-  };
-  for (int placed = 0; placed < total; ++placed) {
-    // The earliest start among the instances that fit, ties by the rule.
+  InstancePlacer placer(model, facts, microbatches);
+  // The earliest start among the instances that fit, ties by the rule.
+  std::optional<Schedule> s = placer.Run([&](const std::vector<int>& ready) {
     int best = -1;
     int64_t best_start = kNever;
     for (int id : ready) {
-      if (!fits(id)) continue;
-      int64_t t = ready_at[id];
-      for (int d : model.blocks[id % n].devices) t = std::max(t, free_at[d]);
+      if (!placer.Fits(id)) continue;
+      const int64_t t = placer.Earliest(id);
       if (best < 0 || t < best_start || (t == best_start && key(id) < key(best))) {
         best = id;
         best_start = t;
       }
     }
-    if (best < 0) return std::nullopt;  // every candidate exceeds a cap
-    const Block& block = model.blocks[best % n];
-    start[best] = best_start;
-    for (int d : block.devices) {
-      free_at[d] = best_start + block.span;
-      held[d] += block.memory;
-    }
-    ready.erase(std::find(ready.begin(), ready.end(), best));
-    const int m = best / n;
-    for (int s : facts.succs[best % n]) {
-      const int id = m * n + s;
-      for (const Dep& p : model.blocks[s].preds) {
-        if (p.block == best % n) {
-          ready_at[id] = std::max(ready_at[id], best_start + block.span + p.lag);
-        }
-      }
-      if (--waiting[id] == 0) ready.push_back(id);
-    }
-  }
-  Schedule s = ScheduleFromTimes(model, microbatches, start);
-  s.name = absl::StrCat("list/", ListPriorityName(priority));
+    return best;
+  });
+  if (s.has_value()) s->name = absl::StrCat("list/", ListPriorityName(priority));
   return s;
 }
 
@@ -117,47 +165,16 @@ std::optional<Schedule> RandomListSchedule(const BlockModel& model, const ModelF
   std::uniform_real_distribution<double> noise(0.0, spread);
   std::vector<double> key(total);
   for (int id = 0; id < total; ++id) key[id] = static_cast<double>(id / n) + noise(rng);
-  std::vector<int> waiting(total);
-  std::vector<int64_t> ready_at(total, 0);
-  std::vector<int64_t> start(total, -1);
-  std::vector<int> ready;
-  for (int id = 0; id < total; ++id) {
-    waiting[id] = static_cast<int>(model.blocks[id % n].preds.size());
-    if (waiting[id] == 0) ready.push_back(id);
-  }
-  std::vector<int64_t> free_at(model.num_devices, 0);
-  std::vector<int64_t> held(model.num_devices, 0);
-  for (int placed = 0; placed < total; ++placed) {
+  InstancePlacer placer(model, facts, microbatches);
+  // The least key among the instances that fit, whenever it can start.
+  std::optional<Schedule> s = placer.Run([&](const std::vector<int>& ready) {
     int best = -1;
     for (int id : ready) {
-      const Block& block = model.blocks[id % n];
-      bool fits = true;
-      if (model.has_cap()) {
-        for (int d : block.devices) fits &= held[d] + block.memory <= model.memory_cap[d];
-      }
-      if (fits && (best < 0 || key[id] < key[best])) best = id;
+      if (placer.Fits(id) && (best < 0 || key[id] < key[best])) best = id;
     }
-    if (best < 0) return std::nullopt;
-    const Block& block = model.blocks[best % n];
-    int64_t t = ready_at[best];
-    for (int d : block.devices) t = std::max(t, free_at[d]);
-    start[best] = t;
-    for (int d : block.devices) {
-      free_at[d] = t + block.span;
-      held[d] += block.memory;
-    }
-    ready.erase(std::find(ready.begin(), ready.end(), best));
-    const int m = best / n;
-    for (int s : facts.succs[best % n]) {
-      const int id = m * n + s;
-      for (const Dep& p : model.blocks[s].preds) {
-        if (p.block == best % n) ready_at[id] = std::max(ready_at[id], t + block.span + p.lag);
-      }
-      if (--waiting[id] == 0) ready.push_back(id);
-    }
-  }
-  Schedule s = ScheduleFromTimes(model, microbatches, start);
-  s.name = "list/random";
+    return best;
+  });
+  if (s.has_value()) s->name = "list/random";
   return s;
 }
 

@@ -11,16 +11,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "exec/cuda/grid_stride.h"
+
 namespace loom::exec::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-// Grid-stride loops cover any size; more blocks than this only adds scheduling.
-constexpr int64_t kMaxBlocks = 8192;
-
-int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
+using grid::Blocks;
+using grid::FirstIndex;
+using grid::kThreads;
+using grid::Stride;
 
 // ---- arithmetic in double, rounded to nearest, never fused ---------------------
 
@@ -28,11 +27,6 @@ __device__ __forceinline__ double Add(double a, double b) { return __dadd_rn(a, 
 __device__ __forceinline__ double Sub(double a, double b) { return __dsub_rn(a, b); }
 __device__ __forceinline__ double Mul(double a, double b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ double Div(double a, double b) { return __ddiv_rn(a, b); }
-
-__device__ __forceinline__ int64_t FirstIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluA = 0.044715;

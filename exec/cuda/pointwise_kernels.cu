@@ -8,20 +8,15 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "exec/cuda/grid_stride.h"
+
 namespace loom::exec::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
-
-int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ __forceinline__ int64_t FirstIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+using grid::Blocks;
+using grid::FirstIndex;
+using grid::kThreads;
+using grid::Stride;
 
 // ---- broadcasting ------------------------------------------------------------------
 

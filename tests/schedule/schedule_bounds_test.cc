@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/chain_model.h"
 #include "schedule/block_model.h"
 #include "schedule/placements.h"
 #include "schedule/render.h"
@@ -68,16 +69,7 @@ TEST(ScheduleBoundsTest, LongSchedulesDrawScaledAndTheirCsvIsRefused) {
 // A chain of thousands of blocks whose every search node is slow: the search
 // stops at its time limit and says so.
 TEST(ScheduleBoundsTest, TheTimeLimitIsKept) {
-  BlockModel m;
-  m.name = "chain";
-  m.num_devices = 2;
-  for (int i = 0; i < 5000; ++i) {
-    Block b;
-    b.name = absl::StrCat("b", i);
-    b.devices = {i % 2};
-    if (i > 0) b.preds.push_back(Dep{i - 1, 0});
-    m.blocks.push_back(b);
-  }
+  BlockModel m = loom::testing::ChainModel(5000, 2);
   m.SetUniformCap(0);
   SearchOptions options;
   options.microbatches = 4;

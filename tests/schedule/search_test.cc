@@ -5,6 +5,7 @@
 #include "bench/tessel_cases.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/chain_model.h"
 #include "schedule/placements.h"
 #include "schedule/predefined.h"
 
@@ -249,16 +250,7 @@ TEST(SearchTest, NoRefusalWhereMicrobatchesCanRunOneAfterAnother) {
 // schedule; the repetend search, whose nodes cost more with every block, runs on a
 // budget that shrinks accordingly instead of ending in micro-batches one at a time.
 TEST(SearchTest, LongChainsMeetTheMakespanBound) {
-  BlockModel m;
-  m.name = "chain";
-  m.num_devices = 4;
-  for (int i = 0; i < 2000; ++i) {
-    Block b;
-    b.name = absl::StrCat("b", i);
-    b.devices = {i % 4};
-    if (i > 0) b.preds.push_back(Dep{i - 1, 0});
-    m.blocks.push_back(b);
-  }
+  const BlockModel m = loom::testing::ChainModel(2000, 4);
   auto r = Search(m, 8);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->sim.valid) << r->sim.violation;
@@ -276,7 +268,9 @@ TEST(SearchTest, ExhaustedTimeLimitStillAnswers) {
     auto r = SearchSchedule(Placement(name, 4, 4), o);
     if (r.ok()) {
       EXPECT_TRUE(r->sim.valid) << name;
-      if (!r->period_optimal) EXPECT_FALSE(r->gap_reason.empty()) << name;
+      if (!r->period_optimal) {
+        EXPECT_FALSE(r->gap_reason.empty()) << name;
+      }
     } else {
       EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
     }
