@@ -210,12 +210,15 @@ struct Collective {
   bool spans_dp = false;
 };
 
-// One step of a device's program.
+// One step of a device's program. In a factored plan's order, `microbatch` says
+// which copy of a micro-batch-tagged item runs (0..M-1); it is -1 for an untagged
+// item and in an explicit plan's order.
 struct PlanStep {
   bool is_collective = false;
   int32_t id = kNoId;
+  int32_t microbatch = -1;
   bool operator==(const PlanStep& o) const {
-    return is_collective == o.is_collective && id == o.id;
+    return is_collective == o.is_collective && id == o.id && microbatch == o.microbatch;
   }
 };
 
@@ -233,7 +236,10 @@ struct Plan {
   std::vector<Task> tasks;
   std::vector<Collective> collectives;
   std::vector<ValueId> outputs;           // values claimed to hold the graph's outputs
-  std::vector<std::vector<PlanStep>> order;  // per device, once scheduled (may be empty)
+  // Per device, once scheduled (may be empty). A factored plan's order has one
+  // program per device of the scale unit (every data-parallel replica runs its
+  // unit device's program), each step naming an item and its micro-batch copy.
+  std::vector<std::vector<PlanStep>> order;
   std::optional<Factoring> factoring;     // set: the plan is factored
 
   bool is_factored() const { return factoring.has_value(); }
@@ -311,8 +317,52 @@ class MicrobatchMap {
 // input, its M copies in micro-batch order (how gradient accumulation over
 // micro-batches is written once). A spans_dp collective replaces unit rank i by the
 // dp ranks i * dp + r (device d + r * stride, value copy r), except a broadcast's
-// single input, which stays replica 0's. Factored plans carry no `order`.
-absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan);
+// single input, which stays replica 0's. A factored plan's order becomes every
+// replica's: device d + r * dp_device_stride runs unit device d's program with each
+// step (item, micro-batch m) replaced by copy (r, m) of the item (the one copy of a
+// spans_dp collective).
+//
+// ExpandOptions::unit_only expands the micro-batches only: the plan of the scale
+// unit (replica 0) over a mesh of the unit's devices, its spans_dp collectives
+// restricted to the unit's members (what one replica's programs see: every replica
+// runs the same programs in step). ExpandOptions::lean leaves task attributes out
+// (for checks of the data flow and order, which never read them).
+struct ExpandOptions {
+  bool unit_only = false;
+  bool lean = false;
+};
+absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan,
+                                const ExpandOptions& options = {});
+
+// Where the items of a factored plan land in its expansion (ExpandPlan; the unit
+// alone is replica 0's ids): the expanded id of copy (r, m) of each task and collective, and
+// back. Ids of copies of one item are consecutive over m.
+class ExpansionIds {
+ public:
+  explicit ExpansionIds(const Plan& plan);
+  // Expanded id of copy (r, m) of a factored task / collective (m ignored for an
+  // untagged item; r ignored for a spans_dp collective). Ids and indices must be in
+  // range.
+  TaskId TaskCopy(TaskId t, int64_t r, int m) const;
+  CollectiveId CollectiveCopy(CollectiveId c, int64_t r, int m) const;
+  // The factored step (item, micro-batch copy or -1) an expanded task / collective
+  // of replica 0 is a copy of.
+  const PlanStep& TaskSource(TaskId expanded) const { return task_source_[expanded]; }
+  const PlanStep& CollectiveSource(CollectiveId expanded) const {
+    return collective_source_[expanded];
+  }
+
+ private:
+  std::vector<int32_t> task_first_;        // per factored task: replica 0's first copy
+  std::vector<int32_t> collective_first_;  // per factored collective: replica 0's first copy
+  // Per factored collective not spanning dp: its first copy's offset within the
+  // block of a later replica; -1 for a spans_dp collective.
+  std::vector<int32_t> collective_later_;
+  int64_t tasks_per_replica_ = 0;
+  int64_t collectives_in_replica0_ = 0;
+  int64_t collectives_per_later_replica_ = 0;
+  std::vector<PlanStep> task_source_, collective_source_;  // per expanded id of replica 0
+};
 
 // Copy (r, m) of a factored plan's value as ExpandPlan makes it: device shifted
 // to replica r, tensor and tag mapped to micro-batch m when tagged, box shifted
@@ -326,7 +376,7 @@ AttrMap ExpandedAttrs(const Task& task, int64_t r);
 
 // Checks the replication rules of a factored plan (OK for an explicit one): dp >= 1,
 // micro-batches equal to mbmap's, dp * dp_device_stride within the mesh when dp > 1,
-// and no `order`.
+// and an order, when there is one, with a program per unit device.
 absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap);
 
 // Structural checks of an explicit or factored plan against its spec: ids dense and

@@ -26,8 +26,14 @@ absl::Status FactoredError(absl::string_view where, absl::string_view message) {
 // spans_dp only while r == 0.
 class Expander {
  public:
-  Expander(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap)
-      : spec_(spec), in_(plan), f_(*plan.factoring), mbmap_(mbmap) {}
+  Expander(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap,
+           const ExpandOptions& options)
+      : spec_(spec),
+        in_(plan),
+        f_(*plan.factoring),
+        mbmap_(mbmap),
+        options_(options),
+        replicas_(options.unit_only ? 1 : plan.factoring->dp) {}
 
   absl::StatusOr<Plan> Run();
 
@@ -45,11 +51,14 @@ class Expander {
   absl::Status ExpandTasks();
   absl::Status ExpandCollectives();
   absl::Status ExpandOutputs();
+  absl::Status ExpandOrder();
 
   const Graph& spec_;
   const Plan& in_;
   const Factoring& f_;
   const MicrobatchMap& mbmap_;
+  const ExpandOptions options_;
+  const int64_t replicas_;  // expanded replicas: dp, or 1 for the unit alone
   Plan out_;
   std::vector<ValueId> first_;  // [r * num_values + v]: first expanded id
 };
@@ -86,8 +95,8 @@ absl::Status Expander::ExpandValues() {
       return FactoredError(where, absl::StrCat("unknown tensor id ", value.sub.tensor));
     }
   }
-  first_.resize(f_.dp * nv);
-  for (int64_t r = 0; r < f_.dp; ++r) {
+  first_.resize(replicas_ * nv);
+  for (int64_t r = 0; r < replicas_; ++r) {
     for (int64_t v = 0; v < nv; ++v) {
       const PlanValue& value = in_.values[v];
       first_[r * nv + v] = static_cast<ValueId>(out_.values.size());
@@ -131,17 +140,19 @@ absl::Status Expander::ExpandTasks() {
       }
     }
   }
-  for (int64_t r = 0; r < f_.dp; ++r) {
+  for (int64_t r = 0; r < replicas_; ++r) {
     for (const Task& task : in_.tasks) {
       const bool tagged = task.info.microbatch == 0;
       for (int m = 0; m < (tagged ? f_.microbatches : 1); ++m) {
-        Task e = task;
+        Task e;
+        e.op = task.op;
+        e.kind = task.kind;
+        e.info = task.info;
+        e.stage = task.stage;
+        e.recompute = task.recompute;
         e.id = static_cast<TaskId>(out_.tasks.size());
         e.device = Shift(task.device, r);
-        e.attrs = ExpandedAttrs(task, r);
-        e.dp_attr_steps.clear();
-        e.inputs.clear();
-        e.outputs.clear();
+        if (!options_.lean) e.attrs = ExpandedAttrs(task, r);
         if (tagged) {
           e.op = mbmap_.Op(task.op, m);
           e.info.microbatch = m;
@@ -192,7 +203,7 @@ absl::Status Expander::ExpandCollectives() {
                                                " inputs, expected 1"));
     }
   }
-  for (int64_t r = 0; r < f_.dp; ++r) {
+  for (int64_t r = 0; r < replicas_; ++r) {
     for (const Collective& c : in_.collectives) {
       if (c.spans_dp && r > 0) continue;
       const bool tagged = c.microbatch == 0;
@@ -211,17 +222,17 @@ absl::Status Expander::ExpandCollectives() {
         } else {
           // Each unit position i becomes dp consecutive ranks i * dp + rr.
           for (int64_t d : c.devices) {
-            for (int64_t rr = 0; rr < f_.dp; ++rr) e.devices.push_back(Shift(d, rr));
+            for (int64_t rr = 0; rr < replicas_; ++rr) e.devices.push_back(Shift(d, rr));
           }
           if (c.kind == CollectiveKind::kBroadcast) {
             e.inputs.push_back(Val(c.inputs[0], 0, m));
           } else {
             for (ValueId v : c.inputs) {
-              for (int64_t rr = 0; rr < f_.dp; ++rr) e.inputs.push_back(Val(v, rr, m));
+              for (int64_t rr = 0; rr < replicas_; ++rr) e.inputs.push_back(Val(v, rr, m));
             }
           }
           for (ValueId v : c.outputs) {
-            for (int64_t rr = 0; rr < f_.dp; ++rr) e.outputs.push_back(Val(v, rr, m));
+            for (int64_t rr = 0; rr < replicas_; ++rr) e.outputs.push_back(Val(v, rr, m));
           }
         }
         out_.collectives.push_back(std::move(e));
@@ -233,7 +244,7 @@ absl::Status Expander::ExpandCollectives() {
 
 absl::Status Expander::ExpandOutputs() {
   LOOM_RETURN_IF_ERROR(CheckIds(in_.outputs, "outputs", "output"));
-  for (int64_t r = 0; r < f_.dp; ++r) {
+  for (int64_t r = 0; r < replicas_; ++r) {
     for (ValueId v : in_.outputs) {
       for (int m = 0; m < (Tagged(v) ? f_.microbatches : 1); ++m) {
         out_.outputs.push_back(Val(v, r, m));
@@ -243,14 +254,70 @@ absl::Status Expander::ExpandOutputs() {
   return absl::OkStatus();
 }
 
+absl::Status Expander::ExpandOrder() {
+  if (in_.order.empty()) return absl::OkStatus();
+  const int64_t unit = static_cast<int64_t>(in_.order.size());
+  for (int64_t d = 0; d < unit; ++d) {
+    for (size_t k = 0; k < in_.order[d].size(); ++k) {
+      const PlanStep& step = in_.order[d][k];
+      const int64_t limit = step.is_collective ? in_.collectives.size() : in_.tasks.size();
+      const std::string where = absl::StrCat("order[", d, "][", k, "]");
+      if (step.id < 0 || step.id >= limit) {
+        return FactoredError(where, absl::StrCat("unknown ", step.is_collective ? "collective" : "task",
+                                                 " id ", step.id));
+      }
+      const int tag = step.is_collective ? in_.collectives[step.id].microbatch
+                                         : in_.tasks[step.id].info.microbatch;
+      const bool ok = tag == 0 ? step.microbatch >= 0 && step.microbatch < f_.microbatches
+                               : step.microbatch == -1;
+      if (!ok) {
+        return FactoredError(where, absl::StrCat("micro-batch ", step.microbatch, " of ",
+                                                 tag == 0 ? "a tagged" : "an untagged",
+                                                 " item (expected ",
+                                                 tag == 0 ? absl::StrCat("0..", f_.microbatches - 1)
+                                                          : std::string("-1"),
+                                                 ")"));
+      }
+    }
+  }
+  const ExpansionIds ids(in_);
+  out_.order.assign(out_.mesh.num_devices(), {});
+  for (int64_t r = 0; r < replicas_; ++r) {
+    for (int64_t d = 0; d < unit; ++d) {
+      std::vector<PlanStep>& program = out_.order[Shift(d, r)];
+      program.reserve(in_.order[d].size());
+      for (const PlanStep& step : in_.order[d]) {
+        const int m = std::max(step.microbatch, 0);
+        program.push_back(step.is_collective
+                              ? PlanStep{true, ids.CollectiveCopy(step.id, r, m)}
+                              : PlanStep{false, ids.TaskCopy(step.id, r, m)});
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The mesh of one replica's devices: the outermost axis (dp) at size 1 when it
+// holds the replicas, else one axis of the unit's devices.
+Mesh UnitMesh(const Plan& plan) {
+  const Factoring& f = *plan.factoring;
+  if (f.dp <= 1) return plan.mesh;
+  std::vector<MeshAxis> axes = plan.mesh.axes();
+  if (!axes.empty() && axes[0].size == f.dp && f.dp * f.dp_device_stride == plan.mesh.num_devices()) {
+    axes[0].size = 1;
+    return Mesh(std::move(axes));
+  }
+  return Mesh({MeshAxis{"unit", f.dp_device_stride}});
+}
+
 absl::StatusOr<Plan> Expander::Run() {
   out_.model = in_.model;
-  out_.mesh = in_.mesh;
+  out_.mesh = options_.unit_only ? UnitMesh(in_) : in_.mesh;
   // Counts before allocating: ids are int32.
   auto count = [&](auto items, auto tagged) {
     int64_t n = 0;
     for (const auto& item : items) n += tagged(item) ? f_.microbatches : 1;
-    return n * f_.dp;
+    return n * replicas_;
   };
   const int64_t values = count(absl::MakeConstSpan(in_.values),
                                [](const PlanValue& v) { return v.microbatch == 0; });
@@ -269,6 +336,7 @@ absl::StatusOr<Plan> Expander::Run() {
   LOOM_RETURN_IF_ERROR(ExpandTasks());
   LOOM_RETURN_IF_ERROR(ExpandCollectives());
   LOOM_RETURN_IF_ERROR(ExpandOutputs());
+  LOOM_RETURN_IF_ERROR(ExpandOrder());
   return std::move(out_);
 }
 
@@ -328,13 +396,57 @@ absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap) {
                                       " does not fit the ", devices, " devices of mesh ",
                                       plan.mesh.ToString()));
   }
-  if (!plan.order.empty()) {
-    return FactoredError("order", "a factored plan carries no order (expand it first)");
+  const int64_t unit = f.dp > 1 ? f.dp_device_stride : devices;
+  if (!plan.order.empty() && static_cast<int64_t>(plan.order.size()) != unit) {
+    return FactoredError("order", absl::StrCat("has ", plan.order.size(),
+                                               " device programs, the scale unit ", unit,
+                                               " devices (one program per unit device)"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan) {
+ExpansionIds::ExpansionIds(const Plan& plan) {
+  const int microbatches = plan.is_factored() ? plan.factoring->microbatches : 1;
+  task_first_.reserve(plan.tasks.size());
+  for (const Task& t : plan.tasks) {
+    task_first_.push_back(static_cast<int32_t>(tasks_per_replica_));
+    const int copies = t.info.microbatch == 0 ? microbatches : 1;
+    for (int m = 0; m < copies; ++m) {
+      task_source_.push_back(
+          PlanStep{false, t.id, t.info.microbatch == 0 ? m : -1});
+    }
+    tasks_per_replica_ += copies;
+  }
+  for (const Collective& c : plan.collectives) {
+    const int copies = c.microbatch == 0 ? microbatches : 1;
+    collective_first_.push_back(static_cast<int32_t>(collectives_in_replica0_));
+    collective_later_.push_back(
+        c.spans_dp ? -1 : static_cast<int32_t>(collectives_per_later_replica_));
+    for (int m = 0; m < copies; ++m) {
+      collective_source_.push_back(PlanStep{true, c.id, c.microbatch == 0 ? m : -1});
+    }
+    collectives_in_replica0_ += copies;
+    if (!c.spans_dp) collectives_per_later_replica_ += copies;
+  }
+}
+
+TaskId ExpansionIds::TaskCopy(TaskId t, int64_t r, int m) const {
+  const bool tagged = task_source_[task_first_[t]].microbatch >= 0;
+  return static_cast<TaskId>(r * tasks_per_replica_ + task_first_[t] + (tagged ? m : 0));
+}
+
+CollectiveId ExpansionIds::CollectiveCopy(CollectiveId c, int64_t r, int m) const {
+  const int offset = collective_source_[collective_first_[c]].microbatch >= 0 ? m : 0;
+  if (r == 0 || collective_later_[c] < 0) {
+    return static_cast<CollectiveId>(collective_first_[c] + offset);
+  }
+  return static_cast<CollectiveId>(collectives_in_replica0_ +
+                                   (r - 1) * collectives_per_later_replica_ +
+                                   collective_later_[c] + offset);
+}
+
+absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan,
+                                const ExpandOptions& options) {
   if (!plan.is_factored()) return plan;
   auto mbmap = MicrobatchMap::Build(spec);
   if (!mbmap.ok()) {
@@ -342,7 +454,7 @@ absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan) {
                         absl::StrCat("plan: spec: ", mbmap.status().message()));
   }
   LOOM_RETURN_IF_ERROR(ValidateFactoring(plan, *mbmap));
-  Expander expander(spec, plan, *mbmap);
+  Expander expander(spec, plan, *mbmap, options);
   return expander.Run();
 }
 

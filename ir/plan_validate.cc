@@ -509,52 +509,101 @@ absl::Status Validator::CheckCollectiveTypes(const Collective& c, const Where& w
   return absl::OkStatus();
 }
 
+// Checks each device's program: every task (every copy of a tagged task, in a
+// factored plan) once on its own device's list, every collective (copy) once on
+// each member's list.
 absl::Status Validator::CheckOrder() const {
   if (plan_.order.empty()) return absl::OkStatus();
-  if (static_cast<int64_t>(plan_.order.size()) != num_devices_) {
-    return Error("order", "has ", plan_.order.size(), " device lists, the mesh has ",
-                 num_devices_, " devices");
+  const bool factored = plan_.is_factored();
+  const int64_t programs = factored && dp_ > 1 ? plan_.factoring->dp_device_stride : num_devices_;
+  if (static_cast<int64_t>(plan_.order.size()) != programs) {
+    return Error("order", "has ", plan_.order.size(), " device lists, ",
+                 factored ? "the scale unit has " : "the mesh has ", programs, " devices");
   }
-  std::vector<int> task_seen(plan_.tasks.size(), 0);
-  std::vector<int64_t> collective_seen(plan_.collectives.size(), 0);
-  std::vector<int64_t> last_device(plan_.collectives.size(), -1);
-  for (int64_t d = 0; d < num_devices_; ++d) {
+  const int copies = factored ? plan_.factoring->microbatches : 1;
+  auto copies_of = [&](int tag) { return factored && tag == 0 ? copies : 1; };
+  // Seen counts per item copy: item i's copy m at first_[i] + m.
+  std::vector<int64_t> task_first(plan_.tasks.size() + 1, 0);
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    task_first[t + 1] = task_first[t] + copies_of(plan_.tasks[t].info.microbatch);
+  }
+  std::vector<int64_t> collective_first(plan_.collectives.size() + 1, 0);
+  for (size_t c = 0; c < plan_.collectives.size(); ++c) {
+    collective_first[c + 1] = collective_first[c] + copies_of(plan_.collectives[c].microbatch);
+  }
+  std::vector<char> task_seen(task_first.back(), 0);
+  std::vector<int64_t> collective_seen(collective_first.back(), 0);
+  std::vector<int64_t> last_device(collective_first.back(), -1);
+  auto copy_name = [&](const PlanStep& s) {
+    return factored && s.microbatch >= 0 ? absl::StrCat(" (micro-batch ", s.microbatch, ")")
+                                         : std::string();
+  };
+  for (int64_t d = 0; d < programs; ++d) {
     const std::vector<PlanStep>& steps = plan_.order[d];
     for (size_t j = 0; j < steps.size(); ++j) {
       const std::string where = absl::StrCat("order[", d, "][", j, "]");
       const PlanStep& s = steps[j];
+      const int64_t limit = s.is_collective ? static_cast<int64_t>(plan_.collectives.size())
+                                            : static_cast<int64_t>(plan_.tasks.size());
+      if (s.id < 0 || s.id >= limit) {
+        return Error(where, "unknown ", s.is_collective ? "collective" : "task", " id ", s.id);
+      }
+      const int tag = s.is_collective ? plan_.collectives[s.id].microbatch
+                                      : plan_.tasks[s.id].info.microbatch;
+      const int n = copies_of(tag);
+      if (!factored && s.microbatch != -1) {
+        return Error(where, "names micro-batch copy ", s.microbatch,
+                     " in an explicit plan (only a factored plan's order names copies)");
+      }
+      const bool copy_ok = tag == 0 ? s.microbatch >= 0 && s.microbatch < n : s.microbatch == -1;
+      if (factored && !copy_ok) {
+        return Error(where, "micro-batch ", s.microbatch, " of ",
+                     s.is_collective ? "collective " : "task ", s.id, ", which is ",
+                     tag == 0 ? absl::StrCat("tagged (expected 0..", n - 1, ")")
+                              : std::string("untagged (expected -1)"));
+      }
+      const int64_t copy = std::max(s.microbatch, 0);
       if (!s.is_collective) {
-        if (s.id < 0 || s.id >= static_cast<int32_t>(plan_.tasks.size())) {
-          return Error(where, "unknown task id ", s.id);
-        }
         const Task& t = plan_.tasks[s.id];
         if (t.device != d) return Error(where, "task ", s.id, " runs on device ", t.device);
-        if (++task_seen[s.id] > 1) return Error(where, "task ", s.id, " appears twice");
+        if (task_seen[task_first[s.id] + copy]++ > 0) {
+          return Error(where, "task ", s.id, copy_name(s), " appears twice");
+        }
         continue;
-      }
-      if (s.id < 0 || s.id >= static_cast<int32_t>(plan_.collectives.size())) {
-        return Error(where, "unknown collective id ", s.id);
       }
       const Collective& c = plan_.collectives[s.id];
       bool member = false;
       for (int64_t x : c.devices) member |= x == d;
       if (!member) return Error(where, "collective ", s.id, " does not include device ", d);
-      if (last_device[s.id] == d) {
-        return Error(where, "collective ", s.id, " appears twice on device ", d);
+      const int64_t k = collective_first[s.id] + copy;
+      if (last_device[k] == d) {
+        return Error(where, "collective ", s.id, copy_name(s), " appears twice on device ", d);
       }
-      last_device[s.id] = d;
-      ++collective_seen[s.id];
+      last_device[k] = d;
+      ++collective_seen[k];
     }
   }
-  for (size_t t = 0; t < task_seen.size(); ++t) {
-    if (task_seen[t] == 0) {
-      return Error("order", "task ", t, " is on no device's list (device ",
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    for (int64_t k = task_first[t]; k < task_first[t + 1]; ++k) {
+      if (task_seen[k] != 0) continue;
+      const std::string mb =
+          factored && plan_.tasks[t].info.microbatch == 0
+              ? absl::StrCat(" (micro-batch ", k - task_first[t], ")")
+              : std::string();
+      return Error("order", "task ", t, mb, " is on no device's list (device ",
                    plan_.tasks[t].device, ")");
     }
   }
-  for (size_t c = 0; c < collective_seen.size(); ++c) {
-    if (collective_seen[c] != static_cast<int64_t>(plan_.collectives[c].devices.size())) {
-      return Error("order", "collective ", c, " is on ", collective_seen[c], " of its ",
+  for (size_t c = 0; c < plan_.collectives.size(); ++c) {
+    for (int64_t k = collective_first[c]; k < collective_first[c + 1]; ++k) {
+      if (collective_seen[k] == static_cast<int64_t>(plan_.collectives[c].devices.size())) {
+        continue;
+      }
+      const std::string mb =
+          factored && plan_.collectives[c].microbatch == 0
+              ? absl::StrCat(" (micro-batch ", k - collective_first[c], ")")
+              : std::string();
+      return Error("order", "collective ", c, mb, " is on ", collective_seen[k], " of its ",
                    plan_.collectives[c].devices.size(), " devices' lists");
     }
   }

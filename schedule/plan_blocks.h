@@ -114,9 +114,9 @@ struct PlanBlocks {
 absl::StatusOr<PlanBlocks> BlocksFromPlan(const ir::Graph& spec, const ir::Plan& plan,
                                           const CostModel& cost = {});
 
-// A factored plan is expanded by ApplySchedule when the explicit plan has at most
-// this many tasks and collectives.
-inline constexpr int64_t kMaxExpandedSteps = 4'000'000;
+// ApplySchedule orders a factored plan whose scale unit has at most this many
+// tasks and collectives over its micro-batches.
+inline constexpr int64_t kMaxExpandedSteps = 64'000'000;
 
 // `plan` with `order` filled from `schedule` (a valid schedule of `blocks.model`
 // over the plan's micro-batches): each device runs the tasks before the blocks in
@@ -126,13 +126,22 @@ inline constexpr int64_t kMaxExpandedSteps = 4'000'000;
 // sequential run of all devices, advancing the block instances in the order of
 // their simulated start times, has their inputs ready: every member lists them at
 // the same point of that run, so their relative order agrees on all members and
-// the programs cannot deadlock. A factored plan is expanded first (at most
-// `max_expanded_steps` tasks and collectives, else an error asking for an explicit
-// plan); the result is always explicit. Errors name the place: a schedule that is
+// the programs cannot deadlock. A factored plan stays factored: its scale unit is
+// ordered over every micro-batch (at most `max_expanded_steps` tasks and
+// collectives) and the order, one program per unit device with each step naming
+// its item and micro-batch copy, is what every data-parallel replica runs. Errors name the place: a schedule that is
 // invalid or made for other blocks, or one that contradicts the plan's data flow.
 absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& plan,
                                        const PlanBlocks& blocks, const Schedule& schedule,
                                        int64_t max_expanded_steps = kMaxExpandedSteps);
+
+// The schedule `plan.order` runs on `blocks` (BlocksFromPlan of the same plan):
+// per pipeline rank, its block instances in the order their first task appears in
+// the program of each of the rank's devices (of the scale unit, for a factored
+// plan). Errors: a plan without an order, a rank whose devices run the blocks in
+// different orders (the block timing needs them in step), or one that misses an
+// instance.
+absl::StatusOr<Schedule> ScheduleFromPlanOrder(const ir::Plan& plan, const PlanBlocks& blocks);
 
 // Checks that `plan.order` is a runnable per-device program: every task once in
 // its device's list, every collective once in each member's list, and a run where

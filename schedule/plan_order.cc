@@ -31,19 +31,24 @@ using ir::PlanStep;
 using ir::Task;
 using ir::ValueId;
 
-absl::StatusOr<Plan> ExplicitPlan(const ir::Graph& spec, const Plan& plan, int64_t max_steps) {
+// The plan whose steps are ordered: an explicit plan as it is; for a factored
+// plan, its scale unit over every micro-batch (one replica's programs, which every
+// replica runs), without task attributes.
+absl::StatusOr<Plan> OrderedPlan(const ir::Graph& spec, const Plan& plan, int64_t max_steps) {
   if (!plan.is_factored()) return plan;
   const ir::Factoring& f = *plan.factoring;
   int64_t steps = 0;
   for (const Task& t : plan.tasks) steps += t.info.microbatch >= 0 ? f.microbatches : 1;
   for (const Collective& c : plan.collectives) steps += c.microbatch >= 0 ? f.microbatches : 1;
-  steps *= f.dp;
   if (steps > max_steps) {
-    return Error("apply schedule: the plan is factored and expands to about ", steps,
-                 " tasks and collectives, more than the ", max_steps,
-                 " this step expands; make the plan with --explicit");
+    return Error("apply schedule: the plan's scale unit has ", steps,
+                 " tasks and collectives over its micro-batches, more than the ", max_steps,
+                 " this step orders");
   }
-  return ir::ExpandPlan(spec, plan);
+  ir::ExpandOptions unit;
+  unit.unit_only = true;
+  unit.lean = true;
+  return ir::ExpandPlan(spec, plan, unit);
 }
 
 absl::Status CheckBlocksMatch(const Assignment& a, const BlockModel& model) {
@@ -220,7 +225,7 @@ absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& pl
                                        const PlanBlocks& blocks, const Schedule& schedule,
                                        int64_t max_expanded_steps) {
   LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
-  LOOM_ASSIGN_OR_RETURN(Plan out, ExplicitPlan(spec, plan, max_expanded_steps));
+  LOOM_ASSIGN_OR_RETURN(Plan out, OrderedPlan(spec, plan, max_expanded_steps));
   LOOM_ASSIGN_OR_RETURN(StepGraph g, StepGraph::Build(out));
   LOOM_ASSIGN_OR_RETURN(Assignment a, AssignBlocks(out, g));
   LOOM_RETURN_IF_ERROR(CheckBlocksMatch(a, blocks.model));
@@ -238,7 +243,80 @@ absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& pl
                         DevicePrograms(out, g, a, schedule, *sim));
   Emitter emitter(out, g, std::move(programs));
   LOOM_ASSIGN_OR_RETURN(out.order, emitter.Run());
-  return out;
+  if (!plan.is_factored()) return out;
+  // The unit's programs, each step named by its factored item and copy.
+  const ir::ExpansionIds ids(plan);
+  Plan factored = plan;
+  factored.order.assign(out.order.size(), {});
+  for (size_t d = 0; d < out.order.size(); ++d) {
+    factored.order[d].reserve(out.order[d].size());
+    for (const PlanStep& step : out.order[d]) {
+      factored.order[d].push_back(step.is_collective ? ids.CollectiveSource(step.id)
+                                                     : ids.TaskSource(step.id));
+    }
+  }
+  return factored;
+}
+
+// ---------------------------------------------------------------------------
+// ScheduleFromPlanOrder.
+
+absl::StatusOr<Schedule> ScheduleFromPlanOrder(const ir::Plan& plan, const PlanBlocks& blocks) {
+  const bool any = std::any_of(plan.order.begin(), plan.order.end(),
+                               [](const std::vector<PlanStep>& p) { return !p.empty(); });
+  if (!any) return Error("plan order: the plan has no per-device order (loom search --plan -o)");
+  const int num_blocks = blocks.model.num_blocks();
+  const int microbatches = blocks.microbatches;
+  const int pp_axis = plan.mesh.AxisIndex("pp");
+  Schedule schedule;
+  schedule.microbatches = microbatches;
+  schedule.name = "plan order";
+  schedule.order.assign(blocks.model.num_devices, {});
+  std::vector<int64_t> first_device(blocks.model.num_devices, -1);
+  for (size_t d = 0; d < plan.order.size(); ++d) {
+    const int rank =
+        pp_axis < 0 ? 0 : static_cast<int>(plan.mesh.Coordinates(static_cast<int64_t>(d))[pp_axis]);
+    if (rank < 0 || rank >= blocks.model.num_devices) {
+      return Error("plan order: device ", d, " is on pipeline rank ", rank, ", the blocks have ",
+                   blocks.model.num_devices);
+    }
+    std::vector<Instance> seen;
+    std::vector<char> listed(static_cast<size_t>(num_blocks) * microbatches, 0);
+    for (const PlanStep& step : plan.order[d]) {
+      if (step.is_collective || step.id < 0 ||
+          step.id >= static_cast<int>(blocks.task_block.size())) {
+        continue;
+      }
+      const int b = blocks.task_block[step.id];
+      if (b < 0) continue;
+      const int m = plan.is_factored() ? step.microbatch : plan.tasks[step.id].info.microbatch;
+      if (m < 0 || m >= microbatches) continue;
+      char& mark = listed[static_cast<size_t>(m) * num_blocks + b];
+      if (mark) continue;
+      mark = 1;
+      seen.push_back(Instance{b, m});
+    }
+    if (seen.empty()) continue;
+    if (first_device[rank] < 0) {
+      first_device[rank] = static_cast<int64_t>(d);
+      schedule.order[rank] = std::move(seen);
+    } else if (seen != schedule.order[rank]) {
+      return Error("plan order: devices ", first_device[rank], " and ", d, " of pipeline rank ",
+                   rank, " run its blocks in different orders");
+    }
+  }
+  for (int r = 0; r < blocks.model.num_devices; ++r) {
+    size_t want = 0;
+    for (int b = 0; b < num_blocks; ++b) {
+      const std::vector<int>& on = blocks.model.blocks[b].devices;
+      want += std::count(on.begin(), on.end(), r) * static_cast<size_t>(microbatches);
+    }
+    if (schedule.order[r].size() != want) {
+      return Error("plan order: pipeline rank ", r, " runs ", schedule.order[r].size(),
+                   " block instances, its blocks have ", want);
+    }
+  }
+  return schedule;
 }
 
 // ---------------------------------------------------------------------------

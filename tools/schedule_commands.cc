@@ -359,7 +359,13 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
       if (!ordered.ok()) return fail(ordered.status());
       absl::Status saved = ir::SavePlanFile(*ordered, *path);
       if (!saved.ok()) return fail(saved);
-      if (!json) out << "wrote " << *path << " (the plan with every device's order)\n";
+      if (!json) {
+        out << "wrote " << *path
+            << (ordered->is_factored()
+                    ? " (the factored plan with the order of each scale-unit device, which every "
+                      "data-parallel replica runs)\n"
+                    : " (the plan with every device's order)\n");
+      }
     }
   }
   FlagSet outputs = flags;
@@ -401,12 +407,28 @@ absl::StatusOr<schedule::LoadedSchedule> PredefinedFromFlags(const FlagSet& flag
 
 // The schedule the flags name: a schedule file (JSON, or a torch CSV by its
 // extension) or a predefined schedule.
+// The block model of an ordered plan and the schedule its order runs.
+absl::StatusOr<schedule::LoadedSchedule> ScheduleFromPlan(const FlagSet& flags,
+                                                          const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(ir::Plan plan, ir::LoadPlanFile(path));
+  LOOM_ASSIGN_OR_RETURN(ir::Graph spec, SpecForPlan(flags, plan));
+  LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+  LOOM_ASSIGN_OR_RETURN(schedule::PlanBlocks blocks, schedule::BlocksFromPlan(spec, plan));
+  schedule::LoadedSchedule loaded;
+  LOOM_ASSIGN_OR_RETURN(loaded.schedule, schedule::ScheduleFromPlanOrder(plan, blocks));
+  loaded.model = std::move(blocks.model);
+  return loaded;
+}
+
 absl::StatusOr<schedule::LoadedSchedule> ScheduleFromFlags(const FlagSet& flags) {
   auto file = flags.Positional();
   auto name = flags.GetString("--schedule");
-  if (file.has_value() == name.has_value()) {
-    return absl::InvalidArgumentError("give a schedule file or --schedule NAME (one of them)");
+  auto plan = flags.GetString("--plan");
+  if (file.has_value() + name.has_value() + plan.has_value() != 1) {
+    return absl::InvalidArgumentError(
+        "give a schedule file, --schedule NAME or --plan FILE (one of them)");
   }
+  if (plan.has_value()) return ScheduleFromPlan(flags, *plan);
   if (name.has_value()) return PredefinedFromFlags(flags, *name);
   const bool csv = file->size() >= 4 && file->substr(file->size() - 4) == ".csv";
   if (!csv) return schedule::LoadScheduleFile(*file);
@@ -450,6 +472,10 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.AddString("--devices", "P", "pipeline devices of the predefined schedule");
   flags.AddString("--microbatches", "N",
                   "micro-batches of the predefined schedule (pairs for chimera, dualpipe)");
+  flags.AddString("--plan", "FILE",
+                  "a plan with its order ('loom search --plan -o'): its blocks, timed in the "
+                  "order the plan runs them");
+  AddSpecFlags(flags, "with --plan: ");
   flags.AddString("--chunks", "V", "model chunks per device for interleaved_1f1b (default 2)");
   AddStageFlags(flags);
   flags.AddBool("--comm-steps", "CSV input: count sends and receives as steps, as torch's "

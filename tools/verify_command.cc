@@ -111,8 +111,29 @@ void PrintReport(const verify::VerifyReport& r, const std::string& plan_path,
       << " from the cache\n";
   if (r.schedule_checked && !r.peak_bytes.empty()) {
     const auto [lo, hi] = std::minmax_element(r.peak_bytes.begin(), r.peak_bytes.end());
-    out << "schedule:     checked, peak memory " << Bytes(*lo)
+    out << "schedule:     checked"
+        << (r.schedule_replicas > 1
+                ? absl::StrCat(" on the scale unit (", r.peak_bytes.size() / r.schedule_replicas,
+                               " device programs, run by each of ", r.schedule_replicas,
+                               " data-parallel replicas)")
+                : "")
+        << ", peak memory " << Bytes(*lo)
         << (*lo == *hi ? "" : absl::StrCat(" to ", Bytes(*hi))) << " per device\n";
+    const int64_t busiest = hi - r.peak_bytes.begin();
+    if (static_cast<size_t>(busiest) < r.peak_by_role.size()) {
+      const verify::MemoryByRole& m = r.peak_by_role[busiest];
+      out << "memory:       device " << busiest << " at its peak: weights " << Bytes(m.weights)
+          << ", gradients " << Bytes(m.gradients) << ", optimizer states "
+          << Bytes(m.optimizer_states) << ", activations " << Bytes(m.activations)
+          << ", communication " << Bytes(m.communication) << "\n";
+    }
+    if (r.memory_capacity_bytes.has_value()) {
+      const bool fits = *hi <= *r.memory_capacity_bytes;
+      out << "capacity:     " << Bytes(*r.memory_capacity_bytes) << " per device: "
+          << (fits ? "the plan fits" : "the plan does NOT fit") << " (largest peak " << Bytes(*hi)
+          << ", " << absl::StrFormat("%.1f", 100.0 * *hi / std::max<int64_t>(1, *r.memory_capacity_bytes))
+          << "%)\n";
+    }
   } else {
     out << "schedule:     " << (r.schedule_checked ? "checked" : "not checked (the plan has no "
                                                                  "per-device order)")

@@ -257,7 +257,29 @@ std::string ReportJson(const VerifyReport& report, const ReportContext& context)
   }
   ir::OrderedJson schedule;
   schedule["checked"] = report.schedule_checked;
+  schedule["replicas"] = report.schedule_replicas;
   schedule["peak_bytes"] = report.peak_bytes;
+  if (!report.peak_by_role.empty()) {
+    ir::OrderedJson roles = ir::OrderedJson::array();
+    for (const MemoryByRole& m : report.peak_by_role) {
+      ir::OrderedJson e;
+      e["weights"] = m.weights;
+      e["gradients"] = m.gradients;
+      e["optimizer_states"] = m.optimizer_states;
+      e["activations"] = m.activations;
+      e["communication"] = m.communication;
+      roles.push_back(e);
+    }
+    schedule["peak_by_role"] = roles;
+  }
+  if (report.memory_capacity_bytes.has_value()) {
+    schedule["memory_capacity_bytes"] = *report.memory_capacity_bytes;
+    if (report.schedule_checked) {
+      int64_t largest = 0;
+      for (int64_t b : report.peak_bytes) largest = std::max(largest, b);
+      schedule["fits"] = largest <= *report.memory_capacity_bytes;
+    }
+  }
   j["schedule"] = schedule;
   return ReportText(j);
 }

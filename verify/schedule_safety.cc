@@ -117,9 +117,14 @@ struct Simulation {
 
 class Checker {
  public:
-  Checker(const Plan& plan, const SafetyOptions& options)
+  // `spec` (may be null) gives the roles of values; `names` (may be null) names
+  // the steps of a factored plan's unit expansion by their factored items.
+  Checker(const Plan& plan, const SafetyOptions& options, const ir::Graph* spec = nullptr,
+          const ir::ExpansionIds* names = nullptr)
       : plan_(plan),
         options_(options),
+        spec_(spec),
+        names_(names),
         num_devices_(plan.mesh.num_devices()),
         num_tasks_(static_cast<int>(plan.tasks.size())),
         num_steps_(num_tasks_ + static_cast<int>(plan.collectives.size())) {}
@@ -159,8 +164,14 @@ class Checker {
   // "task #5 'matmul' (micro-batch 0)", "all_reduce #3 (micro-batch 1)", "send_recv #7".
   std::string Describe(int s) const;
 
+  // The role bucket of value `v` (MemoryByRole field order): 0 weights,
+  // 1 gradients, 2 optimizer states, 3 activations, 4 communication.
+  int RoleBucket(ValueId v) const;
+
   const Plan& plan_;
   const SafetyOptions options_;
+  const ir::Graph* spec_;
+  const ir::ExpansionIds* names_;
   const int64_t num_devices_;
   const int num_tasks_;
   const int num_steps_;
@@ -203,11 +214,26 @@ std::string Checker::Describe(int s) const {
   if (!is_collective(s)) {
     const Task& t = task(s);
     if (t.info.microbatch >= 0) mb = absl::StrCat(" (micro-batch ", t.info.microbatch, ")");
-    return absl::StrCat("task #", s, " '", ir::OpKindName(t.kind), "'", mb);
+    const int id = names_ != nullptr ? names_->TaskSource(s).id : s;
+    return absl::StrCat("task #", id, " '", ir::OpKindName(t.kind), "'", mb);
   }
   const Collective& c = collective(s);
   if (c.microbatch >= 0) mb = absl::StrCat(" (micro-batch ", c.microbatch, ")");
-  return absl::StrCat(ir::CollectiveKindName(c.kind), " #", s - num_tasks_, mb);
+  const int id = names_ != nullptr ? names_->CollectiveSource(s - num_tasks_).id : s - num_tasks_;
+  return absl::StrCat(ir::CollectiveKindName(c.kind), " #", id, mb);
+}
+
+int Checker::RoleBucket(ValueId v) const {
+  const ir::PlanValue& value = plan_.values[v];
+  const ir::TensorId t = value.sub.tensor;
+  const ir::TensorRole role = spec_ != nullptr && t >= 0 && t < spec_->num_tensors()
+                                  ? spec_->tensor(t).role
+                                  : ir::TensorRole::kActivation;
+  if (role == ir::TensorRole::kParameter) return 0;
+  if (role == ir::TensorRole::kOptimizerState) return 2;
+  if (role == ir::TensorRole::kGradient && value.microbatch < 0) return 1;
+  if (producer_[v] >= 0 && is_collective(producer_[v])) return 4;
+  return 3;
 }
 
 // ---------------------------------------------------------------------------
@@ -606,35 +632,71 @@ void Checker::CheckMemory() {
   for (ValueId v : plan_.outputs) {
     if (v >= 0 && v < num_values) is_output[v] = 1;
   }
+  // Accumulations folded as their micro-batch copies arrive: per value, the
+  // accumulate step it is folded into (-1 when none).
+  std::vector<int> folded_into(num_values, -1);
+  for (int s = 0; s < num_tasks_; ++s) {
+    const Task& t = task(s);
+    if (t.kind != ir::OpKind::kAccumulate || t.info.microbatch >= 0 || t.outputs.size() != 1) {
+      continue;
+    }
+    for (ValueId v : t.inputs) {
+      const ir::PlanValue& in = plan_.values[v];
+      if (in.microbatch >= 0 && in.device == t.device && producer_[v] >= 0) folded_into[v] = s;
+    }
+  }
   std::vector<int64_t> bytes(num_values);
   std::vector<int64_t> last_use(num_values, -1);
   std::vector<int64_t> live(num_devices_, 0);
+  const bool by_role = spec_ != nullptr;
+  std::vector<MemoryByRole> role_live(by_role ? num_devices_ : 0);
+  std::vector<char> bucket(by_role ? num_values : 0, 3);
+  auto role_add = [&](ValueId v, int64_t d, int64_t n) {
+    if (!by_role) return;
+    MemoryByRole& m = role_live[d];
+    int64_t* field[] = {&m.weights, &m.gradients, &m.optimizer_states, &m.activations,
+                        &m.communication};
+    *field[static_cast<int>(bucket[v])] += n;
+  };
   for (int64_t v = 0; v < num_values; ++v) {
     bytes[v] = ValueBytes(plan_.values[v]);
-    if (producer_[v] < 0)
+    if (by_role) bucket[v] = static_cast<char>(RoleBucket(static_cast<ValueId>(v)));
+    if (producer_[v] < 0) {
       live[plan_.values[v].device] = SaturatingAdd(live[plan_.values[v].device], bytes[v]);
+      role_add(static_cast<ValueId>(v), plan_.values[v].device, bytes[v]);
+    }
   }
   for (int64_t d = 0; d < num_devices_; ++d) {
     const std::vector<Entry>& program = programs_[d];
     for (size_t i = 0; i < program.size(); ++i) {
       if (!program[i].valid || !program[i].first) continue;
       for (ValueId v : AllInputs(program[i].step)) {
-        if (plan_.values[v].device == d) last_use[v] = static_cast<int64_t>(i);
+        if (plan_.values[v].device != d || folded_into[v] == program[i].step) continue;
+        last_use[v] = static_cast<int64_t>(i);
       }
     }
   }
   std::vector<int64_t> peak = live;
+  std::vector<MemoryByRole> peak_roles = role_live;
   std::vector<int> peak_step(num_devices_, -1);
   for (int64_t v = 0; v < num_values; ++v) {
-    if (producer_[v] < 0 && last_use[v] < 0 && !is_output[v])
+    if (producer_[v] < 0 && last_use[v] < 0 && !is_output[v]) {
       live[plan_.values[v].device] -= bytes[v];
+      role_add(static_cast<ValueId>(v), plan_.values[v].device, -bytes[v]);
+    }
   }
   std::vector<char> allocated(num_values, 0);
+  auto allocate = [&](ValueId v, int64_t d) {
+    allocated[v] = 1;
+    live[d] = SaturatingAdd(live[d], bytes[v]);
+    role_add(v, d, bytes[v]);
+  };
   auto free_value = [&](ValueId v, int64_t d) {
     if (is_output[v] || allocated[v] == 2) return;
     if (producer_[v] >= 0 && allocated[v] == 0) return;  // read before it exists
     allocated[v] = 2;
     live[d] -= bytes[v];
+    role_add(v, d, -bytes[v]);
   };
   for (int64_t d = 0; d < num_devices_; ++d) {
     const std::vector<Entry>& program = programs_[d];
@@ -644,12 +706,18 @@ void Checker::CheckMemory() {
       const int64_t pos = static_cast<int64_t>(i);
       for (ValueId v : Outputs(e.step)) {
         if (plan_.values[v].device != d || allocated[v] != 0) continue;
-        allocated[v] = 1;
-        live[d] = SaturatingAdd(live[d], bytes[v]);
+        allocate(v, d);
+        // The first copy folded into an accumulation brings its result.
+        if (folded_into[v] >= 0) {
+          for (ValueId sum : Outputs(folded_into[v])) {
+            if (plan_.values[sum].device == d && allocated[sum] == 0) allocate(sum, d);
+          }
+        }
       }
       if (live[d] > peak[d]) {
         peak[d] = live[d];
         peak_step[d] = e.step;
+        if (by_role) peak_roles[d] = role_live[d];
       }
       for (ValueId v : AllInputs(e.step)) {
         if (plan_.values[v].device == d && last_use[v] == pos) free_value(v, d);
@@ -659,6 +727,7 @@ void Checker::CheckMemory() {
       }
     }
   }
+  if (by_role) report_.peak_by_role = std::move(peak_roles);
   report_.peak_bytes = peak;
   if (!options_.memory_capacity_bytes.has_value()) return;
   const int64_t capacity = *options_.memory_capacity_bytes;
@@ -727,6 +796,41 @@ absl::StatusOr<SafetyReport> CheckScheduleSafety(const ir::Plan& plan,
                                                  const SafetyOptions& options) {
   Checker checker(plan, options);
   return checker.Run();
+}
+
+absl::StatusOr<SafetyReport> CheckScheduleSafety(const ir::Graph& spec, const ir::Plan& plan,
+                                                 const SafetyOptions& options) {
+  const bool scheduled = std::any_of(plan.order.begin(), plan.order.end(),
+                                     [](const std::vector<PlanStep>& p) { return !p.empty(); });
+  if (!plan.is_factored() || !scheduled) {
+    Checker checker(plan, options, &spec);
+    return checker.Run();
+  }
+  ir::ExpandOptions unit_only;
+  unit_only.unit_only = true;
+  unit_only.lean = true;
+  absl::StatusOr<ir::Plan> unit = ir::ExpandPlan(spec, plan, unit_only);
+  if (!unit.ok()) return Error(unit.status().message());
+  const ir::ExpansionIds names(plan);
+  Checker checker(*unit, options, &spec, &names);
+  LOOM_ASSIGN_OR_RETURN(SafetyReport report, checker.Run());
+  const ir::Factoring& f = *plan.factoring;
+  report.replicas = f.dp;
+  if (f.dp > 1 && !report.peak_bytes.empty()) {
+    // Every replica runs its unit device's program: the same peak.
+    const int64_t unit_devices = f.dp_device_stride;
+    std::vector<int64_t> peaks(plan.mesh.num_devices(), 0);
+    std::vector<MemoryByRole> roles(report.peak_by_role.empty() ? 0 : peaks.size());
+    for (int64_t r = 0; r < f.dp; ++r) {
+      for (int64_t d = 0; d < unit_devices; ++d) {
+        peaks[d + r * unit_devices] = report.peak_bytes[d];
+        if (!roles.empty()) roles[d + r * unit_devices] = report.peak_by_role[d];
+      }
+    }
+    report.peak_bytes = std::move(peaks);
+    report.peak_by_role = std::move(roles);
+  }
+  return report;
 }
 
 }  // namespace loom::verify

@@ -33,7 +33,25 @@
 //     the last step of that device's program reading it; the plan's outputs stay
 //     live to the end. Its size is its box's element count times its dtype's
 //     bytes. The peak over the program is SafetyReport::peak_bytes; a peak above
-//     SafetyOptions::memory_capacity_bytes is a kMemory.
+//     SafetyOptions::memory_capacity_bytes is a kMemory. Gradient accumulation is
+//     counted as a training framework runs it (Megatron-LM's main-grad buffer):
+//     an accumulate task outside the micro-batches that sums micro-batch copies
+//     holds its result from the first copy's production on, and each copy is
+//     folded into it as it is produced, so the sum's reading of a copy does not
+//     keep the copy alive.
+//
+// A factored plan's order is checked on its scale unit over every micro-batch
+// (ExpandPlan with unit_only): every data-parallel replica runs its unit device's
+// program, so replica r's run is replica 0's with devices and items shifted. A
+// collective spanning the replicas is reached by all of its members at the same
+// point of their (identical) programs, so it completes in the whole run exactly
+// when its unit members reach it; a collective not spanning them stays within one
+// replica. Hence the whole run finishes exactly when the unit's does, two devices
+// of different replicas share only spanning collectives, whose relative order is
+// that of their unit devices (checked within the unit), local data flow and
+// membership are the unit's, and every replica's peak is its unit device's
+// (values of a replica have the unit's sizes). Issues name unit devices and the
+// factored plan's items with their micro-batch copy.
 //
 // Issues come in kind order (the enum's), each kind in device and step order. At
 // most kMaxIssuesPerDevice issues of one kind are detailed per first device; the
@@ -88,12 +106,30 @@ struct SafetyOptions {
   std::optional<int64_t> memory_capacity_bytes;  // per device; unset: not checked
 };
 
+// Live bytes by what they hold. Weights: parameters; gradients: gradients outside
+// the micro-batches (the accumulated, reduced and clipped ones); optimizer states
+// (master weights and moments included); communication: values a collective
+// wrote that are none of those; activations: the rest (a micro-batch's
+// activations, their gradients and its weight-gradient pieces, inputs, loss).
+struct MemoryByRole {
+  int64_t weights = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_states = 0;
+  int64_t activations = 0;
+  int64_t communication = 0;
+};
+
 struct SafetyReport {
   bool checked = false;  // false when the plan has no order (nothing to check)
   std::vector<SafetyIssue> issues;
   // Per mesh device: the peak of live value bytes over its program (empty when
   // not checked).
   std::vector<int64_t> peak_bytes;
+  // Per mesh device: the live bytes by role at that peak (empty without a spec).
+  std::vector<MemoryByRole> peak_by_role;
+  // A factored plan: the programs checked are the scale unit's, run by this many
+  // data-parallel replicas (1 for an explicit plan).
+  int64_t replicas = 1;
 };
 
 // Detailed issues per kind and first device before the rest are summarised.
@@ -103,6 +139,11 @@ inline constexpr int kMaxIssuesPerDevice = 20;
 // empty (or has only empty programs), is not scheduled: checked = false and no
 // issues. A negative capacity is an InvalidArgument.
 absl::StatusOr<SafetyReport> CheckScheduleSafety(const ir::Plan& plan,
+                                                 const SafetyOptions& options = {});
+
+// The same for a plan of `spec`, explicit or factored (a factored plan's order is
+// checked on its scale unit, as above), with the peak memory by role.
+absl::StatusOr<SafetyReport> CheckScheduleSafety(const ir::Graph& spec, const ir::Plan& plan,
                                                  const SafetyOptions& options = {});
 
 }  // namespace loom::verify

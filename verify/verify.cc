@@ -283,15 +283,15 @@ absl::StatusOr<VerifyReport> Verify(const ir::Graph& spec, const ir::Plan& plan,
   report.derive_seconds = derived_at;
   report.law_seconds = elapsed() - derived_at;
 
-  // Schedule safety of the per-device order (a factored plan has none).
+  // Schedule safety of the per-device order (a factored plan's on its scale unit).
   SafetyOptions safety_options;
   safety_options.memory_capacity_bytes = options.memory_capacity_bytes;
-  SafetyReport safety;
-  if (!plan.is_factored()) {
-    LOOM_ASSIGN_OR_RETURN(safety, CheckScheduleSafety(plan, safety_options));
-  }
+  LOOM_ASSIGN_OR_RETURN(SafetyReport safety, CheckScheduleSafety(spec, plan, safety_options));
   report.schedule_checked = safety.checked;
   report.peak_bytes = safety.peak_bytes;
+  report.peak_by_role = safety.peak_by_role;
+  report.schedule_replicas = safety.replicas;
+  report.memory_capacity_bytes = options.memory_capacity_bytes;
   for (const SafetyIssue& issue : safety.issues) {
     Failure f;
     f.cls = SafetyFailureClass(issue.kind);

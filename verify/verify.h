@@ -21,6 +21,7 @@
 #include "ir/graph.h"
 #include "ir/plan.h"
 #include "verify/derive.h"
+#include "verify/schedule_safety.h"
 
 namespace loom::verify {
 
@@ -78,6 +79,11 @@ struct VerifyReport {
   int64_t cache_hits = 0;
   bool schedule_checked = false;
   std::vector<int64_t> peak_bytes;   // per device, when the schedule was checked
+  std::vector<MemoryByRole> peak_by_role;  // per device: its peak by role
+  // A factored plan's order is checked on its scale unit, which this many
+  // data-parallel replicas run (1: an explicit plan).
+  int64_t schedule_replicas = 1;
+  std::optional<int64_t> memory_capacity_bytes;  // the capacity checked, if any
   double seconds = 0;
   double derive_seconds = 0;         // of which lineage derivation
   double law_seconds = 0;            // and partition-law proofs

@@ -270,10 +270,38 @@ TEST(PlanJsonErrorTest, ErrorsNameTheJsonPath) {
       {[](Json& j) { j["factoring"]["dp"] = 0; },
        "p.json: factoring.dp: 0 is out of range (expected 1..4)"},
       {[](Json& j) { j["factoring"] = Json::array(); }, "p.json: factoring: expected an object"},
-      {[](Json& j) { j["order"][0][0]["id"] = 99; }, "p.json: order[0][0].id: unknown task id 99"},
-      {[](Json& j) { j["order"][0][0]["collective"] = true; j["order"][0][0]["id"] = 5; },
-       "p.json: order[0][0].id: unknown collective id 5"},
+      // The factored plan's order: segments of steps, and per device [segment, copy].
+      {[](Json& j) { j["order_segments"][0][0][1] = 99; },
+       "p.json: order_segments[0][0]: unknown task id 99"},
+      {[](Json& j) { j["order_segments"][0][0] = Json::array({1, 5}); },
+       "p.json: order_segments[0][0]: unknown collective id 5"},
+      {[](Json& j) { j["order_segments"][0][0] = Json::array({2, 0}); },
+       "p.json: order_segments[0][0]: kind 2 is not 0 or 1"},
       {[](Json& j) { j["order"][1] = 0; }, "p.json: order[1]: expected an array"},
+      {[](Json& j) { j["order"][0][0] = Json::array({3, -1}); },
+       "p.json: order[0][0]: unknown segment 3"},
+      {[](Json& j) { j["order"][0][0][1] = -2; },
+       "p.json: order[0][0]: micro-batch -2 is not a copy (-1 or more)"},
+      {[](Json& j) { j.erase("order_segments"); },
+       "p.json: order: a factored plan's order needs 'order_segments' (docs/formats.md)"},
+      // An explicit plan's order: {collective, id} per step.
+      {[](Json& j) {
+         j.erase("factoring");
+         j.erase("order_segments");
+         j["order"] = Json::array({Json::array({Json{{"collective", false}, {"id", 99}}})});
+       },
+       "p.json: order[0][0].id: unknown task id 99"},
+      {[](Json& j) {
+         j.erase("factoring");
+         j.erase("order_segments");
+         j["order"] = Json::array({Json::array({Json{{"collective", true}, {"id", 5}}})});
+       },
+       "p.json: order[0][0].id: unknown collective id 5"},
+      {[](Json& j) {
+         j.erase("factoring");
+         j["order"] = Json::array();
+       },
+       "p.json: order_segments: only a factored plan's order is written in segments"},
       {[](Json& j) { j["outputs"] = Json::array({99}); },
        "p.json: outputs[0]: unknown value id 99"},
       {[](Json& j) { j = Json::array(); }, "p.json: expected a JSON object"},

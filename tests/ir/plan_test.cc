@@ -426,8 +426,9 @@ TEST(ExpandPlanTest, StepsReplicaDependentAttributes) {
             "plan");
 }
 
-// Factored plans with an order, a wrong micro-batch count or a stride that does not
-// fit the mesh are rejected before expansion.
+// Factored plans with an order of another size than the scale unit, a wrong
+// micro-batch count or a stride that does not fit the mesh are rejected before
+// expansion.
 TEST(ExpandPlanTest, RejectsBadFactoring) {
   Graph spec = PlanTestStep(2);
   auto error = [&](const std::function<void(Plan&)>& edit) {
@@ -437,7 +438,8 @@ TEST(ExpandPlanTest, RejectsBadFactoring) {
     return got.ok() ? std::string("ok") : std::string(got.status().message());
   };
   EXPECT_EQ(error([](Plan& p) { p.order.assign(4, {}); }),
-            "plan: order: a factored plan carries no order (expand it first)");
+            "plan: order: has 4 device programs, the scale unit 2 devices (one program per unit "
+            "device)");
   EXPECT_EQ(error([](Plan& p) { p.factoring->microbatches = 3; }),
             "plan: factoring: micro-batches is 3, the spec has 2");
   EXPECT_EQ(error([](Plan& p) { p.factoring->dp_device_stride = 3; }),

@@ -14,6 +14,7 @@
 #include "tests/testing/tiny_step.h"
 #include "ir/autodiff.h"
 #include "ir/plan.h"
+#include "ir/plan_json.h"
 #include "models/models.h"
 #include "schedule/block_model.h"
 #include "schedule/schedule.h"
@@ -334,10 +335,12 @@ TEST(PlanBlocksTest, AllForwardFirstOrderRuns) {
   EXPECT_LE(report->max_rel_error_all, 1e-9) << report->worst;
 }
 
-// A factored plan gives the same blocks as its explicit form and is expanded
-// before its order is written.
-TEST(PlanBlocksTest, FactoredPlanIsExpandedWhenSmall) {
-  transform::Strategy st = Make(2, 2, 2, 2);
+// A factored plan gives the same blocks as its explicit form and stays factored
+// when ordered: one program per scale-unit device, each step an item and its
+// micro-batch copy, which every replica runs. Expanded, the order is a valid,
+// runnable explicit order that follows the schedule and computes the step.
+TEST(PlanBlocksTest, FactoredPlanKeepsItsFactoringWhenOrdered) {
+  transform::Strategy st = Make(2, 2, 2, 3);
   Made m = MakeBlocks("llama3-8b", st, 2, 4);
   st.factored = true;
   auto factored = transform::Parallelize(m.spec, st);
@@ -346,18 +349,110 @@ TEST(PlanBlocksTest, FactoredPlanIsExpandedWhenSmall) {
   auto blocks = BlocksFromPlan(m.spec, *factored);
   ASSERT_TRUE(blocks.ok()) << blocks.status();
   EXPECT_EQ(blocks->model, m.blocks.model) << BlockModelToJson(blocks->model);
-  Schedule schedule = OneFOneB(blocks->model, 2);
+  Schedule schedule = OneFOneB(blocks->model, 3);
   auto ordered = ApplySchedule(m.spec, *factored, *blocks, schedule);
   ASSERT_TRUE(ordered.ok()) << ordered.status();
-  EXPECT_FALSE(ordered->is_factored());
-  EXPECT_TRUE(CheckPlanOrder(*ordered).ok()) << CheckPlanOrder(*ordered);
-  auto report = exec::CheckPlanNumerics(m.spec, *ordered, /*seed=*/5);
+  ASSERT_TRUE(ordered->is_factored());
+  const int64_t unit = ordered->factoring->dp_device_stride;
+  ASSERT_EQ(static_cast<int64_t>(ordered->order.size()), unit);
+  EXPECT_TRUE(ir::ValidatePlan(m.spec, *ordered).ok()) << ir::ValidatePlan(m.spec, *ordered);
+  int copies_named = 0;
+  for (const std::vector<ir::PlanStep>& program : ordered->order) {
+    for (const ir::PlanStep& step : program) copies_named += step.microbatch > 0;
+  }
+  EXPECT_GT(copies_named, 0);
+
+  // JSON keeps it exactly; the order is written once per distinct run of steps.
+  const std::string text = ir::PlanToJson(*ordered);
+  auto back = ir::PlanFromJson(text, "ordered.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == *ordered);
+  ir::Plan unordered = *ordered;
+  unordered.order.clear();
+  EXPECT_LT(text.size(), ir::PlanToJson(unordered).size() * 3 / 2);
+
+  auto expanded = ir::ExpandPlan(m.spec, *ordered);
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  ASSERT_EQ(expanded->order.size(), static_cast<size_t>(expanded->mesh.num_devices()));
+  EXPECT_TRUE(ir::ValidatePlan(m.spec, *expanded).ok()) << ir::ValidatePlan(m.spec, *expanded);
+  EXPECT_TRUE(CheckPlanOrder(*expanded).ok()) << CheckPlanOrder(*expanded);
+  auto explicit_blocks = BlocksFromPlan(m.spec, *expanded);
+  ASSERT_TRUE(explicit_blocks.ok()) << explicit_blocks.status();
+  ExpectOrderFollowsSchedule(*expanded, *explicit_blocks, schedule);
+  // Replica 1 runs replica 0's programs, shifted.
+  for (int64_t d = 0; d < unit; ++d) {
+    ASSERT_EQ(expanded->order[d].size(), expanded->order[d + unit].size()) << "device " << d;
+  }
+  auto report = exec::CheckPlanNumerics(m.spec, *expanded, /*seed=*/5);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_LE(report->max_rel_error_all, 1e-9) << report->worst;
 }
 
-// A factored plan too large to expand is refused with a pointer to --explicit.
-TEST(PlanBlocksTest, FactoredPlanTooLargeAsksForExplicit) {
+// A factored order that names a copy an item does not have, repeats a step or
+// lists more steps than the plan holds is refused with its place.
+TEST(PlanBlocksTest, BrokenFactoredOrdersAreRefused) {
+  transform::Strategy st = Make(2, 1, 2, 2);
+  st.factored = true;
+  ir::Graph spec = TinyStep("llama3-8b", 2, 2, 4);
+  auto plan = transform::Parallelize(spec, st);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto blocks = BlocksFromPlan(spec, *plan);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  auto ordered = ApplySchedule(spec, *plan, *blocks, OneFOneB(blocks->model, 2));
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  ASSERT_TRUE(ir::ValidatePlan(spec, *ordered).ok());
+  // An untagged step given a copy, a tagged step's copy out of range, a step twice.
+  ir::Plan bad = *ordered;
+  for (ir::PlanStep& step : bad.order[0]) {
+    if (step.microbatch < 0) {
+      step.microbatch = 0;
+      break;
+    }
+  }
+  EXPECT_NE(ir::ValidatePlan(spec, bad).message().find("untagged"), absl::string_view::npos)
+      << ir::ValidatePlan(spec, bad);
+  bad = *ordered;
+  for (ir::PlanStep& step : bad.order[0]) {
+    if (step.microbatch >= 0) {
+      step.microbatch = 2;
+      break;
+    }
+  }
+  EXPECT_NE(ir::ValidatePlan(spec, bad).message().find("expected 0..1"), absl::string_view::npos)
+      << ir::ValidatePlan(spec, bad);
+  EXPECT_FALSE(ir::ExpandPlan(spec, bad).ok());
+  bad = *ordered;
+  bad.order[0].push_back(bad.order[0].front());
+  EXPECT_NE(ir::ValidatePlan(spec, bad).message().find("appears twice"), absl::string_view::npos)
+      << ir::ValidatePlan(spec, bad);
+  // One program short of the scale unit.
+  bad = *ordered;
+  bad.order.pop_back();
+  EXPECT_FALSE(ir::ValidatePlan(spec, bad).ok());
+  // JSON: a run naming a segment that is not there, and an order repeating a
+  // segment past the plan's size (refused before it is built).
+  std::string text = ir::PlanToJson(*ordered);
+  const size_t at = text.find("\"order\": [\n    [[");
+  ASSERT_NE(at, std::string::npos);
+  std::string unknown = text;
+  unknown.insert(at + std::string("\"order\": [\n    [").size(), "[999999,0],");
+  auto read = ir::PlanFromJson(unknown, "p.json");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("order[0][0]: unknown segment 999999"),
+            absl::string_view::npos)
+      << read.status();
+  std::string repeated = text;
+  std::string runs;
+  for (int i = 0; i < 100000; ++i) runs += "[0,0],";
+  repeated.insert(at + std::string("\"order\": [\n    [").size(), runs);
+  read = ir::PlanFromJson(repeated, "p.json");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("more steps than the plan"), absl::string_view::npos)
+      << read.status();
+}
+
+// The scale unit's steps over all micro-batches are bounded.
+TEST(PlanBlocksTest, FactoredPlanAboveTheStepLimitIsRefused) {
   transform::Strategy st = Make(2, 1, 2, 2);
   st.factored = true;
   ir::Graph spec = TinyStep("llama3-8b", 2, 2, 4);
@@ -369,7 +464,7 @@ TEST(PlanBlocksTest, FactoredPlanTooLargeAsksForExplicit) {
                                /*max_expanded_steps=*/100);
   ASSERT_FALSE(ordered.ok());
   EXPECT_EQ(ordered.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(ordered.status().message().find("--explicit"), absl::string_view::npos)
+  EXPECT_NE(ordered.status().message().find("scale unit"), absl::string_view::npos)
       << ordered.status();
 }
 

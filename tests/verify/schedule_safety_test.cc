@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ir/plan.h"
 #include "schedule/plan_blocks.h"
@@ -520,6 +521,92 @@ TEST(ScheduleSafetyTest, MutatedModelPlanIsReported) {
   }
   options.memory_capacity_bytes = top;
   EXPECT_TRUE(Check(plan, options).issues.empty());
+}
+
+// A factored plan's order is checked on its scale unit: the same verdict and the
+// same peaks as its expansion over every replica, and a broken unit program is
+// reported, naming the factored item and its micro-batch copy.
+TEST(ScheduleSafetyTest, FactoredOrderIsCheckedOnItsScaleUnit) {
+  transform::Strategy st = PpTp(/*tp=*/2, /*pp=*/2, /*microbatches=*/3, /*dp=*/2,
+                                /*recompute=*/true);
+  st.factored = true;
+  Scheduled s = ScheduledPlan("llama3-8b", st, /*layers=*/2, /*batch=*/4);
+  ASSERT_TRUE(s.plan.is_factored());
+  ASSERT_FALSE(s.plan.order.empty());
+  absl::StatusOr<SafetyReport> unit = CheckScheduleSafety(s.spec, s.plan);
+  ASSERT_TRUE(unit.ok()) << unit.status();
+  EXPECT_TRUE(unit->checked);
+  EXPECT_EQ(unit->replicas, 2);
+  EXPECT_TRUE(unit->issues.empty()) << Dump(*unit);
+  auto expanded = ir::ExpandPlan(s.spec, s.plan);
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  absl::StatusOr<SafetyReport> whole = CheckScheduleSafety(s.spec, *expanded);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(whole->issues.empty()) << Dump(*whole);
+  EXPECT_EQ(unit->peak_bytes, whole->peak_bytes);
+  ASSERT_EQ(unit->peak_by_role.size(), whole->peak_by_role.size());
+  for (size_t d = 0; d < unit->peak_by_role.size(); ++d) {
+    EXPECT_EQ(unit->peak_by_role[d].weights, whole->peak_by_role[d].weights) << d;
+    EXPECT_EQ(unit->peak_by_role[d].activations, whole->peak_by_role[d].activations) << d;
+    const MemoryByRole& m = unit->peak_by_role[d];
+    EXPECT_EQ(m.weights + m.gradients + m.optimizer_states + m.activations + m.communication,
+              unit->peak_bytes[d])
+        << d;
+    EXPECT_GT(m.weights, 0) << d;
+  }
+
+  // Move a linear task of a later micro-batch to the front of device 0's program.
+  ir::Plan mutated = s.plan;
+  std::vector<PlanStep>& program = mutated.order[0];
+  auto it = std::find_if(program.begin() + 1, program.end(), [&](const PlanStep& p) {
+    return !p.is_collective && p.microbatch == 2 &&
+           s.plan.tasks[p.id].kind == ir::OpKind::kLinear;
+  });
+  ASSERT_NE(it, program.end());
+  const PlanStep moved = *it;
+  program.erase(it);
+  program.insert(program.begin(), moved);
+  absl::StatusOr<SafetyReport> broken = CheckScheduleSafety(s.spec, mutated);
+  ASSERT_TRUE(broken.ok()) << broken.status();
+  const SafetyIssue* issue = Find(*broken, Kind::kDependency);
+  ASSERT_NE(issue, nullptr) << Dump(*broken);
+  EXPECT_EQ(issue->devices, std::vector<int64_t>{0});
+  EXPECT_NE(issue->message.find(absl::StrCat("task #", moved.id, " 'linear' (micro-batch 2)")),
+            std::string::npos)
+      << issue->message;
+  auto broken_whole = ir::ExpandPlan(s.spec, mutated);
+  ASSERT_TRUE(broken_whole.ok());
+  absl::StatusOr<SafetyReport> whole_issues = CheckScheduleSafety(s.spec, *broken_whole);
+  ASSERT_TRUE(whole_issues.ok());
+  EXPECT_NE(Find(*whole_issues, Kind::kDependency), nullptr) << Dump(*whole_issues);
+}
+
+// Gradient accumulation over micro-batches is counted as a running sum: the sum
+// is held from the first copy on, and each copy is released once its other
+// readers are done, not kept for the sum.
+TEST(ScheduleSafetyTest, AccumulationFoldsEachCopyAsItArrives) {
+  // One device: g0 and g1 (each 10 f32, micro-batches 0 and 1) made by two
+  // tasks, summed into s (10 f32) by an accumulate outside the micro-batches.
+  PlanBuilder b(1);
+  const ValueId x = b.Value(0, 1);
+  const ValueId g0 = b.Value(0, 10), g1 = b.Value(0, 10);
+  ir::PlanValue& second = b.plan().values[g1];
+  second.microbatch = 1;
+  const ValueId sum = b.Value(0, 10);
+  b.plan().values[sum].microbatch = -1;
+  b.Task(0, {x}, {g0}, ir::OpKind::kExp, 0);
+  b.Task(0, {x}, {g1}, ir::OpKind::kExp, 1);
+  b.Task(0, {g0, g1}, {sum}, ir::OpKind::kAccumulate, -1);
+  b.Output(sum);
+  b.Order(0, {T(0), T(1), T(2)});
+  SafetyReport folded = Check(b.plan());
+  EXPECT_TRUE(folded.issues.empty()) << Dump(folded);
+  // x 4; t0: + g0 40 + s 40 = 84, g0 folded -> 44; t1: + g1 -> 84, folded -> 44.
+  EXPECT_EQ(folded.peak_bytes, std::vector<int64_t>{84});
+  // A plain sum of the same copies holds them all: g0 + g1 + s = 120 (x freed).
+  b.plan().tasks[2].kind = ir::OpKind::kAdd;
+  SafetyReport plain = Check(b.plan());
+  EXPECT_EQ(plain.peak_bytes, std::vector<int64_t>{120});
 }
 
 // A plan with about a million steps checks in seconds: 8 devices, each a chain of
