@@ -236,6 +236,59 @@ TEST(VerifyCommandTest, ChecksTheScheduleAgainstMemory) {
   EXPECT_NE(xml->find("<failure type=\"memory\"", schedule), std::string::npos) << *xml;
 }
 
+// A factored plan is ordered without being expanded: search writes the scale
+// unit's programs into it, verify checks them and says whether the plan fits,
+// simulate times that order and run executes it.
+TEST(VerifyCommandTest, FactoredPlanCarriesItsOrderThroughEveryCommand) {
+  const std::string dir = TempDir("verify_factored_order");
+  const std::vector<std::string> model = {"--model", "llama3-8b", "--tiny", "--layers", "2"};
+  auto with_model = [&](std::vector<std::string> args) {
+    args.insert(args.end(), model.begin(), model.end());
+    return args;
+  };
+  ASSERT_EQ(RunCli(with_model({"plan", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1",
+                               "--microbatches", "3", "-o", dir + "/p.json"}))
+                .code,
+            kExitOk);
+  Result s = RunCli(with_model({"search", "--plan", dir + "/p.json", "-o", dir + "/o.json"}));
+  ASSERT_EQ(s.code, kExitOk) << s.err;
+  EXPECT_TRUE(absl::StrContains(s.out, "the factored plan with the order of each scale-unit"))
+      << s.out;
+  auto text = ir::ReadTextFile(dir + "/o.json");
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(absl::StrContains(*text, "\"factoring\"")) << "the ordered plan stays factored";
+  EXPECT_TRUE(absl::StrContains(*text, "\"order_segments\""));
+
+  Result fits = RunCli(with_model({"verify", "--plan", dir + "/o.json", "--no-cache", "--memory",
+                                   "1GiB"}));
+  ASSERT_EQ(fits.code, kExitOk) << fits.out << fits.err;
+  EXPECT_TRUE(absl::StrContains(fits.out, "schedule:     checked on the scale unit (4 device "
+                                          "programs, run by each of 2 data-parallel replicas)"))
+      << fits.out;
+  EXPECT_TRUE(absl::StrContains(fits.out, "memory:       device ")) << fits.out;
+  EXPECT_TRUE(absl::StrContains(fits.out, "per device: the plan fits")) << fits.out;
+  Result over = RunCli(with_model({"verify", "--plan", dir + "/o.json", "--no-cache", "--memory",
+                                   "1000", "--report", dir + "/r.json"}));
+  ASSERT_EQ(over.code, kExitFailure) << over.out << over.err;
+  EXPECT_TRUE(absl::StrContains(over.out, "the plan does NOT fit")) << over.out;
+  auto report = ir::ReadTextFile(dir + "/r.json");
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(absl::StrContains(*report, "\"fits\": false")) << *report;
+  EXPECT_TRUE(absl::StrContains(*report, "\"replicas\": 2")) << *report;
+  EXPECT_TRUE(absl::StrContains(*report, "\"optimizer_states\": ")) << *report;
+
+  Result sim = RunCli(with_model({"simulate", "--plan", dir + "/o.json"}));
+  ASSERT_EQ(sim.code, kExitOk) << sim.err;
+  EXPECT_TRUE(absl::StrContains(sim.out, "schedule:     plan order")) << sim.out;
+  Result unordered = RunCli(with_model({"simulate", "--plan", dir + "/p.json"}));
+  EXPECT_EQ(unordered.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(unordered.err, "no per-device order")) << unordered.err;
+
+  Result run = RunCli(with_model({"run", dir + "/o.json", "--check"}));
+  ASSERT_EQ(run.code, kExitOk) << run.out << run.err;
+  EXPECT_TRUE(absl::StrContains(run.out, "within tolerance")) << run.out;
+}
+
 // Bad input exits 2 with one error line naming the file or flag; nothing is verified.
 TEST(VerifyCommandTest, BadInputIsOneLineExit2) {
   const std::string dir = TempDir("verify_input");
