@@ -31,9 +31,11 @@ absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConf
   options.layers = model.layers;
   options.batch = model.batch > 0 ? model.batch : parallel.dp;
   options.seq = model.seq;
+  options.dtype = ir::ModelDType(model.precision);
   LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(model.name, options));
   ir::TrainingOptions training;
   training.microbatches = parallel.microbatches;
+  training.precision = model.precision;
   return ir::BuildTrainingStep(forward, training);
 }
 

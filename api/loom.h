@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "exec/training.h"
+#include "ir/autodiff.h"
 #include "ir/graph.h"
 #include "ir/plan.h"
 #include "transform/strategy.h"
@@ -41,6 +42,9 @@ struct ModelConfig {
   int layers = 0;      // 0: the configuration's
   int64_t batch = 0;   // sequences per micro-batch over all replicas; 0: the dp size
   int64_t seq = 0;     // tokens per sequence; 0: the configuration's
+  // kBf16: Megatron-LM's --bf16 step (bf16 parameters and activations; f32 main
+  // gradients, master weights and Adam moments; ir::BuildTrainingStep).
+  ir::Precision precision = ir::Precision::kFp32;
 };
 
 struct ParallelConfig {
@@ -65,10 +69,12 @@ struct TrainConfig {
 // Reads a Megatron-style YAML training configuration (docs/python.md lists the
 // keys): tensor/pipeline/data/expert parallel sizes, virtual pipeline size,
 // sequence_parallel, micro_batch_size and global_batch_size, recompute
-// settings, use_distributed_optimizer, num_layers, seq_length, and the Loom
-// model name (`loom_model`, or a string `model`). Keys may sit at the top level
-// or under a `model:` map, as NeMo writes them. Unknown keys are ignored; a key
-// of the wrong type or an inconsistent batch is an error naming the file and key.
+// settings, use_distributed_optimizer, num_layers, seq_length, bf16 (fp16: true
+// is refused: not supported), NeMo's trainer.precision, and the Loom model name
+// (`loom_model`, or a string `model`). Keys may sit at the top level or under a
+// `model:` map, as NeMo writes them. Unknown keys are ignored; a key of the wrong
+// type, an inconsistent batch or conflicting precisions is an error naming the
+// file and key.
 absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml, const std::string& origin);
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
 
@@ -76,7 +82,7 @@ absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
 std::vector<std::string> ListModels();
 
 // The whole training step (forward, backward, accumulation over the config's
-// micro-batches, clipping, AdamW) of `model`.
+// micro-batches, clipping, AdamW) of `model`, in `model.precision`.
 absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConfig& parallel);
 
 // The distributed plan of `step` under `parallel`.

@@ -102,7 +102,7 @@ class Keys {
         "expert_model_parallel_size", "virtual_pipeline_model_parallel_size",
         "num_layers_per_virtual_pipeline_stage", "num_layers", "seq_length", "micro_batch_size",
         "global_batch_size", "zero_stage", "sequence_parallel", "use_distributed_optimizer",
-        "recompute_activations", "recompute_granularity", "trainer"};
+        "recompute_activations", "recompute_granularity", "trainer", "bf16", "fp16", "fp8"};
     static constexpr const char* kNotModelled[] = {
         "context_parallel_size", "expert_tensor_parallel_size",
         "encoder_tensor_model_parallel_size", "encoder_pipeline_model_parallel_size"};
@@ -149,6 +149,52 @@ class Keys {
     }                                         \
   } while (false)
 
+// The step's precision: Megatron-LM's `bf16` / `fp16` switches, or NeMo's
+// `trainer.precision`. What Loom does not build (fp16 with its loss scaling, fp8,
+// bf16 without master weights) is refused, never read as another precision; so
+// are two settings that disagree.
+absl::StatusOr<ir::Precision> PrecisionOf(const Keys& keys) {
+  std::optional<bool> bf16, fp16;
+  LOOM_CONFIG_OK(keys.Bool("bf16", bf16));
+  LOOM_CONFIG_OK(keys.Bool("fp16", fp16));
+  if (fp16.value_or(false)) {
+    return keys.Error(keys.Find("fp16"), "fp16",
+                      "fp16 training (with loss scaling) is not supported; use bf16: true");
+  }
+  if (const YAML::Node fp8 = keys.Find("fp8"); fp8 && !fp8.IsNull()) {
+    bool on = true;
+    if (!fp8.IsScalar() || !YAML::convert<bool>::decode(fp8, on) || on) {
+      return keys.Error(fp8, "fp8", "fp8 training is not supported; remove the key");
+    }
+  }
+  std::optional<ir::Precision> from_switch;
+  if (bf16.has_value()) from_switch = *bf16 ? ir::Precision::kBf16 : ir::Precision::kFp32;
+  const YAML::Node trainer = keys.Find("trainer");
+  if (!trainer || !trainer.IsMap() || !trainer["precision"] || trainer["precision"].IsNull()) {
+    return from_switch.value_or(ir::Precision::kFp32);
+  }
+  const YAML::Node n = trainer["precision"];
+  const std::string value = n.IsScalar() ? n.Scalar() : "";
+  ir::Precision from_trainer;
+  if (value == "bf16" || value == "bf16-mixed") {
+    from_trainer = ir::Precision::kBf16;
+  } else if (value == "32" || value == "32-true") {
+    from_trainer = ir::Precision::kFp32;
+  } else if (value == "16" || value == "16-mixed" || value == "16-true") {
+    return keys.Error(n, "trainer.precision",
+                      "fp16 training (with loss scaling) is not supported; use bf16-mixed");
+  } else {
+    return keys.Error(n, "trainer.precision",
+                      absl::StrCat("'", value, "' is not supported; expected bf16-mixed "
+                                   "(bf16, with f32 master weights) or 32"));
+  }
+  if (from_switch.has_value() && *from_switch != from_trainer) {
+    return keys.Error(n, "trainer.precision",
+                      absl::StrCat("'", value, "' conflicts with bf16: ", *bf16 ? "true" : "false"));
+  }
+  return from_trainer;
+}
+
 absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
   LOOM_CONFIG_OK(keys.CheckKeys());
   TrainConfig c;
@@ -161,6 +207,7 @@ absl::StatusOr<TrainConfig> FromKeys(const Keys& keys) {
   std::optional<bool> tiny, sp, distributed, recompute_activations;
   LOOM_CONFIG_OK(keys.Bool("tiny", tiny));
   c.model.tiny = tiny.value_or(false);
+  LOOM_ASSIGN_OR_RETURN(c.model.precision, PrecisionOf(keys));
   std::optional<int64_t> tp, pp, dp, world, ep, vpp, layers_per_virtual, layers, seq, micro,
       global, zero;
   LOOM_CONFIG_OK(keys.Int("tensor_model_parallel_size", 1, tp));

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "exec/host_ops.h"
+#include "ir/autodiff.h"
 #include "ir/json_util.h"
 #include "ir/interpreter.h"
 #include "ir/status_macros.h"
@@ -65,7 +66,8 @@ class TokenStream {
 };
 
 // Which input each spec output replaces in the next step (the optimizer's
-// updates: adamw's param', m', v' and sgd's param').
+// updates: adamw's param', m', v' and sgd's param'; in a mixed-precision step the
+// cast of a master's update replaces the master's parameter).
 absl::StatusOr<std::vector<std::pair<TensorId, TensorId>>> StateUpdates(const ir::Graph& spec) {
   std::vector<std::pair<TensorId, TensorId>> updates;
   const std::vector<TensorId>& outputs = spec.outputs();
@@ -83,6 +85,12 @@ absl::StatusOr<std::vector<std::pair<TensorId, TensorId>>> StateUpdates(const ir
       replaced = op.inputs[kInputOf[at]];
     } else if (op.kind == ir::OpKind::kSgd) {
       replaced = op.inputs[0];
+    } else if (op.kind == ir::OpKind::kCast) {
+      const ir::OpId update = spec.tensor(op.inputs[0]).producer;
+      if (update != ir::kNoId && (spec.op(update).kind == ir::OpKind::kAdamW ||
+                                  spec.op(update).kind == ir::OpKind::kSgd)) {
+        replaced = ir::ParameterOfMaster(spec, spec.op(update).inputs[0]).value_or(ir::kNoId);
+      }
     }
     if (replaced == ir::kNoId || spec.tensor(replaced).producer != ir::kNoId) {
       return absl::InvalidArgumentError(absl::StrCat(

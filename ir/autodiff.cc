@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
@@ -29,6 +30,55 @@ absl::string_view OptimizerKindName(OptimizerKind kind) {
 #undef LOOM_OPTIMIZER_NAME_
   }
   return "?";
+}
+
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
+#define LOOM_PRECISION_PARSE_(e, text) \
+  if (name == text) return Precision::e;
+  LOOM_PRECISION_LIST(LOOM_PRECISION_PARSE_)
+#undef LOOM_PRECISION_PARSE_
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (expected ", PrecisionNames(), ")"));
+}
+
+absl::string_view PrecisionName(Precision precision) {
+  switch (precision) {
+#define LOOM_PRECISION_NAME_(e, text) \
+  case Precision::e:                  \
+    return text;
+    LOOM_PRECISION_LIST(LOOM_PRECISION_NAME_)
+#undef LOOM_PRECISION_NAME_
+  }
+  return "?";
+}
+
+std::string PrecisionNames() {
+  std::string out;
+#define LOOM_PRECISION_JOIN_(e, text) absl::StrAppend(&out, out.empty() ? "" : ", ", text);
+  LOOM_PRECISION_LIST(LOOM_PRECISION_JOIN_)
+#undef LOOM_PRECISION_JOIN_
+  return out;
+}
+
+DType ModelDType(Precision precision) {
+  return precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+}
+
+std::optional<TensorId> ParameterOfMaster(const Graph& step, TensorId t) {
+  constexpr absl::string_view kSuffix = ".master";
+  if (t < 0 || t >= step.num_tensors()) return std::nullopt;
+  const Tensor& master = step.tensor(t);
+  if (master.producer != kNoId || master.role != TensorRole::kOptimizerState ||
+      !absl::EndsWith(master.name, kSuffix)) {
+    return std::nullopt;
+  }
+  std::optional<TensorId> param =
+      step.FindTensor(absl::string_view(master.name).substr(0, master.name.size() - kSuffix.size()));
+  if (!param.has_value() || step.tensor(*param).producer != kNoId ||
+      step.tensor(*param).role != TensorRole::kParameter) {
+    return std::nullopt;
+  }
+  return param;
 }
 
 namespace {
@@ -210,6 +260,56 @@ int ParamLayer(const Graph& forward, TensorId param) {
   return -1;
 }
 
+// A mixed-precision step is built from a bf16 forward graph.
+absl::Status CheckBf16Forward(const Graph& forward) {
+  for (TensorId id : forward.InputIds()) {
+    const Tensor& t = forward.tensor(id);
+    if (t.role == TensorRole::kParameter && t.dtype != DType::kBF16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "precision bf16 needs a bf16 forward graph, but parameter '", t.name, "' of '",
+          forward.name(), "' is ", DTypeName(t.dtype), " (build the model with dtype bf16)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The optimizer update of parameter `i`: AdamW or SGD on the parameter itself, or,
+// with a master copy, on the master followed by a cast back to the parameter's
+// dtype. Adds the new values to the graph's outputs (parameter first).
+absl::Status AppendUpdate(Graph& g, const TrainingOptions& options, OpInfo info, TensorId param,
+                          std::optional<TensorId> master, TensorId grad,
+                          std::optional<TensorId> m, std::optional<TensorId> v) {
+  const Tensor p = g.tensor(param);  // a copy: adding ops grows the tensor list
+  const TensorId updated = master.value_or(param);
+  const std::string name = g.tensor(updated).name;
+  const TensorRole role = master.has_value() ? TensorRole::kOptimizerState : TensorRole::kParameter;
+  std::vector<TensorId> outs;
+  if (options.optimizer == OptimizerKind::kSgd) {
+    AttrMap attrs{{"lr", options.lr}, {"weight_decay", options.weight_decay}};
+    LOOM_ASSIGN_OR_RETURN(outs, g.AddOp(OpKind::kSgd, {updated, grad}, attrs, info,
+                                        {{g.UniqueName(name + ".new"), role}}));
+  } else {
+    LOOM_RET_CHECK(m.has_value() && v.has_value());
+    AttrMap attrs{{"lr", options.lr},     {"beta1", options.beta1},
+                  {"beta2", options.beta2}, {"eps", options.eps},
+                  {"weight_decay", options.weight_decay}, {"step", options.step}};
+    LOOM_ASSIGN_OR_RETURN(
+        outs, g.AddOp(OpKind::kAdamW, {updated, grad, *m, *v}, attrs, info,
+                      {{g.UniqueName(name + ".new"), role},
+                       {g.UniqueName(p.name + ".m.new"), TensorRole::kOptimizerState},
+                       {g.UniqueName(p.name + ".v.new"), TensorRole::kOptimizerState}}));
+  }
+  if (master.has_value()) {
+    LOOM_ASSIGN_OR_RETURN(
+        TensorId cast, EmitOp1(g, OpKind::kCast, {outs[0]},
+                               {{"dtype", std::string(DTypeName(p.dtype))}}, info,
+                               p.name + ".new", TensorRole::kParameter));
+    g.AddOutput(cast);
+  }
+  for (TensorId out : outs) g.AddOutput(out);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOptions& options) {
@@ -229,15 +329,19 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
                                                    "' is ", fwd_loss_t.type().ToString(),
                                                    ", expected a float scalar loss"));
   }
+  const bool mixed = options.precision == Precision::kBf16;
+  if (mixed) LOOM_RETURN_IF_ERROR(CheckBf16Forward(forward));
   const int m_count = options.microbatches;
   Graph g(forward.name());
 
-  // Parameters first, then optimizer states, shared by every micro-batch.
+  // Parameters first, then optimizer states (per parameter: its f32 master in
+  // mixed precision, then the AdamW moments), shared by every micro-batch.
   std::vector<TensorId> fwd_params;
   for (TensorId id : forward.InputIds()) {
     if (forward.tensor(id).role == TensorRole::kParameter) fwd_params.push_back(id);
   }
-  std::vector<TensorId> params, moments1, moments2;
+  std::vector<TensorId> params;
+  std::vector<std::optional<TensorId>> masters, moments1, moments2;
   absl::flat_hash_map<TensorId, TensorId> shared;  // forward id -> training id
   for (TensorId id : fwd_params) {
     const Tensor& t = forward.tensor(id);
@@ -245,16 +349,23 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
     params.push_back(p);
     shared[id] = p;
   }
-  if (options.optimizer == OptimizerKind::kAdamW) {
-    for (TensorId p : params) {
-      const Tensor t = g.tensor(p);  // a copy: AddInput grows the tensor list
-      LOOM_ASSIGN_OR_RETURN(TensorId m, g.AddInput(absl::StrCat(t.name, ".m"), t.shape, t.dtype,
-                                                   TensorRole::kOptimizerState));
-      LOOM_ASSIGN_OR_RETURN(TensorId v, g.AddInput(absl::StrCat(t.name, ".v"), t.shape, t.dtype,
-                                                   TensorRole::kOptimizerState));
-      moments1.push_back(m);
-      moments2.push_back(v);
+  for (TensorId p : params) {
+    const Tensor t = g.tensor(p);  // a copy: AddInput grows the tensor list
+    const DType state_dtype = mixed ? DType::kF32 : t.dtype;
+    std::optional<TensorId> master, m, v;
+    if (mixed) {
+      LOOM_ASSIGN_OR_RETURN(master, g.AddInput(absl::StrCat(t.name, ".master"), t.shape,
+                                               DType::kF32, TensorRole::kOptimizerState));
     }
+    if (options.optimizer == OptimizerKind::kAdamW) {
+      LOOM_ASSIGN_OR_RETURN(m, g.AddInput(absl::StrCat(t.name, ".m"), t.shape, state_dtype,
+                                          TensorRole::kOptimizerState));
+      LOOM_ASSIGN_OR_RETURN(v, g.AddInput(absl::StrCat(t.name, ".v"), t.shape, state_dtype,
+                                          TensorRole::kOptimizerState));
+    }
+    masters.push_back(master);
+    moments1.push_back(m);
+    moments2.push_back(v);
   }
 
   // Forward and backward of each micro-batch.
@@ -292,7 +403,18 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
     losses.push_back(loss);
     LOOM_ASSIGN_OR_RETURN(auto grads, AppendBackward(g, loss, params));
     for (size_t i = 0; i < params.size(); ++i) {
-      if (grads[i].has_value()) param_grads[i].push_back(*grads[i]);
+      if (!grads[i].has_value()) continue;
+      TensorId grad = *grads[i];
+      if (mixed) {
+        // Megatron's main gradient: the bf16 gradient cast to f32 before it is
+        // accumulated (and reduced over data parallelism).
+        OpInfo info{Phase::kBackward, ParamLayer(forward, fwd_params[i]), mb};
+        LOOM_ASSIGN_OR_RETURN(
+            grad, EmitOp1(g, OpKind::kCast, {grad}, {{"dtype", std::string(DTypeName(DType::kF32))}},
+                          info, absl::StrCat("main_grad.", g.tensor(params[i]).name, suffix),
+                          TensorRole::kGradient));
+      }
+      param_grads[i].push_back(grad);
     }
   }
   TensorId total_loss = losses[0];
@@ -310,9 +432,10 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
     OpInfo info{Phase::kBackward, ParamLayer(forward, fwd_params[i]), -1};
     if (param_grads[i].empty()) {
       // The loss does not depend on this parameter: its gradient is zero.
+      const DType grad_dtype = mixed ? DType::kF32 : p.dtype;
       AttrMap attrs{{"shape", p.shape.dims()},
                     {"value", 0.0},
-                    {"dtype", std::string(DTypeName(p.dtype))}};
+                    {"dtype", std::string(DTypeName(grad_dtype))}};
       LOOM_ASSIGN_OR_RETURN(TensorId zero, EmitOp1(g, OpKind::kFill, {}, attrs, info,
                                                    absl::StrCat("grad.", p.name),
                                                    TensorRole::kGradient));
@@ -326,7 +449,6 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
       grads.push_back(acc);
     }
   }
-
   // Global grad-norm clipping. Each layer sums its parameters' squares first
   // (tagged with the layer, like Megatron's per-rank local sums), so the total
   // reads one value per layer rather than one per parameter.
@@ -379,26 +501,9 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
   // Optimizer update.
   g.AddOutput(total_loss);
   for (size_t i = 0; i < params.size(); ++i) {
-    const std::string name = g.tensor(params[i]).name;
     OpInfo info{Phase::kOptimizer, ParamLayer(forward, fwd_params[i]), -1};
-    if (options.optimizer == OptimizerKind::kSgd) {
-      AttrMap attrs{{"lr", options.lr}, {"weight_decay", options.weight_decay}};
-      LOOM_ASSIGN_OR_RETURN(
-          auto outs, g.AddOp(OpKind::kSgd, {params[i], grads[i]}, attrs, info,
-                             {{g.UniqueName(name + ".new"), TensorRole::kParameter}}));
-      g.AddOutput(outs[0]);
-    } else {
-      AttrMap attrs{{"lr", options.lr},     {"beta1", options.beta1},
-                    {"beta2", options.beta2}, {"eps", options.eps},
-                    {"weight_decay", options.weight_decay}, {"step", options.step}};
-      LOOM_ASSIGN_OR_RETURN(
-          auto outs,
-          g.AddOp(OpKind::kAdamW, {params[i], grads[i], moments1[i], moments2[i]}, attrs, info,
-                  {{g.UniqueName(name + ".new"), TensorRole::kParameter},
-                   {g.UniqueName(name + ".m.new"), TensorRole::kOptimizerState},
-                   {g.UniqueName(name + ".v.new"), TensorRole::kOptimizerState}}));
-      for (TensorId out : outs) g.AddOutput(out);
-    }
+    LOOM_RETURN_IF_ERROR(AppendUpdate(g, options, info, params[i], masters[i], grads[i],
+                                      moments1[i], moments2[i]));
   }
   return g;
 }

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "ir/autodiff.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 
@@ -79,6 +80,14 @@ absl::flat_hash_map<TensorId, HostTensor> RandomFeeds(
       for (double& x : v.data) x = dist(rng);
     }
     feeds[id] = std::move(v);
+  }
+  // A mixed-precision master copy starts equal to its parameter.
+  for (TensorId id : graph.InputIds()) {
+    if (std::optional<TensorId> param = ParameterOfMaster(graph, id)) {
+      HostTensor copy = feeds[*param];
+      copy.dtype = graph.tensor(id).dtype;
+      feeds[id] = std::move(copy);
+    }
   }
   return feeds;
 }

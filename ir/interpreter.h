@@ -29,7 +29,8 @@ absl::StatusOr<TensorValues> Evaluate(const Graph& graph,
 // Deterministic feeds for every graph input: parameters and floats uniform in
 // [-scale, scale], optimizer states zero except second moments (small positive),
 // integer inputs uniform in [0, int_bound) where int_bound is the tensor's
-// `vocab`-like bound given by `int_bounds` (by tensor name) or 2 by default.
+// `vocab`-like bound given by `int_bounds` (by tensor name) or 2 by default. A
+// mixed-precision master copy (ParameterOfMaster) is fed its parameter's values.
 absl::flat_hash_map<TensorId, HostTensor> RandomFeeds(
     const Graph& graph, uint64_t seed, double scale = 0.5,
     const absl::flat_hash_map<std::string, int64_t>& int_bounds = {});

@@ -156,6 +156,13 @@ absl::Status GraphBuilder::Loss(TensorId logits, TensorId targets) {
     positions *= rows[i];
     all_rows.push_back(static_cast<int64_t>(i));
   }
+  // A 16-bit model computes its cross-entropy in f32 on logits cast up (Megatron-LM's
+  // default, without --fp16-lm-cross-entropy): the loss is an f32 scalar.
+  if (ir::DTypeBytes(dtype_) < ir::DTypeBytes(ir::DType::kF32)) {
+    LOOM_ASSIGN_OR_RETURN(logits, Op(OpKind::kCast, {logits},
+                                     {{"dtype", std::string(ir::DTypeName(ir::DType::kF32))}},
+                                     "loss.logits_f32"));
+  }
   LOOM_ASSIGN_OR_RETURN(TensorId max, Op(OpKind::kMax, {logits}, {{"dim", int64_t{last}}},
                                          "loss.row_max"));
   LOOM_ASSIGN_OR_RETURN(TensorId shift, Op(OpKind::kStopGradient, {max}, {}, "loss.shift"));

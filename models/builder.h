@@ -95,7 +95,8 @@ class GraphBuilder {
 
   // The mean token cross-entropy of logits [..., V] against targets [...], written
   // with vocabulary reductions (max, sum of exponentials, target pick) so that the
-  // vocabulary can be split; the graph's one output, named "loss".
+  // vocabulary can be split; the graph's one output, named "loss". A model in a
+  // 16-bit dtype casts the logits to f32 first ("loss.logits_f32"): its loss is f32.
   absl::Status Loss(ir::TensorId logits, ir::TensorId targets);
 
   ir::Graph Finish() && { return std::move(graph_); }

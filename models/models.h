@@ -31,7 +31,8 @@ std::vector<ModelInfo> ListModels();
 
 // Builds the forward graph of one micro-batch: inputs `tokens` and `targets`
 // (i64 [batch, seq]), parameters (role parameter), and one output: the scalar
-// cross-entropy loss (role loss). Never allocates tensor data. An unknown name is
+// cross-entropy loss (role loss), f32 when the dtype is 16-bit (computed on logits
+// cast to f32, as Megatron-LM does). Never allocates tensor data. An unknown name is
 // NotFound listing the known ones; bad options are InvalidArgument.
 absl::StatusOr<ir::Graph> BuildForward(absl::string_view name, const ModelOptions& options);
 

@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "api/loom.h"
 #include "exec/training.h"
+#include "ir/autodiff.h"
 #include "ir/graph.h"
 #include "ir/graph_stats.h"
 #include "ir/json_format.h"
@@ -94,7 +95,8 @@ const char* Bool(bool b) { return b ? "True" : "False"; }
 
 std::string ModelConfigRepr(const ModelConfig& c) {
   return absl::StrCat("ModelConfig(name=", Repr(c.name), ", tiny=", Bool(c.tiny),
-                      ", layers=", c.layers, ", batch=", c.batch, ", seq=", c.seq, ")");
+                      ", layers=", c.layers, ", batch=", c.batch, ", seq=", c.seq,
+                      ", precision=", Repr(std::string(ir::PrecisionName(c.precision))), ")");
 }
 
 std::string ParallelConfigRepr(const ParallelConfig& c) {
@@ -106,7 +108,7 @@ std::string ParallelConfigRepr(const ParallelConfig& c) {
 
 bool Equal(const ModelConfig& a, const ModelConfig& b) {
   return a.name == b.name && a.tiny == b.tiny && a.layers == b.layers && a.batch == b.batch &&
-         a.seq == b.seq;
+         a.seq == b.seq && a.precision == b.precision;
 }
 
 bool Equal(const ParallelConfig& a, const ParallelConfig& b) {
@@ -212,23 +214,34 @@ void DefineModule(py::module_& m) {
 
   // ---------------------------------------------------------------------------
   py::class_<ModelConfig>(m, "ModelConfig",
-                          "The model to build: a name of loom.models(), its tiny size, and "
-                          "the layer count, batch and sequence length (0: the defaults).")
-      .def(py::init([](std::string name, bool tiny, int layers, int64_t batch, int64_t seq) {
+                          "The model to build: a name of loom.models(), its tiny size, "
+                          "the layer count, batch and sequence length (0: the defaults), and "
+                          "the training precision ('fp32' or 'bf16').")
+      .def(py::init([](std::string name, bool tiny, int layers, int64_t batch, int64_t seq,
+                       const std::string& precision) {
              return ModelConfig{.name = std::move(name),
                                 .tiny = tiny,
                                 .layers = layers,
                                 .batch = batch,
-                                .seq = seq};
+                                .seq = seq,
+                                .precision = ValueOrThrow(ir::ParsePrecision(precision))};
            }),
            py::arg("name"), py::arg("tiny") = false, py::arg("layers") = 0, py::arg("batch") = 0,
-           py::arg("seq") = 0)
+           py::arg("seq") = 0, py::arg("precision") = "fp32")
       .def_readwrite("name", &ModelConfig::name, "a model of loom.models()")
       .def_readwrite("tiny", &ModelConfig::tiny, "same structure, small dims")
       .def_readwrite("layers", &ModelConfig::layers, "0: the configuration's")
       .def_readwrite("batch", &ModelConfig::batch,
                      "sequences per micro-batch over all replicas; 0: the dp size")
       .def_readwrite("seq", &ModelConfig::seq, "tokens per sequence; 0: the configuration's")
+      .def_property(
+          "precision",
+          [](const ModelConfig& c) { return std::string(ir::PrecisionName(c.precision)); },
+          [](ModelConfig& c, const std::string& precision) {
+            c.precision = ValueOrThrow(ir::ParsePrecision(precision));
+          },
+          "'fp32', or 'bf16': Megatron-LM's --bf16 step (bf16 parameters and activations; f32 "
+          "main gradients, master weights and Adam moments)")
       .def("__repr__", &ModelConfigRepr)
       .def(
           "__eq__", [](const ModelConfig& a, const ModelConfig& b) { return Equal(a, b); },

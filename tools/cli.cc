@@ -65,7 +65,10 @@ void AddModelFlags(FlagSet& flags) {
   flags.AddBool("--tiny", "build the model at a tiny size (same structure, small dims)");
   flags.AddString("--batch", "B", "sequences per micro-batch");
   flags.AddString("--seq", "S", "tokens per sequence");
-  flags.AddString("--dtype", "T", "parameter and activation dtype: f32 (default), bf16, f16, f64");
+  flags.AddString("--dtype", "T",
+                  "parameter and activation dtype of an fp32 step: f32 (default), bf16, f16, f64 "
+                  "(every tensor of the step in it)");
+  flags.AddString("--precision", "P", kPrecisionHelp);
   flags.AddBool("--forward", "the forward graph only, not the whole training step");
   flags.AddString("--microbatches", "M", "micro-batches in the training step (default 1)");
   flags.AddString("--optimizer", "NAME", "adamw (default) or sgd");
@@ -87,11 +90,19 @@ absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
   auto seq = flags.GetInt("--seq", 0, 1, int64_t{1} << 30);
   if (!seq.ok()) return seq.status();
   options.seq = *seq;
+  auto precision = PrecisionFlag(flags);
+  if (!precision.ok()) return precision.status();
+  options.dtype = ir::ModelDType(*precision);
   if (auto dtype = flags.GetString("--dtype")) {
     auto parsed = ir::ParseDType(*dtype);
     if (!parsed.ok() || !ir::IsFloat(*parsed)) {
       return absl::InvalidArgumentError(
           absl::StrCat("flag '--dtype' expects f32, f64, bf16 or f16, got '", *dtype, "'"));
+    }
+    if (flags.Has("--precision") && *parsed != options.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dtype ", *dtype, " conflicts with --precision ", ir::PrecisionName(*precision),
+          " (whose parameters are ", ir::DTypeName(options.dtype), "); give one of them"));
     }
     options.dtype = *parsed;
   }
@@ -104,6 +115,7 @@ absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
   auto max_grad_norm = MaxGradNorm(flags);
   if (!max_grad_norm.ok()) return max_grad_norm.status();
   training.max_grad_norm = *max_grad_norm;
+  training.precision = *precision;
   if (auto opt = flags.GetString("--optimizer")) {
     auto kind = ir::ParseOptimizerKind(*opt);
     if (!kind.ok()) {
@@ -167,6 +179,11 @@ void PrintSummary(const ir::Graph& g, double build_seconds, std::ostream& out) {
     if (kind_count("adamw") > 0) parts.push_back("adamw");
     if (kind_count("sgd") > 0) parts.push_back("sgd");
     if (kind_count("clip_coef") > 0) parts.push_back("global grad-norm clipping");
+    const bool masters = std::any_of(g.tensors().begin(), g.tensors().end(),
+                                     [&](const ir::Tensor& t) {
+                                       return ir::ParameterOfMaster(g, t.id).has_value();
+                                     });
+    if (masters) parts.push_back("bf16 mixed precision with f32 masters");
     what = absl::StrCat("training step (", absl::StrJoin(parts, ", "), ")");
   }
   out << "graph:        " << g.name() << ", " << what << "\n";
@@ -284,6 +301,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.AddString("--zero", "Z", "ZeRO stage 0-3 over the data-parallel group (default 0)");
   flags.AddString("--microbatches", "M", "micro-batches per step (default 1)");
   flags.AddString("--max-grad-norm", "X", kMaxGradNormHelp);
+  flags.AddString("--precision", "P", kPrecisionHelp);
   flags.AddBool("--recompute", "recompute each layer's forward before its backward");
   flags.AddBool("--explicit", "write every device and micro-batch (default: factored)");
   flags.AddString("--config", "FILE",
@@ -339,12 +357,16 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto seq = flags.GetInt("--seq", 0, 1, int64_t{1} << 30);
   if (!seq.ok()) return fail(seq.status());
   options.seq = *seq;
+  auto precision = PrecisionFlag(flags);
+  if (!precision.ok()) return fail(precision.status());
   if (config.has_value()) {
     options.tiny = config->model.tiny;
     options.layers = config->model.layers;
     options.batch = config->model.batch > 0 ? config->model.batch : strategy.dp;
     options.seq = config->model.seq;
+    *precision = config->model.precision;
   }
+  options.dtype = ir::ModelDType(*precision);
   auto path = flags.GetString("--output");
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing -o FILE"));
   const auto start = std::chrono::steady_clock::now();
@@ -355,6 +377,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto max_grad_norm = MaxGradNorm(flags);
   if (!max_grad_norm.ok()) return fail(max_grad_norm.status());
   training.max_grad_norm = *max_grad_norm;
+  training.precision = *precision;
   auto spec = ir::BuildTrainingStep(*forward, training);
   if (!spec.ok()) return fail(spec.status());
   std::vector<std::string> zero_whole;
@@ -370,6 +393,10 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   for (const auto& [k, n] : kinds) kind_text.push_back(absl::StrCat(k, " ", n));
   out << "plan:         " << *name << ", " << strategy.ToString() << " on "
       << plan->mesh.ToString() << " (" << plan->mesh.num_devices() << " devices)\n";
+  if (*precision == ir::Precision::kBf16) {
+    out << "precision:    bf16 (bf16 parameters and activations; f32 main gradients, master "
+           "weights and Adam moments)\n";
+  }
   out << "form:         "
       << (plan->is_factored() ? "factored (one scale unit, micro-batch 0, replication rules)"
                               : "explicit")

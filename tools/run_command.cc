@@ -1,5 +1,6 @@
 #include "tools/run_command.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -90,11 +91,12 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
                 "bad input.");
   flags.AddPositional("PLAN", "the plan to run (JSON, as 'loom plan' or 'loom search' write it)");
   flags.AddString("--plan", "FILE", "the plan to run (instead of the positional PLAN)");
-  AddSpecFlags(flags);
+  AddSpecFlags(flags, "",
+               "fp32 (default), bf16 (the plan of a bf16 step: computed in fp32, its casts "
+               "the identity) or fp64 (the fp32 step computed in double precision)");
   flags.AddString("--microbatches", "M", "micro-batches of the training step (default: the plan's)");
   flags.AddString("--backend", "NAME", "cpu (default) or cuda");
   flags.AddString("--steps", "K", "training steps (default 1)");
-  flags.AddString("--precision", "P", "fp32 (default) or fp64");
   flags.AddBool("--check", "compare with the single-device reference");
   flags.AddString("--tolerance", "X",
                   "largest relative difference --check accepts (default 1e-5 in fp32, 1e-10 in fp64)");
@@ -107,17 +109,21 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::optional<std::string> path = flags.GetString("--plan");
   if (!path.has_value()) path = flags.Positional();
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing the plan file"));
-  if (auto model = ModelName(flags); !model.ok()) return fail(model.status());
+  // --precision names the step's precision and the arithmetic at once: the fp32
+  // and bf16 steps run in fp32 (a cast between floats is the identity there), fp64
+  // is the fp32 step in double precision.
   exec::ExecOptions exec_options;
   const std::string precision = flags.GetString("--precision").value_or("fp32");
-  if (precision == "fp32") {
+  if (precision == "fp32" || precision == "bf16") {
     exec_options.precision = ir::DType::kF32;
   } else if (precision == "fp64") {
     exec_options.precision = ir::DType::kF64;
+    flags.Erase("--precision");  // the step itself is the fp32 one
   } else {
     return fail(absl::InvalidArgumentError(
-        absl::StrCat("--precision: expected fp32 or fp64, got '", precision, "'")));
+        absl::StrCat("--precision: expected fp32, bf16 or fp64, got '", precision, "'")));
   }
+  if (auto model = ModelName(flags); !model.ok()) return fail(model.status());
   auto timeout = flags.GetDouble("--timeout", 60, 0.001, 1e6);
   if (!timeout.ok()) return fail(timeout.status());
   exec_options.collective_timeout_s = *timeout;
@@ -131,7 +137,7 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (!seed.ok()) return fail(seed.status());
   train.seed = static_cast<uint64_t>(*seed);
   train.data_path = flags.GetString("--data").value_or("");
-  const double default_tolerance = precision == "fp32" ? 1e-5 : 1e-10;
+  const double default_tolerance = precision == "fp64" ? 1e-10 : 1e-5;
   auto tolerance = flags.GetDouble("--tolerance", default_tolerance, 0, 1);
   if (!tolerance.ok()) return fail(tolerance.status());
 
@@ -139,12 +145,22 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (!plan.ok()) return fail(plan.status());
   auto spec = SpecForPlan(flags, *plan);
   if (!spec.ok()) return fail(spec.status());
+  const bool bf16_step = std::any_of(spec->tensors().begin(), spec->tensors().end(),
+                                     [](const ir::Tensor& t) {
+                                       return t.role == ir::TensorRole::kParameter &&
+                                              t.dtype == ir::DType::kBF16;
+                                     });
+  if (precision == "fp64" && bf16_step) {
+    return fail(absl::InvalidArgumentError(
+        "--precision fp64 runs an fp32 step, but the configuration's step is bf16"));
+  }
   auto backend = exec::MakeBackend(flags.GetString("--backend").value_or("cpu"), exec_options);
   if (!backend.ok()) {
     err << "loom run: error: " << backend.status().message() << "\n";
     return kExitBadInput;
   }
-  out << "run: " << *path << " on " << (*backend)->name() << ", " << precision << ", "
+  out << "run: " << *path << " on " << (*backend)->name() << ", "
+      << (bf16_step ? "bf16 (computed in fp32)" : precision) << ", "
       << train.steps << " step" << (train.steps == 1 ? "" : "s")
       << (plan->order.empty() ? " (data-flow order)" : " (the plan's order)") << "\n";
   auto report = exec::RunTraining(*spec, *plan, **backend, train);

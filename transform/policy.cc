@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "ir/autodiff.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
 #include "transform/parallelize.h"
@@ -28,18 +30,32 @@ bool IsFree(const Graph& spec, TensorId t) {
   return tensor.producer == ir::kNoId && tensor.role != ir::TensorRole::kInput;
 }
 
-// Ops linear in every input: they may run on partial sums.
-bool LinearInAllInputs(OpKind kind) {
-  switch (kind) {
+// Ops linear in every input: they may run on partial sums. A cast between float
+// dtypes counts as linear (it keeps the value over the reals): a mixed-precision
+// step's main gradients are cast up before they are reduced.
+bool LinearInAllInputs(const Graph& spec, const Op& op) {
+  switch (op.kind) {
     case OpKind::kAdd:
     case OpKind::kSub:
     case OpKind::kAccumulate:
     case OpKind::kNeg:
     case OpKind::kScale:
       return true;
+    case OpKind::kCast:
+      return ir::IsFloat(spec.tensor(op.inputs[0]).dtype) &&
+             ir::IsFloat(spec.tensor(op.outputs[0]).dtype);
     default:
       return false;
   }
+}
+
+// The parameter an optimizer-state input stands for: itself for a parameter, the
+// parameter of a mixed-precision master copy (ir::ParameterOfMaster).
+std::optional<TensorId> UpdatedParameter(const Graph& spec, TensorId t) {
+  if (spec.tensor(t).role == ir::TensorRole::kParameter && spec.tensor(t).producer == ir::kNoId) {
+    return t;
+  }
+  return ir::ParameterOfMaster(spec, t);
 }
 
 // Cuts `costs` into `parts` contiguous chunks minimising the largest chunk cost.
@@ -148,21 +164,31 @@ absl::Status Policy::AssignStages() {
     stage[id] = best == std::numeric_limits<int>::max() ? 0 : best;
   }
   // Optimizer updates run wherever their parameter is used (several stages for tied
-  // weights).
+  // weights); an update of a master copy, wherever the master's parameter is used,
+  // and what reads such an update (the cast back to the parameter) runs with it.
+  std::vector<bool> homed(n, false);
   for (const Op& op : spec_.ops()) {
     p_.ops[op.id].stages = {stage[op.id]};
     if (op.info.phase != ir::Phase::kOptimizer) continue;
     std::set<int> homes;
     for (TensorId t : op.inputs) {
-      if (spec_.tensor(t).role != ir::TensorRole::kParameter ||
-          spec_.tensor(t).producer != ir::kNoId) {
-        continue;
-      }
-      for (OpId c : spec_.consumers(t)) {
+      std::optional<TensorId> param = UpdatedParameter(spec_, t);
+      if (!param.has_value()) continue;
+      for (OpId c : spec_.consumers(*param)) {
         if (spec_.op(c).info.phase == ir::Phase::kForward) homes.insert(stage[c]);
       }
     }
-    if (!homes.empty()) p_.ops[op.id].stages.assign(homes.begin(), homes.end());
+    if (homes.empty()) {
+      for (TensorId t : op.inputs) {
+        const OpId producer = spec_.tensor(t).producer;
+        if (producer == ir::kNoId || !homed[producer]) continue;
+        homes.insert(p_.ops[producer].stages.begin(), p_.ops[producer].stages.end());
+      }
+    }
+    if (!homes.empty()) {
+      p_.ops[op.id].stages.assign(homes.begin(), homes.end());
+      homed[op.id] = true;
+    }
   }
   return absl::OkStatus();
 }
@@ -248,9 +274,14 @@ absl::Status Policy::Decide(const Op& op) {
         (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd ||
          (s_.zero >= 2 && op.kind == OpKind::kAccumulate && op.info.microbatch < 0 &&
           absl::StartsWith(spec_.tensor(op.outputs[0]).name, "grad.")))) {
-      // The parameter this update (or gradient accumulation) belongs to.
+      // The parameter this update (of it or of its master copy) or gradient
+      // accumulation belongs to: a master is split like its parameter's gradient.
       std::string param = spec_.tensor(op.inputs[0]).name;
-      if (op.kind == OpKind::kAccumulate) param = spec_.tensor(op.outputs[0]).name.substr(5);
+      if (op.kind == OpKind::kAccumulate) {
+        param = spec_.tensor(op.outputs[0]).name.substr(5);
+      } else if (auto of = ir::ParameterOfMaster(spec_, op.inputs[0])) {
+        param = spec_.tensor(*of).name;
+      }
       auto known = zero_dim_.find(param);
       int z = known == zero_dim_.end() ? -1 : known->second;
       if (z < 0) {
@@ -270,13 +301,21 @@ absl::Status Policy::Decide(const Op& op) {
         p_.zero_whole.push_back(param);
       }
     }
+    // A master copy's update is split like the parameter it copies.
+    if (labels.empty() && (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd)) {
+      std::optional<TensorId> param = ir::ParameterOfMaster(spec_, op.inputs[0]);
+      if (param.has_value() && !layout_[*param].empty() &&
+          layout_[*param][g].kind == AxisKind::kSharded) {
+        try_label(sig.inputs[0][layout_[*param][g].dim]);
+      }
+    }
     // Follow the split of an input that arrives sharded.
     for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
       const AxisLayout* a = produced(i, g);
       if (a != nullptr && a->kind == AxisKind::kSharded) try_label(sig.inputs[i][a->dim]);
     }
     // Linear ops run on partial sums instead of reducing first.
-    if (labels.empty() && LinearInAllInputs(op.kind)) {
+    if (labels.empty() && LinearInAllInputs(spec_, op)) {
       bool any = false, all = true;
       for (size_t i = 0; i < op.inputs.size(); ++i) {
         const AxisLayout* a = produced(i, g);
@@ -331,6 +370,10 @@ absl::Status Policy::Decide(const Op& op) {
   if (s_.zero >= 3 && (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd) &&
       !part.split_labels[kDp].empty()) {
     p_.input_layouts[op.inputs[0]] = layouts.inputs[0];
+    // An update of a master copy: the parameter (cast from it) lies like it.
+    if (auto param = ir::ParameterOfMaster(spec_, op.inputs[0])) {
+      p_.input_layouts[*param] = layouts.inputs[0];
+    }
   }
   return absl::OkStatus();
 }

@@ -69,12 +69,21 @@ struct Fact {
   ContribId contrib = kBadContrib;
 };
 
-// Input positions in which an op kind is jointly linear (a piece may hold partial
-// sums there and the pieces' outputs then add up to the op's output).
-std::vector<std::vector<int>> LinearGroups(OpKind kind, int num_inputs) {
+// Input positions in which an op is jointly linear (a piece may hold partial sums
+// there and the pieces' outputs then add up to the op's output). A cast between
+// float dtypes is the identity over the reals, so linear; a cast to an integer or
+// bool is not. Each use is still proved as a law (verify/laws.h).
+std::vector<std::vector<int>> LinearGroups(const ir::Graph& spec, const ir::Op& op) {
+  const int num_inputs = static_cast<int>(op.inputs.size());
   std::vector<int> all(num_inputs);
   for (int i = 0; i < num_inputs; ++i) all[i] = i;
-  switch (kind) {
+  switch (op.kind) {
+    case OpKind::kCast:
+      if (ir::IsFloat(spec.tensor(op.inputs[0]).dtype) &&
+          ir::IsFloat(spec.tensor(op.outputs[0]).dtype)) {
+        return {{0}};
+      }
+      return {};
     case OpKind::kAdd:
     case OpKind::kSub:
     case OpKind::kAccumulate:

@@ -84,9 +84,10 @@ def test_configs_defaults_attributes_and_repr():
     p.sp = True
     assert (p.tp, p.sp) == (4, True)
     assert repr(loom.ModelConfig(**MODEL)) == (
-        "ModelConfig(name='llama3-8b', tiny=True, layers=2, batch=0, seq=0)")
+        "ModelConfig(name='llama3-8b', tiny=True, layers=2, batch=0, seq=0, precision='fp32')")
     names = {"ModelConfig": loom.ModelConfig, "ParallelConfig": loom.ParallelConfig}
-    for config in (loom.ModelConfig(**MODEL), loom.ParallelConfig(**PARALLEL, zero=1)):
+    for config in (loom.ModelConfig(**MODEL), loom.ModelConfig(**MODEL, precision="bf16"),
+                   loom.ParallelConfig(**PARALLEL, zero=1)):
         assert eval(repr(config), names) == config  # pylint: disable=eval-used
     assert loom.ParallelConfig(dp=2) != loom.ParallelConfig(dp=4)
 
@@ -250,6 +251,40 @@ model:
     assert str(raised.value) == f"{bad}:1:29: key 'tensor_model_parallel_size': expected an integer"
     with pytest.raises(ValueError, match="missing.yaml: no such file"):
         loom.load_config(str(tmp_path / "missing.yaml"))
+
+
+def test_precision_field(tmp_path):
+    """ModelConfig.precision: 'fp32' (default) or 'bf16', from a configuration's
+    `bf16: true`, and the bf16 step the library builds from it."""
+    m = loom.ModelConfig("gpt2")
+    assert m.precision == "fp32"
+    m.precision = "bf16"
+    assert m.precision == "bf16"
+    assert m != loom.ModelConfig("gpt2")
+    for bad in ("fp16", "BF16", ""):
+        with pytest.raises(ValueError, match="expected bf16, fp32"):
+            loom.ModelConfig("gpt2", precision=bad)
+        with pytest.raises(ValueError, match="expected bf16, fp32"):
+            m.precision = bad
+    assert m.precision == "bf16"
+
+    path = tmp_path / "bf16.yaml"
+    path.write_text("loom_model: llama3-8b\ntiny: true\nnum_layers: 1\n"
+                    "data_parallel_size: 2\nuse_distributed_optimizer: true\nbf16: true\n")
+    model, parallel = loom.load_config(str(path))
+    assert model == loom.ModelConfig("llama3-8b", tiny=True, layers=1, batch=2, precision="bf16")
+    fp32, _ = loom.parse_config("loom_model: llama3-8b\n")
+    assert fp32.precision == "fp32"
+    with pytest.raises(ValueError, match="key 'fp16': fp16 training"):
+        loom.parse_config("loom_model: gpt2\nfp16: true\n", "fp16.yaml")
+
+    bf16 = loom.build_step(model, parallel)
+    model.precision = "fp32"
+    plain = loom.build_step(model, parallel)
+    assert bf16.parameters == plain.parameters
+    assert bf16.num_tensors > plain.num_tensors  # the masters and the main gradients
+    report = loom.verify(bf16, loom.make_plan(bf16, parallel), threads=1)
+    assert report.exit_code == 0, report
 
 
 def fenced_blocks(text):

@@ -204,6 +204,44 @@ TEST(TrainingCheckTest, AWrongCopyOnAnyReplicaIsOutsideTolerance) {
   EXPECT_NE(caught.worst.find("device 0"), std::string::npos) << caught.worst;
 }
 
+// The bf16 mixed-precision step trains: three steps of its plan (ZeRO-1 over dp2,
+// tp2, two micro-batches) stay within 1e-10 of the reference in fp64, where casts
+// are the identity, and each step carries the new bf16 parameters, masters and
+// moments to the next (the parameters move).
+TEST(TrainingBf16Test, ThreeStepsCarryParametersAndMasters) {
+  models::ModelOptions options;
+  options.tiny = true;
+  options.layers = 2;
+  options.batch = 4;
+  options.dtype = ir::DType::kBF16;
+  auto forward = models::BuildForward("llama3-8b", options);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ir::TrainingOptions training;
+  training.microbatches = 2;
+  training.precision = ir::Precision::kBf16;
+  auto spec = ir::BuildTrainingStep(*forward, training);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = transform::Parallelize(*spec, Make(2, 2, 1, 2, 1, false, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ExecOptions exec;
+  exec.precision = ir::DType::kF64;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(exec);
+  TrainOptions train;
+  train.steps = 3;
+  train.check = true;
+  train.precision = ir::DType::kF64;
+  auto report = RunTraining(*spec, *plan, *backend, train);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(report->check.has_value());
+  EXPECT_LE(report->check->loss, 1e-10) << report->check->worst;
+  EXPECT_LE(report->check->gradients, 1e-10) << report->check->worst;
+  EXPECT_LE(report->check->parameters, 1e-10) << report->check->worst;
+  EXPECT_GT(report->check->parameters_compared, 0);
+  ASSERT_EQ(report->steps.size(), 3u);
+  EXPECT_NE(report->steps[0].reference_loss, report->steps[1].reference_loss);
+  EXPECT_NE(report->steps[1].reference_loss, report->steps[2].reference_loss);
+}
+
 // Activation memory follows the schedule: where the simulation says GPipe holds
 // more micro-batches in flight than 1F1B on a pipeline rank, every device of
 // that rank measures a higher activation peak under GPipe, and an equal

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ir/interpreter.h"
@@ -220,6 +221,200 @@ TEST(AutodiffTest, TrainingStepNeedsOneLossOutput) {
   auto step = BuildTrainingStep(g, TrainingOptions{});
   ASSERT_FALSE(step.ok());
   EXPECT_NE(step.status().message().find("exactly one output"), std::string::npos);
+}
+
+// tokens -> embedding -> gelu -> linear in bf16, the logits cast to f32 for the
+// cross-entropy (as the bf16 models build it), with `batch` sequences of 3 tokens.
+Graph TinyBf16Forward(int64_t batch) {
+  Graph g("tiny_bf16");
+  TensorId tokens = *g.AddInput("tokens", Shape({batch, 3}), DType::kI64, TensorRole::kInput);
+  TensorId targets = *g.AddInput("targets", Shape({batch, 3}), DType::kI64, TensorRole::kInput);
+  TensorId table = *g.AddInput("embed", Shape({kVocab, kHidden}), DType::kBF16,
+                               TensorRole::kParameter);
+  TensorId head = *g.AddInput("head", Shape({kVocab, kHidden}), DType::kBF16,
+                              TensorRole::kParameter);
+  TensorId h = (*g.AddOp(OpKind::kEmbedding, {tokens, table}, {}, OpInfo{}, {{"h"}}))[0];
+  TensorId a = (*g.AddOp(OpKind::kGelu, {h}, {}, OpInfo{Phase::kForward, 0, -1}, {{"a"}}))[0];
+  TensorId logits = (*g.AddOp(OpKind::kLinear, {a, head}, {}, OpInfo{}, {{"logits"}}))[0];
+  TensorId up = (*g.AddOp(OpKind::kCast, {logits}, {{"dtype", std::string("f32")}}, OpInfo{},
+                          {{"logits_f32"}}))[0];
+  TensorId loss = (*g.AddOp(OpKind::kCrossEntropy, {up, targets}, {}, OpInfo{},
+                            {{"loss", TensorRole::kLoss}}))[0];
+  g.AddOutput(loss);
+  return g;
+}
+
+TrainingOptions Bf16Options(int microbatches) {
+  TrainingOptions options;
+  options.microbatches = microbatches;
+  options.precision = Precision::kBf16;
+  return options;
+}
+
+// The bf16 step's tensors by role: bf16 parameters, f32 masters and moments, bf16
+// per-micro-batch gradients cast to f32 main gradients before their accumulation,
+// f32 clipping, AdamW on the master and the new bf16 parameter cast from it.
+TEST(AutodiffTest, Bf16StepHasMegatronDtypesByRole) {
+  auto step = BuildTrainingStep(TinyBf16Forward(2), Bf16Options(2));
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_TRUE(step->Validate().ok()) << step->Validate();
+  auto dtype = [&](const std::string& name) {
+    std::optional<TensorId> t = step->FindTensor(name);
+    EXPECT_TRUE(t.has_value()) << name;
+    return t.has_value() ? step->tensor(*t).dtype : DType::kI64;
+  };
+  auto producer = [&](const std::string& name) -> const Op& {
+    return step->op(step->tensor(*step->FindTensor(name)).producer);
+  };
+  for (const std::string p : {"embed", "head"}) {
+    EXPECT_EQ(dtype(p), DType::kBF16) << p;
+    for (const std::string state : {".master", ".m", ".v"}) {
+      EXPECT_EQ(dtype(p + state), DType::kF32) << p + state;
+      EXPECT_EQ(step->tensor(*step->FindTensor(p + state)).role, TensorRole::kOptimizerState);
+    }
+    for (int mb = 0; mb < 2; ++mb) {
+      const Op& cast = producer(absl::StrCat("main_grad.", p, ".mb", mb));
+      EXPECT_EQ(cast.kind, OpKind::kCast);
+      EXPECT_EQ(cast.info.phase, Phase::kBackward);
+      EXPECT_EQ(cast.info.microbatch, mb);
+      EXPECT_EQ(step->tensor(cast.inputs[0]).dtype, DType::kBF16) << "the backward's gradient";
+      EXPECT_EQ(dtype(absl::StrCat("main_grad.", p, ".mb", mb)), DType::kF32);
+    }
+    const Op& acc = producer("grad." + p);
+    EXPECT_EQ(acc.kind, OpKind::kAccumulate);
+    EXPECT_EQ(dtype("grad." + p), DType::kF32);
+    EXPECT_EQ(dtype("grad_clipped." + p), DType::kF32);
+    const Op& adamw = producer(p + ".master.new");
+    EXPECT_EQ(adamw.kind, OpKind::kAdamW);
+    EXPECT_EQ(step->tensor(adamw.inputs[0]).name, p + ".master");
+    EXPECT_EQ(step->tensor(adamw.inputs[1]).name, "grad_clipped." + p);
+    const Op& cast = producer(p + ".new");
+    EXPECT_EQ(cast.kind, OpKind::kCast);
+    EXPECT_EQ(cast.inputs[0], *step->FindTensor(p + ".master.new"));
+    EXPECT_EQ(dtype(p + ".new"), DType::kBF16);
+    EXPECT_EQ(step->tensor(*step->FindTensor(p + ".new")).role, TensorRole::kParameter);
+  }
+  EXPECT_EQ(dtype("loss.total"), DType::kF32);
+  EXPECT_EQ(dtype("grad_sq.total"), DType::kF32);
+  std::vector<std::string> outputs;
+  for (TensorId t : step->outputs()) outputs.push_back(step->tensor(t).name);
+  EXPECT_EQ(outputs, (std::vector<std::string>{"loss.total", "embed.new", "embed.master.new",
+                                               "embed.m.new", "embed.v.new", "head.new",
+                                               "head.master.new", "head.m.new", "head.v.new"}));
+}
+
+// With SGD the master is updated alone: outputs are the loss, then per parameter
+// its new bf16 value and its new master.
+TEST(AutodiffTest, Bf16SgdStepUpdatesTheMaster) {
+  TrainingOptions options = Bf16Options(1);
+  options.optimizer = OptimizerKind::kSgd;
+  auto step = BuildTrainingStep(TinyBf16Forward(2), options);
+  ASSERT_TRUE(step.ok()) << step.status();
+  std::vector<std::string> outputs;
+  for (TensorId t : step->outputs()) outputs.push_back(step->tensor(t).name);
+  EXPECT_EQ(outputs, (std::vector<std::string>{"loss", "embed.new", "embed.master.new",
+                                               "head.new", "head.master.new"}));
+  EXPECT_FALSE(step->FindTensor("embed.m").has_value());
+  const Op& sgd = step->op(step->tensor(*step->FindTensor("embed.master.new")).producer);
+  EXPECT_EQ(sgd.kind, OpKind::kSgd);
+  EXPECT_EQ(step->tensor(sgd.inputs[1]).dtype, DType::kF32);
+}
+
+// Over the reals a cast is the identity: fed the same values, the bf16 step
+// (evaluated in f64) gives the loss and updates of the same step without
+// masters, and its new parameter equals its new master.
+TEST(AutodiffTest, Bf16StepComputesTheFp32StepOverTheReals) {
+  std::mt19937_64 rng(3);
+  absl::flat_hash_map<std::string, HostTensor> values = {
+      {"tokens.mb0", Tokens(2, rng)}, {"tokens.mb1", Tokens(2, rng)},
+      {"targets.mb0", Tokens(2, rng)}, {"targets.mb1", Tokens(2, rng)}};
+  for (const char* p : {"embed", "head"}) {
+    values[p] = Random(Shape({kVocab, kHidden}), rng, -1, 1);
+    values[absl::StrCat(p, ".master")] = values[p];
+    values[absl::StrCat(p, ".m")] = Random(Shape({kVocab, kHidden}), rng, -0.1, 0.1);
+    values[absl::StrCat(p, ".v")] = Random(Shape({kVocab, kHidden}), rng, 0, 0.01);
+  }
+  auto mixed = BuildTrainingStep(TinyBf16Forward(2), Bf16Options(2));
+  TrainingOptions plain_options;
+  plain_options.microbatches = 2;
+  auto plain = BuildTrainingStep(TinyBf16Forward(2), plain_options);
+  ASSERT_TRUE(mixed.ok() && plain.ok());
+  auto rm = Evaluate(*mixed, Feed(*mixed, values));
+  auto rp = Evaluate(*plain, Feed(*plain, values));
+  ASSERT_TRUE(rm.ok()) << rm.status();
+  ASSERT_TRUE(rp.ok()) << rp.status();
+  auto value = [](const Graph& g, const TensorValues& r, const std::string& name) {
+    return *r[*g.FindTensor(name)];
+  };
+  for (const std::string name : {"loss.total", "embed.new", "head.new", "embed.m.new",
+                                 "head.v.new"}) {
+    const HostTensor a = value(*mixed, *rm, name), b = value(*plain, *rp, name);
+    ASSERT_EQ(a.size(), b.size());
+    for (int64_t e = 0; e < a.size(); ++e) EXPECT_NEAR(a[e], b[e], 1e-12) << name << "[" << e << "]";
+  }
+  const HostTensor p = value(*mixed, *rm, "embed.new"), master = value(*mixed, *rm, "embed.master.new");
+  for (int64_t e = 0; e < p.size(); ++e) EXPECT_EQ(p[e], master[e]);
+}
+
+// The fp32 step is not touched by the mixed-precision option's existence: no
+// masters, no casts, every state in the parameters' dtype.
+TEST(AutodiffTest, Fp32StepHasNoMastersOrCasts) {
+  auto step = BuildTrainingStep(TinyForward(2), TrainingOptions{});
+  ASSERT_TRUE(step.ok()) << step.status();
+  for (const Op& op : step->ops()) EXPECT_NE(op.kind, OpKind::kCast);
+  for (const Tensor& t : step->tensors()) {
+    EXPECT_FALSE(absl::EndsWith(t.name, ".master")) << t.name;
+    if (IsFloat(t.dtype)) {
+      EXPECT_EQ(t.dtype, DType::kF64) << t.name;
+    }
+  }
+}
+
+// A mixed-precision step needs bf16 parameters: an f64 forward is refused by name.
+TEST(AutodiffTest, Bf16StepRejectsNonBf16Parameters) {
+  auto step = BuildTrainingStep(TinyForward(2), Bf16Options(1));
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(step.status().message().find("parameter 'embed'"), std::string::npos)
+      << step.status();
+}
+
+// A master names its parameter; nothing else does.
+TEST(AutodiffTest, ParameterOfMasterFindsOnlyMasters) {
+  auto step = BuildTrainingStep(TinyBf16Forward(2), Bf16Options(1));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(ParameterOfMaster(*step, *step->FindTensor("head.master")),
+            step->FindTensor("head"));
+  for (const char* other : {"head", "head.m", "head.master.new", "tokens"}) {
+    EXPECT_FALSE(ParameterOfMaster(*step, *step->FindTensor(other)).has_value()) << other;
+  }
+}
+
+// Random feeds start each master at its parameter's values (an f32 copy), and
+// the moments apart from them.
+TEST(AutodiffTest, RandomFeedsStartMastersAtTheirParameters) {
+  auto step = BuildTrainingStep(TinyBf16Forward(2), Bf16Options(1));
+  ASSERT_TRUE(step.ok()) << step.status();
+  auto feeds = RandomFeeds(*step, /*seed=*/9);
+  for (const char* p : {"embed", "head"}) {
+    const HostTensor& param = feeds.at(*step->FindTensor(p));
+    const HostTensor& master = feeds.at(*step->FindTensor(absl::StrCat(p, ".master")));
+    EXPECT_EQ(master.data, param.data) << p;
+    EXPECT_EQ(master.dtype, DType::kF32);
+    EXPECT_NE(feeds.at(*step->FindTensor(absl::StrCat(p, ".m"))).data, param.data) << p;
+  }
+}
+
+// Precision names parse back; anything else names the accepted values.
+TEST(AutodiffTest, ParsesPrecisionNames) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    EXPECT_EQ(*ParsePrecision(PrecisionName(p)), p);
+  }
+  auto bad = ParsePrecision("fp16");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bf16, fp32"), std::string::npos) << bad.status();
+  EXPECT_EQ(ModelDType(Precision::kBf16), DType::kBF16);
+  EXPECT_EQ(ModelDType(Precision::kFp32), DType::kF32);
 }
 
 }  // namespace

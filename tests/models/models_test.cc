@@ -328,6 +328,28 @@ TEST_P(ModelTest, BatchSeqAndDtypeOptionsApply) {
   }
 }
 
+// A bf16 model computes its cross-entropy in f32, on its logits cast up (as
+// Megatron-LM does): the loss is f32, everything before the cast bf16. An f32
+// model has no cast.
+TEST_P(ModelTest, Bf16ModelsComputeTheirLossInF32) {
+  ModelOptions o = Tiny();
+  o.dtype = ir::DType::kBF16;
+  auto g = BuildForward(GetParam(), o);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto cast = g->FindTensor("loss.logits_f32");
+  ASSERT_TRUE(cast.has_value());
+  const ir::Op& op = g->op(g->tensor(*cast).producer);
+  EXPECT_EQ(op.kind, OpKind::kCast);
+  EXPECT_EQ(g->tensor(op.inputs[0]).name, "logits");
+  EXPECT_EQ(g->tensor(op.inputs[0]).dtype, ir::DType::kBF16);
+  EXPECT_EQ(g->tensor(*cast).dtype, ir::DType::kF32);
+  EXPECT_EQ(g->tensor(g->outputs()[0]).dtype, ir::DType::kF32);
+  auto f32 = BuildForward(GetParam(), Tiny());
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_FALSE(f32->FindTensor("loss.logits_f32").has_value());
+  for (const ir::Op& o32 : f32->ops()) EXPECT_NE(o32.kind, OpKind::kCast);
+}
+
 // Op kinds of the ops tagged `layer`, in order.
 std::vector<OpKind> KindsOfLayer(const Graph& g, int layer) {
   std::vector<OpKind> kinds;

@@ -76,6 +76,23 @@ inline std::vector<Case> Matrix() {
   return cases;
 }
 
+// The strategies the bf16 mixed-precision step is tested on: ZeRO 1 to 3 (the
+// masters sharded like the moments), pipelines (gpt2's tied embedding updated on
+// two stages), sequence parallelism with recomputation, and expert parallelism.
+inline std::vector<Case> Bf16Matrix() {
+  std::vector<Case> cases;
+  cases.push_back({"llama3_dp2_tp2_pp2_zero1_mb2", "llama3-8b", Make(2, 2, 2, 2, 1, false, 1)});
+  cases.push_back({"llama3_dp2_tp2_pp2_sp_zero1_recompute", "llama3-8b",
+                   Make(2, 2, 2, 2, 1, true, 1, true)});
+  cases.push_back({"llama3_zero2_dp2_tp2", "llama3-8b", Make(2, 2, 1, 2, 1, false, 2)});
+  cases.push_back({"llama3_zero3_tp2", "llama3-8b", Make(2, 2, 1, 1, 1, false, 3)});
+  cases.push_back({"gpt2_dp2_pp2_zero1", "gpt2", Make(2, 1, 2, 2, 1, false, 1)});
+  Strategy ep2 = Make(4, 2, 2, 2, 1, false, 1);
+  ep2.ep = 2;
+  cases.push_back({"moe_dp4_ep2_tp2_pp2_zero1", "deepseek-v3-671b", ep2});
+  return cases;
+}
+
 }  // namespace loom::testing
 
 #endif  // LOOM_TESTS_TESTING_STRATEGY_MATRIX_H_

@@ -22,7 +22,7 @@ std::string Slurp(const std::string& path) {
 }
 
 // The Llama 3 70B example (tp8 pp4 dp16 vpp2, sequence parallel, distributed
-// optimizer, global batch 128) plans exactly as the equivalent flags.
+// optimizer, bf16, global batch 128) plans exactly as the equivalent flags.
 TEST(PlanConfigTest, Llama70bYamlGivesTheFlagsPlan) {
   const std::string yaml = std::string(LOOM_SOURCE_DIR) + "/examples/llama3-70b.yaml";
   const std::string from_yaml = ::testing::TempDir() + "plan_yaml.json";
@@ -31,7 +31,8 @@ TEST(PlanConfigTest, Llama70bYamlGivesTheFlagsPlan) {
   ASSERT_EQ(a.code, kExitOk) << a.err;
   Result b = RunCli({"plan", "--model", "llama3-70b", "--layers", "80", "--seq", "8192", "--dp",
                      "16", "--tp", "8", "--pp", "4", "--vpp", "2", "--sp", "--zero", "1",
-                     "--microbatches", "8", "--batch", "16", "-o", from_flags});
+                     "--microbatches", "8", "--batch", "16", "--precision", "bf16", "-o",
+                     from_flags});
   ASSERT_EQ(b.code, kExitOk) << b.err;
   EXPECT_TRUE(absl::StrContains(a.out, "512 devices")) << a.out;
   const std::string x = Slurp(from_yaml), y = Slurp(from_flags);

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "exec/plan_interpreter.h"
 #include "gtest/gtest.h"
@@ -18,8 +19,10 @@
 namespace loom::transform {
 namespace {
 
+using ::loom::testing::TinyBf16Step;
 using ::loom::testing::TinyStep;
 
+using ::loom::testing::Bf16Matrix;
 using ::loom::testing::Case;
 using ::loom::testing::Make;
 using ::loom::testing::Matrix;
@@ -191,6 +194,130 @@ TEST(ParallelizeTest, FactoredPlanExpandsToTheExplicitOne) {
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_LE(report->max_rel_error_all, 1e-9) << report->worst;
   }
+}
+
+// Elements of `tensor` each device is given as a plan input (a value nothing computes).
+std::map<int64_t, int64_t> InputElementsByDevice(const ir::Plan& plan, ir::TensorId tensor) {
+  std::vector<bool> computed(plan.values.size(), false);
+  for (const ir::Task& t : plan.tasks) {
+    for (ir::ValueId v : t.outputs) computed[v] = true;
+  }
+  for (const ir::Collective& c : plan.collectives) {
+    for (ir::ValueId v : c.outputs) computed[v] = true;
+  }
+  std::map<int64_t, int64_t> elements;
+  for (const ir::PlanValue& v : plan.values) {
+    if (computed[v.id] || v.sub.tensor != tensor) continue;
+    int64_t n = 1;
+    for (int64_t d : ir::BoxDims(v.sub.box)) n *= d;
+    elements[v.device] += n;
+  }
+  return elements;
+}
+
+// The first moment `<param>.m` of master `<param>.master`.
+ir::TensorId MomentOfMaster(const ir::Graph& spec, ir::TensorId master) {
+  const std::string& name = spec.tensor(master).name;
+  return *spec.FindTensor(name.substr(0, name.size() - std::string(".master").size()) + ".m");
+}
+
+// The bf16 mixed-precision step under every strategy of its matrix: the plan,
+// explicit and factored, reproduces the single-device step (fp64 arithmetic, where
+// casts are the identity) to 1e-9, and every device holds as much of each master
+// as of its first moment.
+class Bf16ParallelizeTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Bf16ParallelizeTest, PlanMatchesReferenceNumerically) {
+  const Case& c = GetParam();
+  ir::Graph spec = TinyBf16Step(c.model, c.strategy.microbatches, c.layers,
+                                c.batch > 0 ? c.batch : 2 * c.strategy.dp);
+  for (bool factored : {false, true}) {
+    SCOPED_TRACE(factored ? "factored" : "explicit");
+    Strategy s = c.strategy;
+    s.factored = factored;
+    auto plan = Parallelize(spec, s);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(ir::ValidatePlan(spec, *plan).ok()) << ir::ValidatePlan(spec, *plan);
+    auto report = exec::CheckPlanNumerics(spec, *plan, /*seed=*/5);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_GT(report->values_checked, 0);
+    EXPECT_LE(report->max_rel_error_all, 1e-9) << report->worst;
+    if (factored) continue;
+    for (const ir::Tensor& t : spec.tensors()) {
+      if (!ir::ParameterOfMaster(spec, t.id).has_value()) continue;
+      EXPECT_EQ(InputElementsByDevice(*plan, t.id),
+                InputElementsByDevice(*plan, MomentOfMaster(spec, t.id)))
+          << t.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Bf16ParallelizeTest, ::testing::ValuesIn(Bf16Matrix()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+// ZeRO-1 (the distributed optimizer) shards each f32 master over the data-parallel
+// group exactly as it shards the moments: each device holds the master's and the
+// moments' same 1/dp of the parameter's tensor-parallel piece. Without ZeRO every
+// replica holds its whole piece.
+TEST(ParallelizeTest, ZeroOneShardsMastersLikeMoments) {
+  ir::Graph spec = TinyBf16Step("llama3-8b", 2, 2, 4);
+  for (int zero : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("zero ", zero));
+    std::vector<std::string> whole;
+    auto plan = Parallelize(spec, Make(2, 2, 1, 2, 1, false, zero), &whole);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(whole.empty());
+    int masters = 0;
+    for (const ir::Tensor& t : spec.tensors()) {
+      std::optional<ir::TensorId> param = ir::ParameterOfMaster(spec, t.id);
+      if (!param.has_value()) continue;
+      ++masters;
+      const auto master = InputElementsByDevice(*plan, t.id);
+      const auto m = InputElementsByDevice(*plan, MomentOfMaster(spec, t.id));
+      const auto p = InputElementsByDevice(*plan, *param);
+      EXPECT_EQ(master, m) << t.name;
+      ASSERT_EQ(master.size(), 4u) << t.name;
+      for (const auto& [device, n] : master) {
+        EXPECT_EQ(n * (zero == 1 ? 2 : 1), p.at(device)) << t.name << " on device " << device;
+      }
+    }
+    EXPECT_EQ(masters, std::count_if(spec.tensors().begin(), spec.tensors().end(),
+                                     [](const ir::Tensor& t) {
+                                       return t.role == ir::TensorRole::kParameter &&
+                                              t.producer == ir::kNoId;
+                                     }));
+  }
+}
+
+// In the bf16 step the data-parallel reduction reads only f32 gradients (the
+// accumulated main gradients); the one bf16 traffic across replicas is the
+// all-gather of the updated bf16 parameters.
+TEST(ParallelizeTest, Bf16ReducesMainGradientsInF32) {
+  ir::Graph spec = TinyBf16Step("llama3-8b", 2, 2, 4);
+  auto plan = Parallelize(spec, Make(2, 2, 2, 2, 1, false, 1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const ir::Mesh& mesh = plan->mesh;
+  const int dp_axis = 0;
+  ASSERT_EQ(mesh.axes()[dp_axis].name, "dp");
+  int f32_reductions = 0, bf16_gathers = 0;
+  for (const ir::Collective& c : plan->collectives) {
+    std::set<int64_t> replicas;
+    for (int64_t d : c.devices) replicas.insert(mesh.Coordinates(d)[dp_axis]);
+    if (replicas.size() < 2) continue;
+    const ir::PlanValue& in = plan->values[c.inputs[0]];
+    const ir::Tensor& t = spec.tensor(in.sub.tensor);
+    if (c.kind == ir::CollectiveKind::kAllGather) {
+      EXPECT_EQ(t.role, ir::TensorRole::kParameter) << t.name;
+      bf16_gathers += in.dtype == ir::DType::kBF16;
+      continue;
+    }
+    EXPECT_EQ(in.dtype, ir::DType::kF32) << ir::CollectiveKindName(c.kind) << " of " << t.name;
+    if (t.role == ir::TensorRole::kGradient && absl::StartsWith(t.name, "grad.")) ++f32_reductions;
+  }
+  EXPECT_GT(f32_reductions, 0);
+  EXPECT_GT(bf16_gathers, 0);
 }
 
 // An explicit plan too large to hold is refused with a pointer to the factored form.
