@@ -30,6 +30,33 @@ bool IsFree(const Graph& spec, TensorId t) {
   return tensor.producer == ir::kNoId && tensor.role != ir::TensorRole::kInput;
 }
 
+// The weight whose gradient a weight-gradient op computes: for linear_wgrad(dy, x),
+// the weight of a linear reading x; for embedding_grad(ids, dy), the table of an
+// embedding reading ids; in both, one whose shape is the gradient's (linears
+// reading one input with weights of one shape, such as a gate and an up
+// projection, split alike).
+std::optional<TensorId> WeightOfGradient(const Graph& spec, const Op& op,
+                                         const TensorType& gradient) {
+  OpKind forward;
+  TensorId shared;
+  if (op.kind == OpKind::kLinearWGrad && op.inputs.size() == 2) {
+    forward = OpKind::kLinear;
+    shared = op.inputs[1];
+  } else if (op.kind == OpKind::kEmbeddingGrad && op.inputs.size() == 2) {
+    forward = OpKind::kEmbedding;
+    shared = op.inputs[0];
+  } else {
+    return std::nullopt;
+  }
+  for (OpId c : spec.consumers(shared)) {
+    const Op& f = spec.op(c);
+    if (f.kind != forward || f.inputs.size() < 2 || f.inputs[0] != shared) continue;
+    const TensorId w = f.inputs[1];
+    if (IsFree(spec, w) && spec.tensor(w).shape == gradient.shape) return w;
+  }
+  return std::nullopt;
+}
+
 // Ops linear in every input: they may run on partial sums. A cast between float
 // dtypes counts as linear (it keeps the value over the reals): a mixed-precision
 // step's main gradients are cast up before they are reduced.
@@ -309,10 +336,26 @@ absl::Status Policy::Decide(const Op& op) {
         try_label(sig.inputs[0][layout_[*param][g].dim]);
       }
     }
-    // Follow the split of an input that arrives sharded.
-    for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
-      const AxisLayout* a = produced(i, g);
-      if (a != nullptr && a->kind == AxisKind::kSharded) try_label(sig.inputs[i][a->dim]);
+    // A weight gradient lies like its weight: computed on the weight's shard from
+    // gathered activations (Megatron-LM's backward), not summed whole from sequence
+    // pieces.
+    if (labels.empty() && !out.empty()) {
+      if (std::optional<TensorId> w = WeightOfGradient(spec_, op, out[0]);
+          w.has_value() && !layout_[*w].empty() && layout_[*w][g].kind == AxisKind::kSharded) {
+        try_label(sig.outputs[0][layout_[*w][g].dim]);
+      }
+    }
+    // Follow the split of an input that arrives sharded: a parameter's first (the
+    // backward of a row-parallel linear computes with the weight's shard and
+    // gathers the activation gradient, as Megatron-LM does, rather than gathering
+    // the weight, which would stay whole on every device through every
+    // micro-batch), then the others.
+    for (int pass = 0; pass < 2 && labels.empty(); ++pass) {
+      for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
+        if (IsFree(spec_, op.inputs[i]) != (pass == 0)) continue;
+        const AxisLayout* a = produced(i, g);
+        if (a != nullptr && a->kind == AxisKind::kSharded) try_label(sig.inputs[i][a->dim]);
+      }
     }
     // Linear ops run on partial sums instead of reducing first.
     if (labels.empty() && LinearInAllInputs(spec_, op)) {

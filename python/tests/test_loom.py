@@ -111,8 +111,8 @@ def test_plan_search_verify_run(example, tmp_path):
     step, unscheduled = example
     plan = unscheduled.copy()
     summary = plan.search(step)
-    # The search orders this plan only, in place.
-    assert plan.scheduled and not plan.factored
+    # The search orders this plan only, in place; a factored plan stays factored.
+    assert plan.scheduled and plan.factored == unscheduled.factored
     assert not unscheduled.scheduled
     assert summary.period >= summary.period_lower_bound > 0
     assert summary.makespan >= summary.period

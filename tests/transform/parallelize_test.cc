@@ -121,6 +121,40 @@ TEST(ParallelizeTest, SequenceParallelUsesGatherAndReduceScatter) {
   EXPECT_EQ(CountCollectives(*plain)["reduce_scatter"], 0);
 }
 
+// Under sequence parallelism a weight is never gathered whole across the tensor-
+// parallel group (it would stay whole on every device through every micro-batch):
+// the backward of a row-parallel linear computes with the weight's shard and
+// gathers the activation gradient, and a weight gradient is computed on its
+// weight's shard (never a partial sum of a whole-size gradient).
+TEST(ParallelizeTest, SequenceParallelNeverGathersWeights) {
+  for (const char* model : {"llama3-8b", "gpt2"}) {
+    ir::Graph spec = TinyStep(model, 2, 2, 2);
+    auto plan = Parallelize(spec, Make(1, 2, 1, 2, 1, /*sp=*/true));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (const ir::Collective& c : plan->collectives) {
+      if (c.kind != ir::CollectiveKind::kAllGather) continue;
+      for (ir::ValueId v : c.outputs) {
+        const ir::Tensor& t = spec.tensor(plan->values[v].sub.tensor);
+        EXPECT_NE(t.role, ir::TensorRole::kParameter)
+            << model << ": collective " << c.id << " gathers weight '" << t.name << "'";
+      }
+    }
+    int weight_gradients = 0;
+    for (const ir::Task& t : plan->tasks) {
+      if (t.kind != ir::OpKind::kLinearWGrad && t.kind != ir::OpKind::kEmbeddingGrad) continue;
+      ++weight_gradients;
+      const ir::PlanValue& out = plan->values[t.outputs[0]];
+      EXPECT_TRUE(out.sub.part.IsFull())
+          << model << ": task " << t.id << " '" << ir::OpKindName(t.kind) << "' computes "
+          << out.sub.part.ToString() << " of '" << spec.tensor(out.sub.tensor).name << "'";
+    }
+    EXPECT_GT(weight_gradients, 0);
+    auto report = exec::CheckPlanNumerics(spec, *plan, /*seed=*/11);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_LE(report->max_rel_error_all, 1e-9) << report->worst;
+  }
+}
+
 // A canonical description of a plan that ignores how its ids are numbered.
 std::multiset<std::string> Canonical(const ir::Plan& plan) {
   auto sub = [&](ir::ValueId id) {
