@@ -178,9 +178,15 @@ absl::StatusOr<std::vector<TensorId>> Graph::AddOp(OpKind kind, std::vector<Tens
 std::string Graph::UniqueName(absl::string_view base) const {
   std::string name(base);
   if (!by_name_.contains(name)) return name;
-  for (int i = 2;; ++i) {
+  // Names are never removed, so every suffix below the one last found for this
+  // base is taken: probing resumes there (a base reused n times costs n, not n^2).
+  int& next = next_suffix_[name];
+  for (int i = std::max(next, 2);; ++i) {
     name = absl::StrCat(base, ".", i);
-    if (!by_name_.contains(name)) return name;
+    if (!by_name_.contains(name)) {
+      next = i;
+      return name;
+    }
   }
 }
 

@@ -172,6 +172,8 @@ class Graph {
   std::vector<std::vector<OpId>> consumers_;   // by tensor
   std::vector<std::vector<OpId>> successors_;  // by op
   absl::flat_hash_map<std::string, TensorId> by_name_;
+  // UniqueName's memo: per base name, the last suffix it found free.
+  mutable absl::flat_hash_map<std::string, int> next_suffix_;
 };
 
 // "op 'linear' (h.3)": how errors name an op, by kind and first output name.

@@ -26,6 +26,29 @@ TEST(GraphTest, DimNamesChangeButDimsDoNot) {
   EXPECT_EQ(g.tensor(y).shape.names()[0], "rows");
 }
 
+// UniqueName gives the base when free, else the first free "base.k" (k >= 2),
+// also after many reuses and around names added by hand.
+TEST(GraphTest, UniqueNameTakesTheFirstFreeSuffix) {
+  Graph g("g");
+  auto add = [&](const std::string& name) {
+    ASSERT_TRUE(g.AddInput(name, Shape({1}), DType::kF32, TensorRole::kInput).ok()) << name;
+  };
+  EXPECT_EQ(g.UniqueName("x"), "x");
+  add("x");
+  for (int k = 2; k <= 1000; ++k) {
+    const std::string name = g.UniqueName("x");
+    ASSERT_EQ(name, "x." + std::to_string(k));
+    add(name);
+  }
+  add("x.1002");
+  EXPECT_EQ(g.UniqueName("x"), "x.1001");
+  add("x.1001");
+  EXPECT_EQ(g.UniqueName("x"), "x.1003");
+  EXPECT_EQ(g.UniqueName("y"), "y");
+  Graph copy = g;
+  EXPECT_EQ(copy.UniqueName("x"), "x.1003");
+}
+
 TEST(AttrMapTest, SortedByNameAndFoundByName) {
   AttrMap a{{"size", int64_t{4}}, {"dim", int64_t{1}}, {"dim", int64_t{7}}};
   ASSERT_EQ(a.values().size(), 2u);
