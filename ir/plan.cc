@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -379,7 +380,61 @@ bool operator==(const Factoring& a, const Factoring& b) {
 bool operator==(const Plan& a, const Plan& b) {
   return a.model == b.model && a.mesh == b.mesh && a.values == b.values && a.tasks == b.tasks &&
          a.collectives == b.collectives && a.outputs == b.outputs && a.order == b.order &&
-         a.factoring == b.factoring;
+         a.factored_order == b.factored_order && a.factoring == b.factoring;
+}
+
+// ---- FactoredOrder ---------------------------------------------------------------
+
+bool FactoredOrder::empty() const { return num_steps() == 0; }
+
+int64_t FactoredOrder::num_steps() const {
+  int64_t n = 0;
+  for (const std::vector<OrderRun>& program : programs) {
+    for (const OrderRun& run : program) {
+      if (run.segment >= 0 && run.segment < static_cast<int32_t>(segments.size())) {
+        n += static_cast<int64_t>(segments[run.segment].size());
+      }
+    }
+  }
+  return n;
+}
+
+std::vector<PlanStep> FactoredOrder::Program(size_t d) const {
+  std::vector<PlanStep> steps;
+  if (d >= programs.size()) return steps;
+  for (const OrderRun& run : programs[d]) {
+    if (run.segment < 0 || run.segment >= static_cast<int32_t>(segments.size())) continue;
+    for (PlanStep step : segments[run.segment]) {
+      step.microbatch = run.microbatch;
+      steps.push_back(step);
+    }
+  }
+  return steps;
+}
+
+FactoredOrder FactoredOrder::FromPrograms(const std::vector<std::vector<PlanStep>>& programs) {
+  FactoredOrder order;
+  std::map<std::vector<std::pair<bool, int32_t>>, int32_t> index;
+  order.programs.resize(programs.size());
+  for (size_t d = 0; d < programs.size(); ++d) {
+    const std::vector<PlanStep>& steps = programs[d];
+    for (size_t i = 0; i < steps.size();) {
+      size_t j = i;
+      std::vector<std::pair<bool, int32_t>> key;
+      for (; j < steps.size() && steps[j].microbatch == steps[i].microbatch; ++j) {
+        key.push_back({steps[j].is_collective, steps[j].id});
+      }
+      auto [it, inserted] = index.try_emplace(key, static_cast<int32_t>(order.segments.size()));
+      if (inserted) {
+        std::vector<PlanStep> segment;
+        for (const auto& [is_collective, id] : key) segment.push_back(PlanStep{is_collective, id});
+        order.segments.push_back(std::move(segment));
+      }
+      order.programs[d].push_back(OrderRun{it->second, steps[i].microbatch});
+      i = j;
+    }
+  }
+  return order;
 }
 
 // ---- MicrobatchMap ---------------------------------------------------------------

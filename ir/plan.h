@@ -222,6 +222,35 @@ struct PlanStep {
   }
 };
 
+// A run of a factored plan's program: the steps of `segment`, each as its copy
+// `microbatch` (-1 for untagged items).
+struct OrderRun {
+  int32_t segment = 0;
+  int32_t microbatch = -1;
+  bool operator==(const OrderRun& o) const {
+    return segment == o.segment && microbatch == o.microbatch;
+  }
+};
+
+// The order of a factored plan: one program per device of the scale unit, which
+// every data-parallel replica runs on its own copies, stated once per distinct run
+// of steps: a steady pipeline repeats a block's steps over every micro-batch.
+struct FactoredOrder {
+  std::vector<std::vector<PlanStep>> segments;  // their steps' microbatch is -1
+  std::vector<std::vector<OrderRun>> programs;  // per unit device
+  // No program has a step.
+  bool empty() const;
+  // Steps of all programs, each copy counted.
+  int64_t num_steps() const;
+  // Device d's program, each step with its copy.
+  std::vector<PlanStep> Program(size_t d) const;
+  // Programs cut into maximal runs of one copy, equal runs shared.
+  static FactoredOrder FromPrograms(const std::vector<std::vector<PlanStep>>& programs);
+  bool operator==(const FactoredOrder& o) const {
+    return segments == o.segments && programs == o.programs;
+  }
+};
+
 // Replication rules of a factored plan.
 struct Factoring {
   int64_t dp = 1;                // data-parallel replicas of the scale unit
@@ -236,10 +265,10 @@ struct Plan {
   std::vector<Task> tasks;
   std::vector<Collective> collectives;
   std::vector<ValueId> outputs;           // values claimed to hold the graph's outputs
-  // Per device, once scheduled (may be empty). A factored plan's order has one
-  // program per device of the scale unit (every data-parallel replica runs its
-  // unit device's program), each step naming an item and its micro-batch copy.
+  // An explicit plan's order: per device, once scheduled (may be empty).
   std::vector<std::vector<PlanStep>> order;
+  // A factored plan's order (may be empty); a factored plan has no `order`.
+  FactoredOrder factored_order;
   std::optional<Factoring> factoring;     // set: the plan is factored
 
   bool is_factored() const { return factoring.has_value(); }
@@ -321,22 +350,11 @@ class MicrobatchMap {
 // replica's: device d + r * dp_device_stride runs unit device d's program with each
 // step (item, micro-batch m) replaced by copy (r, m) of the item (the one copy of a
 // spans_dp collective).
-//
-// ExpandOptions::unit_only expands the micro-batches only: the plan of the scale
-// unit (replica 0) over a mesh of the unit's devices, its spans_dp collectives
-// restricted to the unit's members (what one replica's programs see: every replica
-// runs the same programs in step). ExpandOptions::lean leaves task attributes out
-// (for checks of the data flow and order, which never read them).
-struct ExpandOptions {
-  bool unit_only = false;
-  bool lean = false;
-};
-absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan,
-                                const ExpandOptions& options = {});
+absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan);
 
-// Where the items of a factored plan land in its expansion (ExpandPlan; the unit
-// alone is replica 0's ids): the expanded id of copy (r, m) of each task and collective, and
-// back. Ids of copies of one item are consecutive over m.
+// Where the items of a factored plan land in its expansion (ExpandPlan): the
+// expanded id of copy (r, m) of each task and collective. Ids of copies of one
+// item are consecutive over m.
 class ExpansionIds {
  public:
   explicit ExpansionIds(const Plan& plan);
@@ -345,23 +363,18 @@ class ExpansionIds {
   // range.
   TaskId TaskCopy(TaskId t, int64_t r, int m) const;
   CollectiveId CollectiveCopy(CollectiveId c, int64_t r, int m) const;
-  // The factored step (item, micro-batch copy or -1) an expanded task / collective
-  // of replica 0 is a copy of.
-  const PlanStep& TaskSource(TaskId expanded) const { return task_source_[expanded]; }
-  const PlanStep& CollectiveSource(CollectiveId expanded) const {
-    return collective_source_[expanded];
-  }
 
  private:
   std::vector<int32_t> task_first_;        // per factored task: replica 0's first copy
+  std::vector<char> task_tagged_;
   std::vector<int32_t> collective_first_;  // per factored collective: replica 0's first copy
+  std::vector<char> collective_tagged_;
   // Per factored collective not spanning dp: its first copy's offset within the
   // block of a later replica; -1 for a spans_dp collective.
   std::vector<int32_t> collective_later_;
   int64_t tasks_per_replica_ = 0;
   int64_t collectives_in_replica0_ = 0;
   int64_t collectives_per_later_replica_ = 0;
-  std::vector<PlanStep> task_source_, collective_source_;  // per expanded id of replica 0
 };
 
 // Copy (r, m) of a factored plan's value as ExpandPlan makes it: device shifted

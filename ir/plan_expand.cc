@@ -26,14 +26,12 @@ absl::Status FactoredError(absl::string_view where, absl::string_view message) {
 // spans_dp only while r == 0.
 class Expander {
  public:
-  Expander(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap,
-           const ExpandOptions& options)
+  Expander(const Graph& spec, const Plan& plan, const MicrobatchMap& mbmap)
       : spec_(spec),
         in_(plan),
         f_(*plan.factoring),
         mbmap_(mbmap),
-        options_(options),
-        replicas_(options.unit_only ? 1 : plan.factoring->dp) {}
+        replicas_(plan.factoring->dp) {}
 
   absl::StatusOr<Plan> Run();
 
@@ -57,8 +55,7 @@ class Expander {
   const Plan& in_;
   const Factoring& f_;
   const MicrobatchMap& mbmap_;
-  const ExpandOptions options_;
-  const int64_t replicas_;  // expanded replicas: dp, or 1 for the unit alone
+  const int64_t replicas_;  // dp
   Plan out_;
   std::vector<ValueId> first_;  // [r * num_values + v]: first expanded id
 };
@@ -152,7 +149,7 @@ absl::Status Expander::ExpandTasks() {
         e.recompute = task.recompute;
         e.id = static_cast<TaskId>(out_.tasks.size());
         e.device = Shift(task.device, r);
-        if (!options_.lean) e.attrs = ExpandedAttrs(task, r);
+        e.attrs = ExpandedAttrs(task, r);
         if (tagged) {
           e.op = mbmap_.Op(task.op, m);
           e.info.microbatch = m;
@@ -255,28 +252,52 @@ absl::Status Expander::ExpandOutputs() {
 }
 
 absl::Status Expander::ExpandOrder() {
-  if (in_.order.empty()) return absl::OkStatus();
-  const int64_t unit = static_cast<int64_t>(in_.order.size());
-  for (int64_t d = 0; d < unit; ++d) {
-    for (size_t k = 0; k < in_.order[d].size(); ++k) {
-      const PlanStep& step = in_.order[d][k];
+  const FactoredOrder& order = in_.factored_order;
+  if (order.programs.empty()) return absl::OkStatus();
+  for (size_t k = 0; k < order.segments.size(); ++k) {
+    for (const PlanStep& step : order.segments[k]) {
       const int64_t limit = step.is_collective ? in_.collectives.size() : in_.tasks.size();
-      const std::string where = absl::StrCat("order[", d, "][", k, "]");
       if (step.id < 0 || step.id >= limit) {
-        return FactoredError(where, absl::StrCat("unknown ", step.is_collective ? "collective" : "task",
-                                                 " id ", step.id));
+        return FactoredError(absl::StrCat("order segment ", k),
+                             absl::StrCat("unknown ", step.is_collective ? "collective" : "task",
+                                          " id ", step.id));
       }
-      const int tag = step.is_collective ? in_.collectives[step.id].microbatch
-                                         : in_.tasks[step.id].info.microbatch;
-      const bool ok = tag == 0 ? step.microbatch >= 0 && step.microbatch < f_.microbatches
-                               : step.microbatch == -1;
-      if (!ok) {
-        return FactoredError(where, absl::StrCat("micro-batch ", step.microbatch, " of ",
-                                                 tag == 0 ? "a tagged" : "an untagged",
-                                                 " item (expected ",
-                                                 tag == 0 ? absl::StrCat("0..", f_.microbatches - 1)
-                                                          : std::string("-1"),
-                                                 ")"));
+    }
+  }
+  // A valid order lists each copy of a task once and each copy of a collective
+  // once per unit member; a longer one is refused before it is expanded.
+  int64_t steps_in_plan = 0;
+  for (const Task& t : in_.tasks) steps_in_plan += t.info.microbatch == 0 ? f_.microbatches : 1;
+  for (const Collective& c : in_.collectives) {
+    steps_in_plan +=
+        (c.microbatch == 0 ? f_.microbatches : 1) * static_cast<int64_t>(c.devices.size());
+  }
+  if (order.num_steps() > steps_in_plan) {
+    return FactoredError("order", absl::StrCat("lists ", order.num_steps(),
+                                               " steps, more than the plan's ", steps_in_plan,
+                                               " task and collective copies"));
+  }
+  const int64_t unit = static_cast<int64_t>(order.programs.size());
+  for (int64_t d = 0; d < unit; ++d) {
+    for (size_t k = 0; k < order.programs[d].size(); ++k) {
+      const OrderRun& run = order.programs[d][k];
+      const std::string where = absl::StrCat("order[", d, "][", k, "]");
+      if (run.segment < 0 || run.segment >= static_cast<int32_t>(order.segments.size())) {
+        return FactoredError(where, absl::StrCat("unknown segment ", run.segment));
+      }
+      for (const PlanStep& step : order.segments[run.segment]) {
+        const int tag = step.is_collective ? in_.collectives[step.id].microbatch
+                                           : in_.tasks[step.id].info.microbatch;
+        const bool ok = tag == 0 ? run.microbatch >= 0 && run.microbatch < f_.microbatches
+                                 : run.microbatch == -1;
+        if (!ok) {
+          return FactoredError(
+              where, absl::StrCat("micro-batch ", run.microbatch, " of ",
+                                  tag == 0 ? "a tagged" : "an untagged", " item (expected ",
+                                  tag == 0 ? absl::StrCat("0..", f_.microbatches - 1)
+                                           : std::string("-1"),
+                                  ")"));
+        }
       }
     }
   }
@@ -285,34 +306,22 @@ absl::Status Expander::ExpandOrder() {
   for (int64_t r = 0; r < replicas_; ++r) {
     for (int64_t d = 0; d < unit; ++d) {
       std::vector<PlanStep>& program = out_.order[Shift(d, r)];
-      program.reserve(in_.order[d].size());
-      for (const PlanStep& step : in_.order[d]) {
-        const int m = std::max(step.microbatch, 0);
-        program.push_back(step.is_collective
-                              ? PlanStep{true, ids.CollectiveCopy(step.id, r, m)}
-                              : PlanStep{false, ids.TaskCopy(step.id, r, m)});
+      for (const OrderRun& run : order.programs[d]) {
+        const int m = std::max(run.microbatch, 0);
+        for (const PlanStep& step : order.segments[run.segment]) {
+          program.push_back(step.is_collective
+                                ? PlanStep{true, ids.CollectiveCopy(step.id, r, m)}
+                                : PlanStep{false, ids.TaskCopy(step.id, r, m)});
+        }
       }
     }
   }
   return absl::OkStatus();
 }
 
-// The mesh of one replica's devices: the outermost axis (dp) at size 1 when it
-// holds the replicas, else one axis of the unit's devices.
-Mesh UnitMesh(const Plan& plan) {
-  const Factoring& f = *plan.factoring;
-  if (f.dp <= 1) return plan.mesh;
-  std::vector<MeshAxis> axes = plan.mesh.axes();
-  if (!axes.empty() && axes[0].size == f.dp && f.dp * f.dp_device_stride == plan.mesh.num_devices()) {
-    axes[0].size = 1;
-    return Mesh(std::move(axes));
-  }
-  return Mesh({MeshAxis{"unit", f.dp_device_stride}});
-}
-
 absl::StatusOr<Plan> Expander::Run() {
   out_.model = in_.model;
-  out_.mesh = options_.unit_only ? UnitMesh(in_) : in_.mesh;
+  out_.mesh = in_.mesh;
   // Counts before allocating: ids are int32.
   auto count = [&](auto items, auto tagged) {
     int64_t n = 0;
@@ -397,8 +406,13 @@ absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap) {
                                       plan.mesh.ToString()));
   }
   const int64_t unit = f.dp > 1 ? f.dp_device_stride : devices;
-  if (!plan.order.empty() && static_cast<int64_t>(plan.order.size()) != unit) {
-    return FactoredError("order", absl::StrCat("has ", plan.order.size(),
+  if (!plan.order.empty()) {
+    return FactoredError("order", "a factored plan's order is its factored_order (one program "
+                                  "per unit device), not a per-device order");
+  }
+  const std::vector<std::vector<OrderRun>>& programs = plan.factored_order.programs;
+  if (!programs.empty() && static_cast<int64_t>(programs.size()) != unit) {
+    return FactoredError("order", absl::StrCat("has ", programs.size(),
                                                " device programs, the scale unit ", unit,
                                                " devices (one program per unit device)"));
   }
@@ -407,36 +421,30 @@ absl::Status ValidateFactoring(const Plan& plan, const MicrobatchMap& mbmap) {
 
 ExpansionIds::ExpansionIds(const Plan& plan) {
   const int microbatches = plan.is_factored() ? plan.factoring->microbatches : 1;
-  task_first_.reserve(plan.tasks.size());
   for (const Task& t : plan.tasks) {
+    const bool tagged = t.info.microbatch == 0;
     task_first_.push_back(static_cast<int32_t>(tasks_per_replica_));
-    const int copies = t.info.microbatch == 0 ? microbatches : 1;
-    for (int m = 0; m < copies; ++m) {
-      task_source_.push_back(
-          PlanStep{false, t.id, t.info.microbatch == 0 ? m : -1});
-    }
-    tasks_per_replica_ += copies;
+    task_tagged_.push_back(tagged);
+    tasks_per_replica_ += tagged ? microbatches : 1;
   }
   for (const Collective& c : plan.collectives) {
-    const int copies = c.microbatch == 0 ? microbatches : 1;
+    const bool tagged = c.microbatch == 0;
+    const int copies = tagged ? microbatches : 1;
     collective_first_.push_back(static_cast<int32_t>(collectives_in_replica0_));
+    collective_tagged_.push_back(tagged);
     collective_later_.push_back(
         c.spans_dp ? -1 : static_cast<int32_t>(collectives_per_later_replica_));
-    for (int m = 0; m < copies; ++m) {
-      collective_source_.push_back(PlanStep{true, c.id, c.microbatch == 0 ? m : -1});
-    }
     collectives_in_replica0_ += copies;
     if (!c.spans_dp) collectives_per_later_replica_ += copies;
   }
 }
 
 TaskId ExpansionIds::TaskCopy(TaskId t, int64_t r, int m) const {
-  const bool tagged = task_source_[task_first_[t]].microbatch >= 0;
-  return static_cast<TaskId>(r * tasks_per_replica_ + task_first_[t] + (tagged ? m : 0));
+  return static_cast<TaskId>(r * tasks_per_replica_ + task_first_[t] + (task_tagged_[t] ? m : 0));
 }
 
 CollectiveId ExpansionIds::CollectiveCopy(CollectiveId c, int64_t r, int m) const {
-  const int offset = collective_source_[collective_first_[c]].microbatch >= 0 ? m : 0;
+  const int offset = collective_tagged_[c] ? m : 0;
   if (r == 0 || collective_later_[c] < 0) {
     return static_cast<CollectiveId>(collective_first_[c] + offset);
   }
@@ -445,8 +453,7 @@ CollectiveId ExpansionIds::CollectiveCopy(CollectiveId c, int64_t r, int m) cons
                                    collective_later_[c] + offset);
 }
 
-absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan,
-                                const ExpandOptions& options) {
+absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan) {
   if (!plan.is_factored()) return plan;
   auto mbmap = MicrobatchMap::Build(spec);
   if (!mbmap.ok()) {
@@ -454,7 +461,7 @@ absl::StatusOr<Plan> ExpandPlan(const Graph& spec, const Plan& plan,
                         absl::StrCat("plan: spec: ", mbmap.status().message()));
   }
   LOOM_RETURN_IF_ERROR(ValidateFactoring(plan, *mbmap));
-  Expander expander(spec, plan, *mbmap, options);
+  Expander expander(spec, plan, *mbmap);
   return expander.Run();
 }
 

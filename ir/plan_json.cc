@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "ir/json_util.h"
@@ -101,47 +100,30 @@ void AppendSteps(std::string* out, const std::vector<PlanStep>& steps) {
   out->push_back(']');
 }
 
-// A factored plan's order, written once per distinct run: each device's program
-// is cut into maximal runs of steps of one micro-batch copy (or of untagged
-// items); each run's steps ([0, task id] or [1, collective id]) are listed once in
-// "order_segments", and "order" lists per unit device its runs as [segment, copy]
-// pairs (copy -1 for untagged items). A steady pipeline repeats a few runs over
-// every micro-batch, so the order costs about one micro-batch's steps.
-void AppendFactoredOrder(std::string* out, const std::vector<std::vector<PlanStep>>& order) {
-  absl::flat_hash_map<std::string, int> index;
-  std::vector<std::string> segments;
-  std::vector<std::vector<std::pair<int, int>>> programs(order.size());
-  for (size_t d = 0; d < order.size(); ++d) {
-    const std::vector<PlanStep>& steps = order[d];
-    for (size_t i = 0; i < steps.size();) {
-      size_t j = i;
-      std::string key = "[";
-      for (; j < steps.size() && steps[j].microbatch == steps[i].microbatch; ++j) {
-        absl::StrAppend(&key, j > i ? "," : "", "[", steps[j].is_collective ? 1 : 0, ",",
-                        steps[j].id, "]");
-      }
-      key.push_back(']');
-      auto [it, inserted] = index.try_emplace(key, static_cast<int>(segments.size()));
-      if (inserted) segments.push_back(std::move(key));
-      programs[d].push_back({it->second, steps[i].microbatch});
-      i = j;
-    }
-  }
+// A factored plan's order (docs/formats.md): its segments, each step [0, task id]
+// or [1, collective id], then per unit device its runs as [segment, copy] pairs.
+void AppendFactoredOrder(std::string* out, const FactoredOrder& order) {
   out->append("  \"order_segments\": [");
-  for (size_t k = 0; k < segments.size(); ++k) {
-    absl::StrAppend(out, k > 0 ? ",\n    " : "\n    ", segments[k]);
-  }
-  out->append(segments.empty() ? "],\n" : "\n  ],\n");
-  out->append("  \"order\": [");
-  for (size_t d = 0; d < programs.size(); ++d) {
-    out->append(d > 0 ? ",\n    [" : "\n    [");
-    for (size_t k = 0; k < programs[d].size(); ++k) {
-      absl::StrAppend(out, k > 0 ? "," : "", "[", programs[d][k].first, ",",
-                      programs[d][k].second, "]");
+  for (size_t k = 0; k < order.segments.size(); ++k) {
+    out->append(k > 0 ? ",\n    [" : "\n    [");
+    const std::vector<PlanStep>& steps = order.segments[k];
+    for (size_t i = 0; i < steps.size(); ++i) {
+      absl::StrAppend(out, i > 0 ? "," : "", "[", steps[i].is_collective ? 1 : 0, ",",
+                      steps[i].id, "]");
     }
     out->push_back(']');
   }
-  out->append(programs.empty() ? "]\n" : "\n  ]\n");
+  out->append(order.segments.empty() ? "],\n" : "\n  ],\n");
+  out->append("  \"order\": [");
+  for (size_t d = 0; d < order.programs.size(); ++d) {
+    out->append(d > 0 ? ",\n    [" : "\n    [");
+    for (size_t k = 0; k < order.programs[d].size(); ++k) {
+      absl::StrAppend(out, k > 0 ? "," : "", "[", order.programs[d][k].segment, ",",
+                      order.programs[d][k].microbatch, "]");
+    }
+    out->push_back(']');
+  }
+  out->append(order.programs.empty() ? "]\n" : "\n  ]\n");
 }
 
 // `"key": [\n    item,\n    item\n  ]`, one item per line.
@@ -503,12 +485,13 @@ absl::Status PlanReader::ReadOrder(const Json& j, Plan& plan) const {
 
 absl::Status PlanReader::ReadFactoredOrder(const Json& segments, const Json& j,
                                            Plan& plan) const {
+  FactoredOrder& order = plan.factored_order;
   LOOM_RETURN_IF_ERROR(ExpectArray(segments, "order_segments"));
-  std::vector<std::vector<PlanStep>> runs(segments.size());
+  order.segments.assign(segments.size(), {});
   for (size_t k = 0; k < segments.size(); ++k) {
     const std::string item = absl::StrCat("order_segments[", k, "]");
     LOOM_RETURN_IF_ERROR(ExpectArray(segments[k], item));
-    runs[k].reserve(segments[k].size());
+    order.segments[k].reserve(segments[k].size());
     for (size_t i = 0; i < segments[k].size(); ++i) {
       const Json& step = segments[k][i];
       const std::string at = absl::StrCat(item, "[", i, "]");
@@ -523,44 +506,29 @@ absl::Status PlanReader::ReadFactoredOrder(const Json& segments, const Json& j,
       if (id < 0 || id >= limit) {
         return Error(at, absl::StrCat("unknown ", kind == 1 ? "collective" : "task", " id ", id));
       }
-      runs[k].push_back(PlanStep{kind == 1, static_cast<int32_t>(id)});
+      order.segments[k].push_back(PlanStep{kind == 1, static_cast<int32_t>(id)});
     }
   }
-  // A valid order lists each copy of a task once and each copy of a collective
-  // once per member; a longer one is refused before it is built (segments repeat).
-  const int64_t copies = plan.factoring->microbatches;
-  int64_t steps_in_plan = 0;
-  for (const Task& t : plan.tasks) steps_in_plan += t.info.microbatch == 0 ? copies : 1;
-  for (const Collective& c : plan.collectives) {
-    steps_in_plan += (c.microbatch == 0 ? copies : 1) * static_cast<int64_t>(c.devices.size());
-  }
-  int64_t listed = 0;
   LOOM_RETURN_IF_ERROR(ExpectArray(j, "order"));
-  plan.order.assign(j.size(), {});
+  order.programs.assign(j.size(), {});
   for (size_t d = 0; d < j.size(); ++d) {
     const std::string list = absl::StrCat("order[", d, "]");
     LOOM_RETURN_IF_ERROR(ExpectArray(j[d], list));
+    order.programs[d].reserve(j[d].size());
     for (size_t k = 0; k < j[d].size(); ++k) {
       const Json& run = j[d][k];
       const std::string at = absl::StrCat(list, "[", k, "]");
       if (!run.is_array() || run.size() != 2) return Error(at, "expected [segment, micro-batch]");
       LOOM_ASSIGN_OR_RETURN(int64_t segment, Int(run[0], at));
       LOOM_ASSIGN_OR_RETURN(int64_t microbatch, Int(run[1], at));
-      if (segment < 0 || segment >= static_cast<int64_t>(runs.size())) {
+      if (segment < 0 || segment >= static_cast<int64_t>(order.segments.size())) {
         return Error(at, absl::StrCat("unknown segment ", segment));
       }
       if (microbatch < -1 || microbatch > INT32_MAX) {
         return Error(at, absl::StrCat("micro-batch ", microbatch, " is not a copy (-1 or more)"));
       }
-      listed += static_cast<int64_t>(runs[segment].size());
-      if (listed > steps_in_plan) {
-        return Error(at, absl::StrCat("the order lists more steps than the plan's ",
-                                      steps_in_plan, " task and collective copies"));
-      }
-      for (PlanStep step : runs[segment]) {
-        step.microbatch = static_cast<int32_t>(microbatch);
-        plan.order[d].push_back(step);
-      }
+      order.programs[d].push_back(
+          OrderRun{static_cast<int32_t>(segment), static_cast<int32_t>(microbatch)});
     }
   }
   return absl::OkStatus();
@@ -657,8 +625,8 @@ std::string PlanToJson(const Plan& plan) {
   out.append("  \"outputs\": ");
   AppendIds(&out, plan.outputs);
   out.append(",\n");
-  if (plan.is_factored() && !plan.order.empty()) {
-    AppendFactoredOrder(&out, plan.order);
+  if (plan.is_factored() && !plan.factored_order.programs.empty()) {
+    AppendFactoredOrder(&out, plan.factored_order);
   } else {
     AppendList(&out, "order", plan.order, AppendSteps, /*last=*/true);
   }

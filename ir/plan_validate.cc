@@ -513,12 +513,33 @@ absl::Status Validator::CheckCollectiveTypes(const Collective& c, const Where& w
 // factored plan) once on its own device's list, every collective (copy) once on
 // each member's list.
 absl::Status Validator::CheckOrder() const {
-  if (plan_.order.empty()) return absl::OkStatus();
   const bool factored = plan_.is_factored();
+  const FactoredOrder& runs = plan_.factored_order;
+  if (!factored && !runs.programs.empty()) {
+    return Error("order", "an explicit plan has a factored order (segments and runs)");
+  }
+  if (factored && !plan_.order.empty()) {
+    return Error("order", "a factored plan's order is written in segments and runs");
+  }
+  const int64_t listed = factored ? static_cast<int64_t>(runs.programs.size())
+                                  : static_cast<int64_t>(plan_.order.size());
+  if (listed == 0) return absl::OkStatus();
   const int64_t programs = factored && dp_ > 1 ? plan_.factoring->dp_device_stride : num_devices_;
-  if (static_cast<int64_t>(plan_.order.size()) != programs) {
-    return Error("order", "has ", plan_.order.size(), " device lists, ",
+  if (listed != programs) {
+    return Error("order", "has ", listed, " device lists, ",
                  factored ? "the scale unit has " : "the mesh has ", programs, " devices");
+  }
+  if (factored) {
+    for (size_t k = 0; k < runs.segments.size(); ++k) {
+      for (const PlanStep& s : runs.segments[k]) {
+        const int64_t limit = s.is_collective ? static_cast<int64_t>(plan_.collectives.size())
+                                              : static_cast<int64_t>(plan_.tasks.size());
+        if (s.id < 0 || s.id >= limit) {
+          return Error(absl::StrCat("order segment ", k), "unknown ",
+                       s.is_collective ? "collective" : "task", " id ", s.id);
+        }
+      }
+    }
   }
   const int copies = factored ? plan_.factoring->microbatches : 1;
   auto copies_of = [&](int tag) { return factored && tag == 0 ? copies : 1; };
@@ -538,49 +559,69 @@ absl::Status Validator::CheckOrder() const {
     return factored && s.microbatch >= 0 ? absl::StrCat(" (micro-batch ", s.microbatch, ")")
                                          : std::string();
   };
+  // One step of device d's program; `where` names it.
+  auto check = [&](int64_t d, const PlanStep& s, const auto& where) -> absl::Status {
+    const int64_t limit = s.is_collective ? static_cast<int64_t>(plan_.collectives.size())
+                                          : static_cast<int64_t>(plan_.tasks.size());
+    if (s.id < 0 || s.id >= limit) {
+      return Error(where(), "unknown ", s.is_collective ? "collective" : "task", " id ", s.id);
+    }
+    const int tag = s.is_collective ? plan_.collectives[s.id].microbatch
+                                    : plan_.tasks[s.id].info.microbatch;
+    const int n = copies_of(tag);
+    if (!factored && s.microbatch != -1) {
+      return Error(where(), "names micro-batch copy ", s.microbatch,
+                   " in an explicit plan (only a factored plan's order names copies)");
+    }
+    const bool copy_ok = tag == 0 ? s.microbatch >= 0 && s.microbatch < n : s.microbatch == -1;
+    if (factored && !copy_ok) {
+      return Error(where(), "micro-batch ", s.microbatch, " of ",
+                   s.is_collective ? "collective " : "task ", s.id, ", which is ",
+                   tag == 0 ? absl::StrCat("tagged (expected 0..", n - 1, ")")
+                            : std::string("untagged (expected -1)"));
+    }
+    const int64_t copy = std::max(s.microbatch, 0);
+    if (!s.is_collective) {
+      const Task& t = plan_.tasks[s.id];
+      if (t.device != d) return Error(where(), "task ", s.id, " runs on device ", t.device);
+      if (task_seen[task_first[s.id] + copy]++ > 0) {
+        return Error(where(), "task ", s.id, copy_name(s), " appears twice");
+      }
+      return absl::OkStatus();
+    }
+    const Collective& c = plan_.collectives[s.id];
+    bool member = false;
+    for (int64_t x : c.devices) member |= x == d;
+    if (!member) return Error(where(), "collective ", s.id, " does not include device ", d);
+    const int64_t k = collective_first[s.id] + copy;
+    if (last_device[k] == d) {
+      return Error(where(), "collective ", s.id, copy_name(s), " appears twice on device ", d);
+    }
+    last_device[k] = d;
+    ++collective_seen[k];
+    return absl::OkStatus();
+  };
   for (int64_t d = 0; d < programs; ++d) {
-    const std::vector<PlanStep>& steps = plan_.order[d];
-    for (size_t j = 0; j < steps.size(); ++j) {
-      const std::string where = absl::StrCat("order[", d, "][", j, "]");
-      const PlanStep& s = steps[j];
-      const int64_t limit = s.is_collective ? static_cast<int64_t>(plan_.collectives.size())
-                                            : static_cast<int64_t>(plan_.tasks.size());
-      if (s.id < 0 || s.id >= limit) {
-        return Error(where, "unknown ", s.is_collective ? "collective" : "task", " id ", s.id);
+    if (!factored) {
+      const std::vector<PlanStep>& steps = plan_.order[d];
+      for (size_t j = 0; j < steps.size(); ++j) {
+        LOOM_RETURN_IF_ERROR(
+            check(d, steps[j], [&] { return absl::StrCat("order[", d, "][", j, "]"); }));
       }
-      const int tag = s.is_collective ? plan_.collectives[s.id].microbatch
-                                      : plan_.tasks[s.id].info.microbatch;
-      const int n = copies_of(tag);
-      if (!factored && s.microbatch != -1) {
-        return Error(where, "names micro-batch copy ", s.microbatch,
-                     " in an explicit plan (only a factored plan's order names copies)");
+      continue;
+    }
+    const std::vector<OrderRun>& program = runs.programs[d];
+    for (size_t j = 0; j < program.size(); ++j) {
+      const OrderRun& run = program[j];
+      if (run.segment < 0 || run.segment >= static_cast<int32_t>(runs.segments.size())) {
+        return Error(absl::StrCat("order[", d, "][", j, "]"), "unknown segment ", run.segment);
       }
-      const bool copy_ok = tag == 0 ? s.microbatch >= 0 && s.microbatch < n : s.microbatch == -1;
-      if (factored && !copy_ok) {
-        return Error(where, "micro-batch ", s.microbatch, " of ",
-                     s.is_collective ? "collective " : "task ", s.id, ", which is ",
-                     tag == 0 ? absl::StrCat("tagged (expected 0..", n - 1, ")")
-                              : std::string("untagged (expected -1)"));
+      for (PlanStep s : runs.segments[run.segment]) {
+        s.microbatch = run.microbatch;
+        LOOM_RETURN_IF_ERROR(check(d, s, [&] {
+          return absl::StrCat("order[", d, "][", j, "] (segment ", run.segment, ")");
+        }));
       }
-      const int64_t copy = std::max(s.microbatch, 0);
-      if (!s.is_collective) {
-        const Task& t = plan_.tasks[s.id];
-        if (t.device != d) return Error(where, "task ", s.id, " runs on device ", t.device);
-        if (task_seen[task_first[s.id] + copy]++ > 0) {
-          return Error(where, "task ", s.id, copy_name(s), " appears twice");
-        }
-        continue;
-      }
-      const Collective& c = plan_.collectives[s.id];
-      bool member = false;
-      for (int64_t x : c.devices) member |= x == d;
-      if (!member) return Error(where, "collective ", s.id, " does not include device ", d);
-      const int64_t k = collective_first[s.id] + copy;
-      if (last_device[k] == d) {
-        return Error(where, "collective ", s.id, copy_name(s), " appears twice on device ", d);
-      }
-      last_device[k] = d;
-      ++collective_seen[k];
     }
   }
   for (size_t t = 0; t < plan_.tasks.size(); ++t) {

@@ -166,6 +166,7 @@ int64_t PlanDevices(const ir::Plan& p) {
 }
 
 bool PlanScheduled(const ir::Plan& p) {
+  if (p.is_factored()) return !p.factored_order.empty();
   return std::any_of(p.order.begin(), p.order.end(),
                      [](const std::vector<ir::PlanStep>& steps) { return !steps.empty(); });
 }

@@ -114,9 +114,9 @@ struct PlanBlocks {
 absl::StatusOr<PlanBlocks> BlocksFromPlan(const ir::Graph& spec, const ir::Plan& plan,
                                           const CostModel& cost = {});
 
-// ApplySchedule orders a factored plan whose scale unit has at most this many
-// tasks and collectives over its micro-batches.
-inline constexpr int64_t kMaxExpandedSteps = 64'000'000;
+// ApplySchedule orders a factored plan whose scale unit runs at most this many
+// steps (task copies, and collective copies per member) over its micro-batches.
+inline constexpr int64_t kMaxExpandedSteps = 1'000'000'000;
 
 // `plan` with `order` filled from `schedule` (a valid schedule of `blocks.model`
 // over the plan's micro-batches): each device runs the tasks before the blocks in
@@ -126,10 +126,10 @@ inline constexpr int64_t kMaxExpandedSteps = 64'000'000;
 // sequential run of all devices, advancing the block instances in the order of
 // their simulated start times, has their inputs ready: every member lists them at
 // the same point of that run, so their relative order agrees on all members and
-// the programs cannot deadlock. A factored plan stays factored: its scale unit is
-// ordered over every micro-batch (at most `max_expanded_steps` tasks and
-// collectives) and the order, one program per unit device with each step naming
-// its item and micro-batch copy, is what every data-parallel replica runs. Errors name the place: a schedule that is
+// the programs cannot deadlock. A factored plan stays factored and is ordered
+// block by block without being expanded (schedule/factored_order.h): its
+// factored_order holds one program per scale-unit device, at most
+// `max_expanded_steps` steps in all, which every data-parallel replica runs. Errors name the place: a schedule that is
 // invalid or made for other blocks, or one that contradicts the plan's data flow.
 absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& plan,
                                        const PlanBlocks& blocks, const Schedule& schedule,

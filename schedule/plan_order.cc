@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
+#include "schedule/factored_order.h"
 #include "schedule/plan_steps.h"
 
 namespace loom::schedule {
@@ -30,26 +31,6 @@ using ir::Plan;
 using ir::PlanStep;
 using ir::Task;
 using ir::ValueId;
-
-// The plan whose steps are ordered: an explicit plan as it is; for a factored
-// plan, its scale unit over every micro-batch (one replica's programs, which every
-// replica runs), without task attributes.
-absl::StatusOr<Plan> OrderedPlan(const ir::Graph& spec, const Plan& plan, int64_t max_steps) {
-  if (!plan.is_factored()) return plan;
-  const ir::Factoring& f = *plan.factoring;
-  int64_t steps = 0;
-  for (const Task& t : plan.tasks) steps += t.info.microbatch >= 0 ? f.microbatches : 1;
-  for (const Collective& c : plan.collectives) steps += c.microbatch >= 0 ? f.microbatches : 1;
-  if (steps > max_steps) {
-    return Error("apply schedule: the plan's scale unit has ", steps,
-                 " tasks and collectives over its micro-batches, more than the ", max_steps,
-                 " this step orders");
-  }
-  ir::ExpandOptions unit;
-  unit.unit_only = true;
-  unit.lean = true;
-  return ir::ExpandPlan(spec, plan, unit);
-}
 
 absl::Status CheckBlocksMatch(const Assignment& a, const BlockModel& model) {
   if (static_cast<int>(a.blocks.size()) != model.num_blocks() || a.num_ranks != model.num_devices) {
@@ -225,7 +206,9 @@ absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& pl
                                        const PlanBlocks& blocks, const Schedule& schedule,
                                        int64_t max_expanded_steps) {
   LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
-  LOOM_ASSIGN_OR_RETURN(Plan out, OrderedPlan(spec, plan, max_expanded_steps));
+  Plan out = plan;
+  out.order.clear();
+  out.factored_order = {};
   LOOM_ASSIGN_OR_RETURN(StepGraph g, StepGraph::Build(out));
   LOOM_ASSIGN_OR_RETURN(Assignment a, AssignBlocks(out, g));
   LOOM_RETURN_IF_ERROR(CheckBlocksMatch(a, blocks.model));
@@ -239,31 +222,38 @@ absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& pl
     return Error("apply schedule: schedule: ", sim.status().message());
   }
   if (!sim->valid) return Error("apply schedule: the schedule is invalid: ", sim->violation);
+  if (out.is_factored()) {
+    // Steps of the scale unit's programs over every micro-batch.
+    int64_t steps = 0;
+    for (int s = 0; s < g.num_steps(); ++s) {
+      const int64_t copies = g.microbatch(s) >= 0 ? microbatches : 1;
+      steps += copies * (g.is_collective(s) ? static_cast<int64_t>(g.collective(s).devices.size())
+                                            : 1);
+    }
+    if (steps > max_expanded_steps) {
+      return Error("apply schedule: the plan's scale unit runs ", steps,
+                   " steps over its micro-batches, more than the ", max_expanded_steps,
+                   " this step orders");
+    }
+    LOOM_ASSIGN_OR_RETURN(out.factored_order,
+                          internal::FactoredPlanOrder(out, g, a, blocks.model, schedule, *sim));
+    return out;
+  }
   LOOM_ASSIGN_OR_RETURN(std::vector<DeviceProgram> programs,
                         DevicePrograms(out, g, a, schedule, *sim));
   Emitter emitter(out, g, std::move(programs));
   LOOM_ASSIGN_OR_RETURN(out.order, emitter.Run());
-  if (!plan.is_factored()) return out;
-  // The unit's programs, each step named by its factored item and copy.
-  const ir::ExpansionIds ids(plan);
-  Plan factored = plan;
-  factored.order.assign(out.order.size(), {});
-  for (size_t d = 0; d < out.order.size(); ++d) {
-    factored.order[d].reserve(out.order[d].size());
-    for (const PlanStep& step : out.order[d]) {
-      factored.order[d].push_back(step.is_collective ? ids.CollectiveSource(step.id)
-                                                     : ids.TaskSource(step.id));
-    }
-  }
-  return factored;
+  return out;
 }
 
 // ---------------------------------------------------------------------------
 // ScheduleFromPlanOrder.
 
 absl::StatusOr<Schedule> ScheduleFromPlanOrder(const ir::Plan& plan, const PlanBlocks& blocks) {
-  const bool any = std::any_of(plan.order.begin(), plan.order.end(),
-                               [](const std::vector<PlanStep>& p) { return !p.empty(); });
+  const bool any = plan.is_factored()
+                       ? !plan.factored_order.empty()
+                       : std::any_of(plan.order.begin(), plan.order.end(),
+                                     [](const std::vector<PlanStep>& p) { return !p.empty(); });
   if (!any) return Error("plan order: the plan has no per-device order (loom search --plan -o)");
   const int num_blocks = blocks.model.num_blocks();
   const int microbatches = blocks.microbatches;
@@ -273,7 +263,9 @@ absl::StatusOr<Schedule> ScheduleFromPlanOrder(const ir::Plan& plan, const PlanB
   schedule.name = "plan order";
   schedule.order.assign(blocks.model.num_devices, {});
   std::vector<int64_t> first_device(blocks.model.num_devices, -1);
-  for (size_t d = 0; d < plan.order.size(); ++d) {
+  const size_t programs =
+      plan.is_factored() ? plan.factored_order.programs.size() : plan.order.size();
+  for (size_t d = 0; d < programs; ++d) {
     const int rank =
         pp_axis < 0 ? 0 : static_cast<int>(plan.mesh.Coordinates(static_cast<int64_t>(d))[pp_axis]);
     if (rank < 0 || rank >= blocks.model.num_devices) {
@@ -282,7 +274,9 @@ absl::StatusOr<Schedule> ScheduleFromPlanOrder(const ir::Plan& plan, const PlanB
     }
     std::vector<Instance> seen;
     std::vector<char> listed(static_cast<size_t>(num_blocks) * microbatches, 0);
-    for (const PlanStep& step : plan.order[d]) {
+    const std::vector<PlanStep> program =
+        plan.is_factored() ? plan.factored_order.Program(d) : plan.order[d];
+    for (const PlanStep& step : program) {
       if (step.is_collective || step.id < 0 ||
           step.id >= static_cast<int>(blocks.task_block.size())) {
         continue;

@@ -162,7 +162,9 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
   out << "run: " << *path << " on " << (*backend)->name() << ", "
       << (bf16_step ? "bf16 (computed in fp32)" : precision) << ", "
       << train.steps << " step" << (train.steps == 1 ? "" : "s")
-      << (plan->order.empty() ? " (data-flow order)" : " (the plan's order)") << "\n";
+      << (plan->order.empty() && plan->factored_order.empty() ? " (data-flow order)"
+                                                              : " (the plan's order)")
+      << "\n";
   auto report = exec::RunTraining(*spec, *plan, **backend, train);
   if (!report.ok()) return FailRun(err, report.status());
   PrintReport(*report, *tolerance, exec_options.precision, out);

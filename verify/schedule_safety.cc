@@ -18,6 +18,7 @@
 #include "ir/op_kind.h"
 #include "ir/shape.h"
 #include "ir/status_macros.h"
+#include "verify/factored_schedule_safety.h"
 
 namespace loom::verify {
 namespace {
@@ -117,14 +118,11 @@ struct Simulation {
 
 class Checker {
  public:
-  // `spec` (may be null) gives the roles of values; `names` (may be null) names
-  // the steps of a factored plan's unit expansion by their factored items.
-  Checker(const Plan& plan, const SafetyOptions& options, const ir::Graph* spec = nullptr,
-          const ir::ExpansionIds* names = nullptr)
+  // `spec` (may be null) gives the roles of values.
+  Checker(const Plan& plan, const SafetyOptions& options, const ir::Graph* spec = nullptr)
       : plan_(plan),
         options_(options),
         spec_(spec),
-        names_(names),
         num_devices_(plan.mesh.num_devices()),
         num_tasks_(static_cast<int>(plan.tasks.size())),
         num_steps_(num_tasks_ + static_cast<int>(plan.collectives.size())) {}
@@ -171,7 +169,6 @@ class Checker {
   const Plan& plan_;
   const SafetyOptions options_;
   const ir::Graph* spec_;
-  const ir::ExpansionIds* names_;
   const int64_t num_devices_;
   const int num_tasks_;
   const int num_steps_;
@@ -214,13 +211,11 @@ std::string Checker::Describe(int s) const {
   if (!is_collective(s)) {
     const Task& t = task(s);
     if (t.info.microbatch >= 0) mb = absl::StrCat(" (micro-batch ", t.info.microbatch, ")");
-    const int id = names_ != nullptr ? names_->TaskSource(s).id : s;
-    return absl::StrCat("task #", id, " '", ir::OpKindName(t.kind), "'", mb);
+    return absl::StrCat("task #", s, " '", ir::OpKindName(t.kind), "'", mb);
   }
   const Collective& c = collective(s);
   if (c.microbatch >= 0) mb = absl::StrCat(" (micro-batch ", c.microbatch, ")");
-  const int id = names_ != nullptr ? names_->CollectiveSource(s - num_tasks_).id : s - num_tasks_;
-  return absl::StrCat(ir::CollectiveKindName(c.kind), " #", id, mb);
+  return absl::StrCat(ir::CollectiveKindName(c.kind), " #", s - num_tasks_, mb);
 }
 
 int Checker::RoleBucket(ValueId v) const {
@@ -800,37 +795,9 @@ absl::StatusOr<SafetyReport> CheckScheduleSafety(const ir::Plan& plan,
 
 absl::StatusOr<SafetyReport> CheckScheduleSafety(const ir::Graph& spec, const ir::Plan& plan,
                                                  const SafetyOptions& options) {
-  const bool scheduled = std::any_of(plan.order.begin(), plan.order.end(),
-                                     [](const std::vector<PlanStep>& p) { return !p.empty(); });
-  if (!plan.is_factored() || !scheduled) {
-    Checker checker(plan, options, &spec);
-    return checker.Run();
-  }
-  ir::ExpandOptions unit_only;
-  unit_only.unit_only = true;
-  unit_only.lean = true;
-  absl::StatusOr<ir::Plan> unit = ir::ExpandPlan(spec, plan, unit_only);
-  if (!unit.ok()) return Error(unit.status().message());
-  const ir::ExpansionIds names(plan);
-  Checker checker(*unit, options, &spec, &names);
-  LOOM_ASSIGN_OR_RETURN(SafetyReport report, checker.Run());
-  const ir::Factoring& f = *plan.factoring;
-  report.replicas = f.dp;
-  if (f.dp > 1 && !report.peak_bytes.empty()) {
-    // Every replica runs its unit device's program: the same peak.
-    const int64_t unit_devices = f.dp_device_stride;
-    std::vector<int64_t> peaks(plan.mesh.num_devices(), 0);
-    std::vector<MemoryByRole> roles(report.peak_by_role.empty() ? 0 : peaks.size());
-    for (int64_t r = 0; r < f.dp; ++r) {
-      for (int64_t d = 0; d < unit_devices; ++d) {
-        peaks[d + r * unit_devices] = report.peak_bytes[d];
-        if (!roles.empty()) roles[d + r * unit_devices] = report.peak_by_role[d];
-      }
-    }
-    report.peak_bytes = std::move(peaks);
-    report.peak_by_role = std::move(roles);
-  }
-  return report;
+  if (plan.is_factored()) return CheckFactoredScheduleSafety(spec, plan, options);
+  Checker checker(plan, options, &spec);
+  return checker.Run();
 }
 
 }  // namespace loom::verify

@@ -41,7 +41,9 @@
 //     keep the copy alive.
 //
 // A factored plan's order is checked on its scale unit over every micro-batch
-// (ExpandPlan with unit_only): every data-parallel replica runs its unit device's
+// copy, without expanding the plan (verify/factored_schedule_safety.h; a pair of
+// devices issuing shared collectives in different orders is reported as the
+// deadlock it causes): every data-parallel replica runs its unit device's
 // program, so replica r's run is replica 0's with devices and items shifted. A
 // collective spanning the replicas is reached by all of its members at the same
 // point of their (identical) programs, so it completes in the whole run exactly

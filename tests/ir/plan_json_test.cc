@@ -79,7 +79,7 @@ Plan SmallPlan() {
 std::string EditedJson(const std::function<void(Json&)>& edit) {
   Graph spec = PlanTestStep(2);
   Plan plan = ExplicitTestPlan(spec);
-  plan.order = {{PlanStep{false, 0}}, {}, {}, {}};
+  plan.factored_order = FactoredOrder::FromPrograms({{PlanStep{false, 0}}, {}, {}, {}});
   plan.factoring = Factoring{/*dp=*/1, /*dp_device_stride=*/0, /*microbatches=*/2};
   Json j = Json::parse(PlanToJson(plan));
   edit(j);

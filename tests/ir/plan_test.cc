@@ -437,7 +437,10 @@ TEST(ExpandPlanTest, RejectsBadFactoring) {
     auto got = ExpandPlan(spec, plan);
     return got.ok() ? std::string("ok") : std::string(got.status().message());
   };
-  EXPECT_EQ(error([](Plan& p) { p.order.assign(4, {}); }),
+  EXPECT_EQ(error([](Plan& p) { p.order.assign(2, {}); }),
+            "plan: order: a factored plan's order is its factored_order (one program per unit "
+            "device), not a per-device order");
+  EXPECT_EQ(error([](Plan& p) { p.factored_order.programs.assign(4, {}); }),
             "plan: order: has 4 device programs, the scale unit 2 devices (one program per unit "
             "device)");
   EXPECT_EQ(error([](Plan& p) { p.factoring->microbatches = 3; }),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <utility>
@@ -354,13 +355,17 @@ TEST(PlanBlocksTest, FactoredPlanKeepsItsFactoringWhenOrdered) {
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   ASSERT_TRUE(ordered->is_factored());
   const int64_t unit = ordered->factoring->dp_device_stride;
-  ASSERT_EQ(static_cast<int64_t>(ordered->order.size()), unit);
+  EXPECT_TRUE(ordered->order.empty());
+  ASSERT_EQ(static_cast<int64_t>(ordered->factored_order.programs.size()), unit);
   EXPECT_TRUE(ir::ValidatePlan(m.spec, *ordered).ok()) << ir::ValidatePlan(m.spec, *ordered);
-  int copies_named = 0;
-  for (const std::vector<ir::PlanStep>& program : ordered->order) {
-    for (const ir::PlanStep& step : program) copies_named += step.microbatch > 0;
+  // Each block's steps on a device are stated once and run for every micro-batch.
+  int repeated_runs = 0;
+  for (const std::vector<ir::OrderRun>& program : ordered->factored_order.programs) {
+    for (const ir::OrderRun& run : program) repeated_runs += run.microbatch > 0;
   }
-  EXPECT_GT(copies_named, 0);
+  EXPECT_GT(repeated_runs, 0);
+  EXPECT_LT(ordered->factored_order.segments.size(),
+            static_cast<size_t>(ordered->factored_order.num_steps()) / 3);
 
   // JSON keeps it exactly; the order is written once per distinct run of steps.
   const std::string text = ir::PlanToJson(*ordered);
@@ -368,7 +373,7 @@ TEST(PlanBlocksTest, FactoredPlanKeepsItsFactoringWhenOrdered) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(*back == *ordered);
   ir::Plan unordered = *ordered;
-  unordered.order.clear();
+  unordered.factored_order = {};
   EXPECT_LT(text.size(), ir::PlanToJson(unordered).size() * 3 / 2);
 
   auto expanded = ir::ExpandPlan(m.spec, *ordered);
@@ -402,35 +407,46 @@ TEST(PlanBlocksTest, BrokenFactoredOrdersAreRefused) {
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   ASSERT_TRUE(ir::ValidatePlan(spec, *ordered).ok());
   // An untagged step given a copy, a tagged step's copy out of range, a step twice.
-  ir::Plan bad = *ordered;
-  for (ir::PlanStep& step : bad.order[0]) {
-    if (step.microbatch < 0) {
-      step.microbatch = 0;
-      break;
+  auto edited = [&](const std::function<void(std::vector<std::vector<ir::PlanStep>>&)>& edit) {
+    std::vector<std::vector<ir::PlanStep>> programs;
+    for (size_t d = 0; d < ordered->factored_order.programs.size(); ++d) {
+      programs.push_back(ordered->factored_order.Program(d));
     }
-  }
+    edit(programs);
+    ir::Plan plan = *ordered;
+    plan.factored_order = ir::FactoredOrder::FromPrograms(programs);
+    return plan;
+  };
+  ir::Plan bad = edited([](auto& programs) {
+    for (ir::PlanStep& step : programs[0]) {
+      if (step.microbatch < 0) {
+        step.microbatch = 0;
+        break;
+      }
+    }
+  });
   EXPECT_NE(ir::ValidatePlan(spec, bad).message().find("untagged"), absl::string_view::npos)
       << ir::ValidatePlan(spec, bad);
-  bad = *ordered;
-  for (ir::PlanStep& step : bad.order[0]) {
-    if (step.microbatch >= 0) {
-      step.microbatch = 2;
-      break;
+  bad = edited([](auto& programs) {
+    for (ir::PlanStep& step : programs[0]) {
+      if (step.microbatch >= 0) {
+        step.microbatch = 2;
+        break;
+      }
     }
-  }
+  });
   EXPECT_NE(ir::ValidatePlan(spec, bad).message().find("expected 0..1"), absl::string_view::npos)
       << ir::ValidatePlan(spec, bad);
   EXPECT_FALSE(ir::ExpandPlan(spec, bad).ok());
-  bad = *ordered;
-  bad.order[0].push_back(bad.order[0].front());
+  bad = edited([](auto& programs) { programs[0].push_back(programs[0].front()); });
   EXPECT_NE(ir::ValidatePlan(spec, bad).message().find("appears twice"), absl::string_view::npos)
       << ir::ValidatePlan(spec, bad);
   // One program short of the scale unit.
   bad = *ordered;
-  bad.order.pop_back();
+  bad.factored_order.programs.pop_back();
   EXPECT_FALSE(ir::ValidatePlan(spec, bad).ok());
-  // JSON: a run naming a segment that is not there, and an order repeating a
-  // segment past the plan's size (refused before it is built).
+  // JSON: a run naming a segment that is not there; an order repeating a segment
+  // past the plan's size reads, but is refused before it is expanded.
   std::string text = ir::PlanToJson(*ordered);
   const size_t at = text.find("\"order\": [\n    [[");
   ASSERT_NE(at, std::string::npos);
@@ -443,12 +459,15 @@ TEST(PlanBlocksTest, BrokenFactoredOrdersAreRefused) {
       << read.status();
   std::string repeated = text;
   std::string runs;
-  for (int i = 0; i < 100000; ++i) runs += "[0,0],";
+  for (int i = 0; i < 100000; ++i) runs += "[0,-1],";
   repeated.insert(at + std::string("\"order\": [\n    [").size(), runs);
   read = ir::PlanFromJson(repeated, "p.json");
-  ASSERT_FALSE(read.ok());
-  EXPECT_NE(read.status().message().find("more steps than the plan"), absl::string_view::npos)
-      << read.status();
+  ASSERT_TRUE(read.ok()) << read.status();
+  auto expanded = ir::ExpandPlan(spec, *read);
+  ASSERT_FALSE(expanded.ok());
+  EXPECT_NE(expanded.status().message().find("more than the plan's"), absl::string_view::npos)
+      << expanded.status();
+  EXPECT_FALSE(ir::ValidatePlan(spec, *read).ok());
 }
 
 // The scale unit's steps over all micro-batches are bounded.

@@ -532,7 +532,7 @@ TEST(ScheduleSafetyTest, FactoredOrderIsCheckedOnItsScaleUnit) {
   st.factored = true;
   Scheduled s = ScheduledPlan("llama3-8b", st, /*layers=*/2, /*batch=*/4);
   ASSERT_TRUE(s.plan.is_factored());
-  ASSERT_FALSE(s.plan.order.empty());
+  ASSERT_FALSE(s.plan.factored_order.empty());
   absl::StatusOr<SafetyReport> unit = CheckScheduleSafety(s.spec, s.plan);
   ASSERT_TRUE(unit.ok()) << unit.status();
   EXPECT_TRUE(unit->checked);
@@ -557,7 +557,11 @@ TEST(ScheduleSafetyTest, FactoredOrderIsCheckedOnItsScaleUnit) {
 
   // Move a linear task of a later micro-batch to the front of device 0's program.
   ir::Plan mutated = s.plan;
-  std::vector<PlanStep>& program = mutated.order[0];
+  std::vector<std::vector<PlanStep>> programs;
+  for (size_t d = 0; d < s.plan.factored_order.programs.size(); ++d) {
+    programs.push_back(s.plan.factored_order.Program(d));
+  }
+  std::vector<PlanStep>& program = programs[0];
   auto it = std::find_if(program.begin() + 1, program.end(), [&](const PlanStep& p) {
     return !p.is_collective && p.microbatch == 2 &&
            s.plan.tasks[p.id].kind == ir::OpKind::kLinear;
@@ -566,6 +570,7 @@ TEST(ScheduleSafetyTest, FactoredOrderIsCheckedOnItsScaleUnit) {
   const PlanStep moved = *it;
   program.erase(it);
   program.insert(program.begin(), moved);
+  mutated.factored_order = ir::FactoredOrder::FromPrograms(programs);
   absl::StatusOr<SafetyReport> broken = CheckScheduleSafety(s.spec, mutated);
   ASSERT_TRUE(broken.ok()) << broken.status();
   const SafetyIssue* issue = Find(*broken, Kind::kDependency);
