@@ -357,6 +357,17 @@ absl::Status Policy::Decide(const Op& op) {
         if (a != nullptr && a->kind == AxisKind::kSharded) try_label(sig.inputs[i][a->dim]);
       }
     }
+    // Sequence parallelism between tensor-parallel regions: an op there runs on
+    // sequence pieces, so partial sums arriving from a row-parallel linear are
+    // reduce-scattered into them (Megatron-LM's sequence parallelism) rather than
+    // carried whole through the residual stream, where every micro-batch in
+    // flight would keep them whole.
+    if (g == kTp && s_.sp && labels.empty() && op.info.phase != ir::Phase::kOptimizer) {
+      for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
+        int sd = seq_dim_[op.inputs[i]];
+        if (sd >= 0 && !IsFree(spec_, op.inputs[i])) try_label(sig.inputs[i][sd]);
+      }
+    }
     // Linear ops run on partial sums instead of reducing first.
     if (labels.empty() && LinearInAllInputs(spec_, op)) {
       bool any = false, all = true;
@@ -370,14 +381,6 @@ absl::Status Policy::Decide(const Op& op) {
       // Never zero-split over dp: a factored plan could not write it, and explicit
       // and factored plans make the same decisions.
       if (any && (all || g != kDp)) part.on_partials[g] = true;
-    }
-    // Sequence parallelism between tensor-parallel regions.
-    if (g == kTp && s_.sp && labels.empty() && !part.on_partials[g] &&
-        op.info.phase != ir::Phase::kOptimizer) {
-      for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
-        int sd = seq_dim_[op.inputs[i]];
-        if (sd >= 0 && !IsFree(spec_, op.inputs[i])) try_label(sig.inputs[i][sd]);
-      }
     }
     part.split_labels[g] = labels;
   }

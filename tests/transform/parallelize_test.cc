@@ -155,6 +155,30 @@ TEST(ParallelizeTest, SequenceParallelNeverGathersWeights) {
   }
 }
 
+// Under sequence parallelism the residual stream between tensor-parallel regions
+// holds sequence pieces (a row-parallel linear's partial sums are reduce-scattered
+// into them), never whole partial sums that every micro-batch in flight would keep.
+TEST(ParallelizeTest, SequenceParallelResidualStreamHoldsSequencePieces) {
+  ir::Graph spec = TinyStep("llama3-8b", 2, 2, 2);
+  auto plan = Parallelize(spec, Make(1, 2, 1, 2, 1, /*sp=*/true));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int residual_adds = 0;
+  for (const ir::Task& t : plan->tasks) {
+    if (t.kind != ir::OpKind::kAdd || t.info.phase != ir::Phase::kForward || t.info.layer < 0 ||
+        t.recompute) {
+      continue;
+    }
+    const ir::PlanValue& out = plan->values[t.outputs[0]];
+    const ir::Tensor& tensor = spec.tensor(out.sub.tensor);
+    if (tensor.shape.rank() != 3) continue;
+    ++residual_adds;
+    EXPECT_TRUE(out.sub.part.IsFull()) << "'" << tensor.name << "' " << out.sub.part.ToString();
+    EXPECT_EQ(out.sub.box[1].size() * 2, tensor.shape.dim(1))
+        << "'" << tensor.name << "' " << ir::BoxToString(out.sub.box);
+  }
+  EXPECT_GT(residual_adds, 0);
+}
+
 // A canonical description of a plan that ignores how its ids are numbered.
 std::multiset<std::string> Canonical(const ir::Plan& plan) {
   auto sub = [&](ir::ValueId id) {
