@@ -77,6 +77,11 @@ absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorT
   };
   auto moves = [&](const Layout& l) {
     std::vector<ConversionStep> out;
+    // Data moves between shards only once every partial sum is reduced: gathering
+    // or exchanging partial sums is no collective's meaning (ir/collective_semantics.h).
+    const bool partial = std::any_of(l.begin(), l.end(), [](const AxisLayout& a) {
+      return a.kind == AxisKind::kPartial;
+    });
     for (int g = 0; g < axes; ++g) {
       const int64_t n = axis_size(g);
       if (n <= 1) continue;
@@ -113,7 +118,7 @@ absl::StatusOr<std::vector<ConversionStep>> CheapestConversion(const ir::TensorT
           }
           break;
         case AxisKind::kSharded:
-          if (!dim_free(l, a.dim, g)) break;
+          if (partial || !dim_free(l, a.dim, g)) break;
           add({}, ConversionKind::kCollective, ir::CollectiveKind::kAllGather, a.dim, -1,
               link.latency_seconds + (n - 1) * bytes / link.bytes_per_second);
           for (int d = 0; d < rank; ++d) {

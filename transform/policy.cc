@@ -30,33 +30,6 @@ bool IsFree(const Graph& spec, TensorId t) {
   return tensor.producer == ir::kNoId && tensor.role != ir::TensorRole::kInput;
 }
 
-// The weight whose gradient a weight-gradient op computes: for linear_wgrad(dy, x),
-// the weight of a linear reading x; for embedding_grad(ids, dy), the table of an
-// embedding reading ids; in both, one whose shape is the gradient's (linears
-// reading one input with weights of one shape, such as a gate and an up
-// projection, split alike).
-std::optional<TensorId> WeightOfGradient(const Graph& spec, const Op& op,
-                                         const TensorType& gradient) {
-  OpKind forward;
-  TensorId shared;
-  if (op.kind == OpKind::kLinearWGrad && op.inputs.size() == 2) {
-    forward = OpKind::kLinear;
-    shared = op.inputs[1];
-  } else if (op.kind == OpKind::kEmbeddingGrad && op.inputs.size() == 2) {
-    forward = OpKind::kEmbedding;
-    shared = op.inputs[0];
-  } else {
-    return std::nullopt;
-  }
-  for (OpId c : spec.consumers(shared)) {
-    const Op& f = spec.op(c);
-    if (f.kind != forward || f.inputs.size() < 2 || f.inputs[0] != shared) continue;
-    const TensorId w = f.inputs[1];
-    if (IsFree(spec, w) && spec.tensor(w).shape == gradient.shape) return w;
-  }
-  return std::nullopt;
-}
-
 // Ops linear in every input: they may run on partial sums. A cast between float
 // dtypes counts as linear (it keeps the value over the reals): a mixed-precision
 // step's main gradients are cast up before they are reduced.
@@ -83,6 +56,35 @@ std::optional<TensorId> UpdatedParameter(const Graph& spec, TensorId t) {
     return t;
   }
   return ir::ParameterOfMaster(spec, t);
+}
+
+// The parameter whose gradient `t` is (a micro-batch's piece of it): followed
+// through the step's data flow (casts to main gradients, accumulation, clipping) to
+// the optimizer update reading it as its gradient, whose updated tensor is the
+// parameter or its master copy. Only a tensor with the parameter's shape, within a
+// few steps of the update.
+std::optional<TensorId> ParameterOfGradient(const Graph& spec, TensorId t) {
+  const ir::Shape& shape = spec.tensor(t).shape;
+  std::vector<TensorId> frontier = {t};
+  for (int hop = 0; hop < 6 && !frontier.empty(); ++hop) {
+    std::vector<TensorId> next;
+    for (TensorId x : frontier) {
+      for (OpId c : spec.consumers(x)) {
+        const Op& op = spec.op(c);
+        if ((op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd) && op.inputs.size() >= 2 &&
+            op.inputs[1] == x) {
+          std::optional<TensorId> param = UpdatedParameter(spec, op.inputs[0]);
+          if (param.has_value() && spec.tensor(*param).shape.dims() == shape.dims()) return param;
+          continue;
+        }
+        if (op.info.phase == ir::Phase::kForward || op.outputs.size() != 1) continue;
+        if (spec.tensor(op.outputs[0]).shape.dims() != shape.dims()) continue;
+        next.push_back(op.outputs[0]);
+      }
+    }
+    frontier = std::move(next);
+  }
+  return std::nullopt;
 }
 
 // Cuts `costs` into `parts` contiguous chunks minimising the largest chunk cost.
@@ -289,6 +291,20 @@ absl::Status Policy::Decide(const Op& op) {
         }
       } else if (op.kind == OpKind::kEmbedding) {
         try_label(sig.inputs[1][0]);  // vocabulary-parallel
+      } else if (op.kind == OpKind::kMatMul && op.inputs.size() == 2 &&
+                 IsFree(spec_, op.inputs[1]) && in[1].shape.rank() >= 3) {
+        // Expert weights ([E, in, out] of a batched matmul) split over the tensor-
+        // parallel group like a linear's, as Megatron-LM's expert tensor parallelism
+        // does by default: the gate and up projections column-parallel, the down
+        // projection row-parallel on their output. Each device then holds its
+        // share of its experts and computes their weight gradients on it.
+        const AxisLayout* x = produced(0, g);
+        const int last = in[0].shape.rank() - 1;
+        if (x != nullptr && x->kind == AxisKind::kSharded && x->dim == last) {
+          try_label(sig.inputs[0][last]);  // row-parallel
+        } else {
+          try_label(sig.inputs[1][in[1].shape.rank() - 1]);  // column-parallel
+        }
       }
     }
     // Expert parallelism: expert weights ([E, ...] parameters of a batched matmul)
@@ -339,8 +355,10 @@ absl::Status Policy::Decide(const Op& op) {
     // A weight gradient lies like its weight: computed on the weight's shard from
     // gathered activations (Megatron-LM's backward), not summed whole from sequence
     // pieces.
-    if (labels.empty() && !out.empty()) {
-      if (std::optional<TensorId> w = WeightOfGradient(spec_, op, out[0]);
+    if (labels.empty() && op.outputs.size() == 1 && op.info.phase == ir::Phase::kBackward &&
+        spec_.tensor(op.outputs[0]).role == ir::TensorRole::kGradient &&
+        out[0].shape.rank() >= 2) {
+      if (std::optional<TensorId> w = ParameterOfGradient(spec_, op.outputs[0]);
           w.has_value() && !layout_[*w].empty() && layout_[*w][g].kind == AxisKind::kSharded) {
         try_label(sig.outputs[0][layout_[*w][g].dim]);
       }

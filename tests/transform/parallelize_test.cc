@@ -179,6 +179,67 @@ TEST(ParallelizeTest, SequenceParallelResidualStreamHoldsSequencePieces) {
   EXPECT_GT(residual_adds, 0);
 }
 
+// Expert weights split over the tensor-parallel group as well as by expert (gate
+// and up projections column-parallel, down projection row-parallel): each device
+// holds at most 1/(ep x tp) of them, computes their weight gradients on its share,
+// and no collective gathers or exchanges partial sums.
+TEST(ParallelizeTest, ExpertWeightsSplitOverTensorParallelism) {
+  // dp 2 x ep 2: one copy of each expert; dp 4 x ep 2: two, whose weight gradients
+  // are partial sums over the two until reduced.
+  for (int dp : {2, 4}) {
+    ir::Graph spec = TinyStep("deepseek-v3-671b", 2, 2, 2 * dp);
+    transform::Strategy s = Make(dp, 2, 1, 2, 1, /*sp=*/true, /*zero=*/1);
+    s.ep = 2;
+    auto plan = Parallelize(spec, s);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int expert_weights = 0, expert_gradients = 0;
+    for (const ir::PlanValue& v : plan->values) {
+      const ir::Tensor& t = spec.tensor(v.sub.tensor);
+      if (t.name.find(".moe.experts.w_") == std::string::npos ||
+          t.role != ir::TensorRole::kParameter || t.producer != ir::kNoId) {
+        continue;
+      }
+      ++expert_weights;
+      // The ffn dim (the output of gate and up, the input of down) is halved.
+      const int ffn = absl::StrContains(t.name, "w_down") ? 1 : 2;
+      EXPECT_EQ(v.sub.box[ffn].size() * 2, t.shape.dim(ffn))
+          << t.name << " " << ir::BoxToString(v.sub.box);
+      EXPECT_LE(ir::ValueShape(v).num_elements() * 4, t.shape.num_elements())
+          << t.name << " " << ir::BoxToString(v.sub.box);
+    }
+    for (const ir::Task& task : plan->tasks) {
+      const ir::PlanValue& out = plan->values[task.outputs[0]];
+      const ir::Tensor& t = spec.tensor(out.sub.tensor);
+      if (task.info.phase != ir::Phase::kBackward || task.kind != ir::OpKind::kMatMul ||
+          !absl::StartsWith(t.name, "d.") ||
+          t.name.find(".moe.experts.w_") == std::string::npos) {
+        continue;
+      }
+      ++expert_gradients;
+      if (dp == 2) {
+        EXPECT_TRUE(out.sub.part.IsFull()) << t.name << " " << out.sub.part.ToString();
+      }
+      EXPECT_LE(ir::ValueShape(out).num_elements() * 4, t.shape.num_elements())
+          << t.name << " " << ir::BoxToString(out.sub.box);
+    }
+    EXPECT_GT(expert_weights, 0);
+    EXPECT_GT(expert_gradients, 0);
+    for (const ir::Collective& c : plan->collectives) {
+      if (c.kind != ir::CollectiveKind::kAllGather && c.kind != ir::CollectiveKind::kAllToAll) {
+        continue;
+      }
+      for (ir::ValueId v : c.inputs) {
+        EXPECT_TRUE(plan->values[v].sub.part.IsFull())
+            << ir::CollectiveKindName(c.kind) << " " << c.id << " moves a partial sum of '"
+            << spec.tensor(plan->values[v].sub.tensor).name << "'";
+      }
+    }
+    auto report = exec::CheckPlanNumerics(spec, *plan, /*seed=*/13);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_LE(report->max_rel_error_all, 1e-9) << report->worst;
+  }
+}
+
 // A canonical description of a plan that ignores how its ids are numbered.
 std::multiset<std::string> Canonical(const ir::Plan& plan) {
   auto sub = [&](ir::ValueId id) {

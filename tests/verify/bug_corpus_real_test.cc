@@ -275,9 +275,9 @@ std::vector<Mutant> Corpus() {
                },
                FailureClass::kScaled});
   // DeepSpeed MoE, torchtitan-style expert parallelism, Megatron-FSDP with
-  // experts: expert gradients reduced over the expert-parallel group once more,
-  // 2x with ep = 2.
-  m.push_back({"ep_expert_grad_reduced_twice", "deepseek-v3-671b", Experts(2, 2), 0, 0,
+  // experts: expert gradients reduced once more over the group holding copies of
+  // the expert (its data-parallel replicas), 2x with two of them (dp 4, ep 2).
+  m.push_back({"ep_expert_grad_reduced_twice", "deepseek-v3-671b", Experts(4, 2), 0, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (const ir::Collective& c : p.collectives) {
                    if (c.kind != CollectiveKind::kAllReduce || c.devices.size() != 2 ||
