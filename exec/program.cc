@@ -244,6 +244,9 @@ absl::StatusOr<Program> LowerPlan(const ir::Graph& spec, const ir::Plan& plan,
                                   const LowerOptions& options) {
   Program program;
   if (plan.is_factored()) {
+    // Checked as written first, so that errors name the file's items, not the
+    // expansion's.
+    LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
     LOOM_ASSIGN_OR_RETURN(program.plan, ir::ExpandPlan(spec, plan));
   } else {
     program.plan = plan;

@@ -13,6 +13,7 @@
 #include "ir/status_macros.h"
 #include "schedule/list_schedule.h"
 #include "schedule/predefined.h"
+#include "smt/modulo_schedule.h"
 
 namespace loom::schedule {
 namespace {
@@ -23,6 +24,11 @@ using Clock = std::chrono::steady_clock;
 // makes the search exhaustive for packing; above it only columns at the block's
 // earliest start or right after a booked column are tried.
 constexpr int64_t kFullDomainPeriod = 256;
+
+// Periods handed to Z3 when the search leaves them undecided, and Z3's resource
+// limit per search node allowed (about a second for the default node limit).
+constexpr int kSolverPeriods = 4;
+constexpr uint64_t kSolverWorkPerNode = 25;
 
 struct Budget {
   int64_t nodes = 0;
@@ -512,6 +518,57 @@ absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const Model
     failed[i].second = try_period(failed[i].first, std::max<int64_t>(probe, left / 2));
     if (failed[i].second == ModuloSearch::Outcome::kFound) break;
   }
+  // Periods Z3 proved to have no repetend.
+  std::vector<int64_t> proved_infeasible;
+  // Without memory caps a period the search left undecided below the one found
+  // (or below the serial period, when none was found) goes to Z3, lowest first:
+  // the placement modulo the period is then a small integer program
+  // (smt/modulo_schedule.h), which decides in seconds what the search's budget did
+  // not. Z3's resource limit follows the node limit, so the result stays
+  // deterministic; a time limit bounds it too.
+  if (!model.has_cap()) {
+    smt::ModuloProblem problem;
+    problem.num_devices = model.num_devices;
+    problem.horizon = serial + 1;
+    for (const Block& b : model.blocks) {
+      smt::ModuloJob job;
+      job.span = b.span;
+      job.devices = b.devices;
+      for (const Dep& d : b.preds) job.preds.push_back({d.block, d.lag});
+      problem.jobs.push_back(std::move(job));
+    }
+    int tries = 0;
+    for (auto& [p, outcome] : failed) {
+      if (!offsets.empty() && p >= result.period) continue;
+      if (++tries > kSolverPeriods || Clock::now() > deadline) break;
+      problem.period = p;
+      smt::ModuloLimits limits;
+      limits.resource_limit = static_cast<uint64_t>(options.node_limit) * kSolverWorkPerNode;
+      if (deadline != Clock::time_point::max()) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        limits.timeout_ms = static_cast<unsigned>(std::max<int64_t>(1, left.count()));
+      }
+      bool proved_none = false;
+      LOOM_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> placed,
+                            smt::FindModuloOffsets(problem, limits, &proved_none));
+      if (proved_none) {
+        outcome = ModuloSearch::Outcome::kExhausted;
+        proved_infeasible.push_back(p);
+      }
+      if (!placed.has_value()) continue;
+      const int64_t first = *std::min_element(placed->begin(), placed->end());
+      int64_t latency = 0;
+      for (size_t b = 0; b < placed->size(); ++b) {
+        (*placed)[b] -= first;
+        latency = std::max(latency, (*placed)[b] + model.blocks[b].span);
+      }
+      offsets = *std::move(placed);
+      result.period = p;
+      result.latency = latency;
+      break;
+    }
+  }
   if (offsets.empty()) {
     // Out of budget: the serial period still gives a valid schedule.
     try_period(serial, std::max<int64_t>(options.node_limit, 1000));
@@ -528,7 +585,22 @@ absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const Model
         " (a limit of the search, not a proof that none exists); raise --node-limit"));
   }
   result.period_optimal = result.period == result.period_lower_bound;
-  if (!result.period_optimal && failed.empty()) {
+  // Above the bound the period is still optimal when every shorter one is proved
+  // to have no repetend.
+  bool shorter_proved = result.period > result.period_lower_bound;
+  for (int64_t p = result.period_lower_bound; p < result.period && shorter_proved; ++p) {
+    shorter_proved = std::find(proved_infeasible.begin(), proved_infeasible.end(), p) !=
+                     proved_infeasible.end();
+  }
+  if (shorter_proved) {
+    result.period_optimal = true;
+    result.gap_reason = absl::StrCat(
+        "no repetend at period", result.period - result.period_lower_bound > 1 ? "s " : " ",
+        result.period_lower_bound,
+        result.period - result.period_lower_bound > 1 ? absl::StrCat(" to ", result.period - 1)
+                                                      : std::string(),
+        " (proved: the blocks cannot be placed modulo a shorter period, whatever the memory)");
+  } else if (!result.period_optimal && failed.empty()) {
     // The time limit ended the probe before any period below this one was tried.
     result.gap_reason = absl::StrCat("periods ", result.period_lower_bound, " to ",
                                      result.period - 1, " not tried within the time limit");

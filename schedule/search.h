@@ -63,8 +63,11 @@ struct SearchResult {
   // and a predefined schedule is returned instead).
   int64_t period = 0;
   int64_t period_lower_bound = 0;  // max over devices of the work of one micro-batch
-  bool period_optimal = false;     // period == period_lower_bound: optimal in the model
-  // Why the period is above the bound, in words (empty when optimal).
+  // No repetend has a shorter period: the period equals its lower bound, or every
+  // shorter period was proved to have none (Z3, on models without memory caps).
+  bool period_optimal = false;
+  // Why the period is above the bound, in words (empty when it equals the bound);
+  // when period_optimal, the proof.
   std::string gap_reason;
   int64_t makespan_lower_bound = 0;  // MakespanLowerBound for N micro-batches
   // The returned makespan equals its lower bound: proved optimal among all

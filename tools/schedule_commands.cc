@@ -222,11 +222,14 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
   out << "schedule:     " << r.schedule.name << " (" << what << ")\n";
   if (r.period > 0) {
     out << "period:       " << r.period
-        << (r.period_optimal ? " (proved optimal for a repetend: equals the lower bound)" : "")
+        << (!r.period_optimal ? ""
+            : r.period == r.period_lower_bound
+                ? " (proved optimal for a repetend: equals the lower bound)"
+                : " (proved optimal for a repetend: no shorter period has one)")
         << "\n";
   }
   out << "lower bound:  " << r.period_lower_bound << " (most work of one micro-batch on a device)\n";
-  if (!r.period_optimal) out << "gap:          " << r.gap_reason << "\n";
+  if (!r.gap_reason.empty()) out << "gap:          " << r.gap_reason << "\n";
   out << "makespan:     " << r.sim.makespan << " (lower bound " << r.makespan_lower_bound
       << (r.makespan_optimal ? ": proved optimal" : "; not proved optimal") << ")\n";
   out << "bubble:       " << Percent(r.sim.bubble_ratio) << "\n";
@@ -249,7 +252,7 @@ std::string SearchJson(const schedule::BlockModel& model, const schedule::Search
   j["period"] = r.period;
   j["lower_bound"] = r.period_lower_bound;
   j["period_optimal"] = r.period_optimal;
-  if (!r.period_optimal) j["gap_reason"] = r.gap_reason;
+  if (!r.gap_reason.empty()) j["gap_reason"] = r.gap_reason;
   j["makespan"] = r.sim.makespan;
   j["makespan_lower_bound"] = r.makespan_lower_bound;
   j["makespan_optimal"] = r.makespan_optimal;
@@ -474,7 +477,8 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
                   "micro-batches of the predefined schedule (pairs for chimera, dualpipe)");
   flags.AddString("--plan", "FILE",
                   "a plan with its order ('loom search --plan -o'): its blocks, timed in the "
-                  "order the plan runs them");
+                  "order the plan runs them (the block order only: 'loom verify' checks the "
+                  "plan's programs)");
   AddSpecFlags(flags, "with --plan: ");
   flags.AddString("--chunks", "V", "model chunks per device for interleaved_1f1b (default 2)");
   AddStageFlags(flags);

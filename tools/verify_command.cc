@@ -122,7 +122,10 @@ void PrintReport(const verify::VerifyReport& r, const std::string& plan_path,
     const int64_t busiest = hi - r.peak_bytes.begin();
     if (static_cast<size_t>(busiest) < r.peak_by_role.size()) {
       const verify::MemoryByRole& m = r.peak_by_role[busiest];
-      out << "memory:       device " << busiest << " at its peak: weights " << Bytes(m.weights)
+      const int64_t unit = static_cast<int64_t>(r.peak_bytes.size()) / r.schedule_replicas;
+      out << "memory:       device " << busiest
+          << (r.schedule_replicas > 1 ? absl::StrCat(" (unit device ", busiest % unit, ")") : "")
+          << " at its peak: weights " << Bytes(m.weights)
           << ", gradients " << Bytes(m.gradients) << ", optimizer states "
           << Bytes(m.optimizer_states) << ", activations " << Bytes(m.activations)
           << ", communication " << Bytes(m.communication) << "\n";
@@ -130,7 +133,10 @@ void PrintReport(const verify::VerifyReport& r, const std::string& plan_path,
     if (r.memory_capacity_bytes.has_value()) {
       const bool fits = *hi <= *r.memory_capacity_bytes;
       out << "capacity:     " << Bytes(*r.memory_capacity_bytes) << " per device: "
-          << (fits ? "the plan fits" : "the plan does NOT fit") << " (largest peak " << Bytes(*hi)
+          << (fits ? "the plan fits" : "the plan does NOT fit")
+          << " as a training framework runs it (gradients accumulated in place; loom run holds "
+             "each micro-batch's until their sum) (largest peak "
+          << Bytes(*hi)
           << ", " << absl::StrFormat("%.1f", 100.0 * *hi / std::max<int64_t>(1, *r.memory_capacity_bytes))
           << "%)\n";
     }

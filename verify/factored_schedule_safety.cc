@@ -36,6 +36,8 @@ int64_t SaturatingMul(int64_t a, int64_t b) {
   return a * b;
 }
 
+int64_t SaturatingAdd(int64_t a, int64_t b) { return a > kInt64Max - b ? kInt64Max : a + b; }
+
 int64_t ValueBytes(const ir::PlanValue& v) {
   int64_t elements = 1;
   for (const ir::Interval& iv : v.sub.box) {
@@ -288,11 +290,9 @@ absl::Status FactoredChecker::Validate() {
   for (int64_t d = 0; d < unit_; ++d) {
     const std::vector<OrderRun>& runs = order_.programs[d];
     for (size_t k = 0; k < runs.size(); ++k) {
-      if (runs[k].segment < 0 || runs[k].segment >= static_cast<int32_t>(order_.segments.size()) ||
-          order_.segments[runs[k].segment].empty()) {
+      if (runs[k].segment < 0 || runs[k].segment >= static_cast<int32_t>(order_.segments.size())) {
         return absl::InvalidArgumentError(absl::StrCat("schedule safety: order[", d, "][", k,
-                                                       "]: unknown or empty segment ",
-                                                       runs[k].segment));
+                                                       "]: unknown segment ", runs[k].segment));
       }
       if (runs[k].microbatch < -1 || runs[k].microbatch >= copies_) {
         return absl::InvalidArgumentError(absl::StrCat("schedule safety: order[", d, "][", k,
@@ -429,7 +429,14 @@ void FactoredChecker::Simulate() {
   std::vector<Cursor> cursor(unit_);
   std::vector<int32_t> arrived(collective_first_.back(), 0);
   std::vector<int64_t> work;
-  for (int64_t d = 0; d < unit_; ++d) work.push_back(d);
+  for (int64_t d = 0; d < unit_; ++d) {
+    // Past empty runs at the start.
+    const std::vector<OrderRun>& runs = order_.programs[d];
+    while (cursor[d].run < runs.size() && order_.segments[runs[cursor[d].run].segment].empty()) {
+      ++cursor[d].run;
+    }
+    work.push_back(d);
+  }
   while (!work.empty()) {
     const int64_t d = work.back();
     work.pop_back();
@@ -555,9 +562,11 @@ void FactoredChecker::CheckMemory() {
     MemoryByRole peak_roles;
     PlanStep peak_step{};
     bool peak_at_start = true;
+    // Sums saturate: a peak past int64 stays the largest value, never wraps.
     auto add = [&](ValueId v, int64_t n) {
-      live += n;
-      role_live[bucket[v]] += n;
+      live = n >= 0 ? SaturatingAdd(live, n) : (live == kInt64Max ? live : live + n);
+      int64_t& r = role_live[bucket[v]];
+      r = n >= 0 ? SaturatingAdd(r, n) : (r == kInt64Max ? r : r + n);
     };
     for (ValueId v : on_device_[d]) {
       if (producer_kind_[v] != 0) continue;

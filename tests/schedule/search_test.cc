@@ -103,8 +103,27 @@ TEST(SearchTest, ReportsPackingGap) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->period_lower_bound, 2);
   EXPECT_EQ(r->period, 3);
-  EXPECT_THAT(r->gap_reason, HasSubstr("period 2: the blocks cannot be packed"));
+  // No cap: the solver proves that period 2 has no repetend.
+  EXPECT_TRUE(r->period_optimal);
+  EXPECT_THAT(r->gap_reason, HasSubstr("no repetend at period 2 (proved"));
   EXPECT_EQ(r->sim.makespan, 48);
+}
+
+// Tessel's placements on 16 devices without a cap: where the period stays above its
+// bound, every shorter period is proved to have no repetend.
+TEST(SearchTest, PeriodsAboveTheBoundAreProvedOptimalWithoutCaps) {
+  for (const std::string& name : {std::string("mshape"), std::string("nnshape")}) {
+    auto m = MakePlacement(name, 16, /*inference=*/false);
+    ASSERT_TRUE(m.ok()) << m.status();
+    m->memory_cap.clear();
+    auto r = Search(*m, 32);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_TRUE(r->sim.valid) << name;
+    EXPECT_TRUE(r->period_optimal) << name << ": " << r->gap_reason;
+    if (r->period > r->period_lower_bound) {
+      EXPECT_THAT(r->gap_reason, HasSubstr("(proved")) << name;
+    }
+  }
 }
 
 // The inference forms schedule with no memory and reach their period bound.

@@ -555,6 +555,19 @@ TEST(ScheduleSafetyTest, FactoredOrderIsCheckedOnItsScaleUnit) {
     EXPECT_GT(m.weights, 0) << d;
   }
 
+  // Empty runs change nothing, at the start of a program or inside it.
+  ir::Plan with_empty = s.plan;
+  with_empty.factored_order.segments.push_back({});
+  const int32_t empty = static_cast<int32_t>(with_empty.factored_order.segments.size() - 1);
+  std::vector<ir::OrderRun>& first = with_empty.factored_order.programs[0];
+  first.insert(first.begin(), ir::OrderRun{empty, -1});
+  std::vector<ir::OrderRun>& second = with_empty.factored_order.programs[1];
+  second.insert(second.begin() + static_cast<int64_t>(second.size() / 2), ir::OrderRun{empty, 0});
+  absl::StatusOr<SafetyReport> same = CheckScheduleSafety(s.spec, with_empty);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->issues.empty()) << Dump(*same);
+  EXPECT_EQ(same->peak_bytes, unit->peak_bytes);
+
   // Move a linear task of a later micro-batch to the front of device 0's program.
   ir::Plan mutated = s.plan;
   std::vector<std::vector<PlanStep>> programs;
