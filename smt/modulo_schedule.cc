@@ -32,13 +32,15 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> FindModuloOffsets(
       return std::nullopt;  // a block longer than the period overlaps its next instance
     }
     if (problem.horizon <= 0) {
-      horizon += j.span;
+      horizon += j.span + period;
       for (const auto& [p, lag] : j.preds) horizon += lag;
     }
   }
   try {
     z3::context ctx;
-    z3::optimize opt(ctx);
+    // Feasibility only: minimising the latency as well costs Z3 far more than
+    // finding a placement, and the period is what the repetend is for.
+    z3::solver opt(ctx);
     z3::params params(ctx);
     if (limits.timeout_ms > 0) params.set("timeout", limits.timeout_ms);
     if (limits.resource_limit > 0) {
@@ -48,7 +50,6 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> FindModuloOffsets(
     opt.set(params);
     std::vector<z3::expr> start, column;
     const z3::expr p = ctx.int_val(period);
-    z3::expr latency = ctx.int_const("latency");
     for (int i = 0; i < jobs; ++i) {
       start.push_back(ctx.int_const(absl::StrCat("s", i).c_str()));
       column.push_back(ctx.int_const(absl::StrCat("r", i).c_str()));
@@ -56,7 +57,6 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> FindModuloOffsets(
       opt.add(start[i] >= 0 && start[i] < ctx.int_val(horizon));
       opt.add(column[i] >= 0 && column[i] < p && turn >= 0);
       opt.add(start[i] == turn * p + column[i]);
-      opt.add(latency >= start[i] + ctx.int_val(problem.jobs[i].span));
       for (const auto& [q, lag] : problem.jobs[i].preds) {
         opt.add(start[i] >= start[q] + ctx.int_val(problem.jobs[q].span + lag));
       }
@@ -90,7 +90,6 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> FindModuloOffsets(
         }
       }
     }
-    opt.minimize(latency);
     const z3::check_result r = opt.check();
     if (r == z3::unsat) {
       if (proved_none != nullptr) *proved_none = true;

@@ -24,11 +24,16 @@ struct ModuloJob {
   std::vector<std::pair<int, int64_t>> preds;  // (job, lag)
 };
 
+// Offsets are sought below `horizon`. A placement that exists has one whose
+// offsets all lie below the spans and lags summed plus the period times the number
+// of jobs (shifting each job, in dependency order, down by whole periods while its
+// predecessors allow keeps its columns and every dependency), which is the default;
+// a smaller horizon can make "none" wrong.
 struct ModuloProblem {
   int num_devices = 0;
   std::vector<ModuloJob> jobs;
   int64_t period = 1;
-  int64_t horizon = 0;  // every offset below this (0: the jobs' spans and lags summed)
+  int64_t horizon = 0;  // 0: the safe default above
 };
 
 struct ModuloLimits {
@@ -36,7 +41,7 @@ struct ModuloLimits {
   unsigned timeout_ms = 0;      // wall clock; 0: none
 };
 
-// Offsets, with the latest end as small as the limits allowed; nullopt when Z3
+// Offsets (any valid ones; the latency is not minimised); nullopt when Z3
 // proved that none exist or did not decide within the limits (`proved_none` tells
 // which, when given).
 absl::StatusOr<std::optional<std::vector<int64_t>>> FindModuloOffsets(
