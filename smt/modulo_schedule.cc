@@ -115,13 +115,19 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> FindModuloOffsets(
       }
     }
     for (int d = 0; d < problem.num_devices; ++d) {
-      std::vector<char> busy(period, 0);
+      // Columns as intervals sorted by start: each ends before the next starts, and
+      // the last, wrapping, before the first comes round again.
+      std::vector<std::pair<int64_t, int64_t>> columns;  // start mod period, end
       for (int i : on[d]) {
-        for (int64_t k = 0; k < problem.jobs[i].span; ++k) {
-          char& cell = busy[(offsets[i] + k) % period];
-          if (cell) return std::nullopt;
-          cell = 1;
-        }
+        const int64_t c = offsets[i] % period;
+        columns.push_back({c, c + problem.jobs[i].span});
+      }
+      std::sort(columns.begin(), columns.end());
+      for (size_t k = 0; k + 1 < columns.size(); ++k) {
+        if (columns[k].second > columns[k + 1].first) return std::nullopt;
+      }
+      if (columns.size() > 1 && columns.back().second > columns.front().first + period) {
+        return std::nullopt;
       }
     }
     return offsets;
