@@ -36,6 +36,12 @@ struct Budget {
   Clock::time_point deadline = Clock::time_point::max();
   bool stopped = false;
 
+  // Whether time is left, checking the clock (for loops that run long between
+  // nodes: a period of millions of columns).
+  bool TimeLeft() {
+    if (!stopped && Clock::now() > deadline) stopped = true;
+    return !stopped;
+  }
   bool Spend() {
     if (stopped) return false;
     ++nodes;
@@ -284,9 +290,10 @@ class ModuloSearch {
     // The first block is pinned at 0: shifting every offset by one column changes nothing.
     const int64_t last = depth == 0 ? 0 : est + period_ - 1;
     for (int64_t t = est; t <= last; ++t) {
+      if (((t - est) & 4095) == 4095 && !budget_.TimeLeft()) return;
       const int64_t reach = std::max(bound, t + block.span + facts_.tail[b]);
-      if (!Fits(block, t)) continue;
       if (period_ > kFullDomainPeriod && !LeftJustified(block, t, est)) continue;
+      if (!Fits(block, t)) continue;
       Book(block, t, true);
       s_[b] = t;
       bool ok = true;
