@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "ir/op_kind.h"
 #include "ir/status_macros.h"
+#include "verify/schedule_memory.h"
 
 namespace loom::verify {
 namespace {
@@ -28,23 +29,9 @@ using ir::Task;
 using ir::ValueId;
 using Kind = SafetyIssue::Kind;
 
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-int64_t SaturatingMul(int64_t a, int64_t b) {
-  if (a == 0 || b == 0) return 0;
-  if (a > kInt64Max / b) return kInt64Max;
-  return a * b;
-}
-
-int64_t SaturatingAdd(int64_t a, int64_t b) { return a > kInt64Max - b ? kInt64Max : a + b; }
-
-int64_t ValueBytes(const ir::PlanValue& v) {
-  int64_t elements = 1;
-  for (const ir::Interval& iv : v.sub.box) {
-    elements = SaturatingMul(elements, std::max<int64_t>(iv.size(), 0));
-  }
-  return SaturatingMul(elements, ir::DTypeBytes(v.dtype));
-}
+using internal::kInt64Max;
+using internal::SaturatingAdd;
+using internal::ValueBytes;
 
 // A value copy a step reads or writes: the factored value and the copy's number.
 struct Ref {
@@ -505,15 +492,7 @@ void FactoredChecker::Simulate() {
 }
 
 int FactoredChecker::RoleBucket(ValueId v) const {
-  const ir::PlanValue& value = plan_.values[v];
-  const ir::TensorId t = value.sub.tensor;
-  const ir::TensorRole role = t >= 0 && t < spec_.num_tensors() ? spec_.tensor(t).role
-                                                                 : ir::TensorRole::kActivation;
-  if (role == ir::TensorRole::kParameter) return 0;
-  if (role == ir::TensorRole::kOptimizerState) return 2;
-  if (role == ir::TensorRole::kGradient && value.microbatch < 0) return 1;
-  if (producer_kind_[v] == 2) return 4;
-  return 3;
+  return internal::MemoryRoleBucket(&spec_, plan_.values[v], producer_kind_[v] == 2);
 }
 
 // 5. Live bytes per device, with the running gradient-accumulation sum.
@@ -532,12 +511,8 @@ void FactoredChecker::CheckMemory() {
   // Accumulations folded as their copies arrive: per value, the task summing it.
   std::vector<int32_t> folded_into(num_values, -1);
   for (const Task& t : plan_.tasks) {
-    if (t.kind != ir::OpKind::kAccumulate || t.info.microbatch >= 0 || t.outputs.size() != 1) {
-      continue;
-    }
     for (ValueId v : t.inputs) {
-      const ir::PlanValue& in = plan_.values[v];
-      if (in.microbatch == 0 && in.device == t.device && producer_kind_[v] != 0) {
+      if (internal::FoldsIntoRunningSum(t, plan_.values[v], producer_kind_[v] != 0)) {
         folded_into[v] = t.id;
       }
     }

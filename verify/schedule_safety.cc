@@ -19,6 +19,7 @@
 #include "ir/shape.h"
 #include "ir/status_macros.h"
 #include "verify/factored_schedule_safety.h"
+#include "verify/schedule_memory.h"
 
 namespace loom::verify {
 namespace {
@@ -36,23 +37,10 @@ absl::Status Error(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat("schedule safety: ", args...));
 }
 
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-int64_t SaturatingMul(int64_t a, int64_t b) {
-  if (a == 0 || b == 0) return 0;
-  if (a > kInt64Max / b) return kInt64Max;
-  return a * b;
-}
-
-int64_t SaturatingAdd(int64_t a, int64_t b) { return a > kInt64Max - b ? kInt64Max : a + b; }
-
-// Bytes of a value: its box's element count times its dtype's size.
-int64_t ValueBytes(const ir::PlanValue& v) {
-  int64_t elements = 1;
-  for (const ir::Interval& iv : v.sub.box)
-    elements = SaturatingMul(elements, std::max<int64_t>(iv.size(), 0));
-  return SaturatingMul(elements, ir::DTypeBytes(v.dtype));
-}
+using internal::kInt64Max;
+using internal::SaturatingAdd;
+using internal::SaturatingMul;
+using internal::ValueBytes;
 
 // Collects issues, detailing at most kMaxIssuesPerDevice per kind and first device.
 class IssueSink {
@@ -219,16 +207,8 @@ std::string Checker::Describe(int s) const {
 }
 
 int Checker::RoleBucket(ValueId v) const {
-  const ir::PlanValue& value = plan_.values[v];
-  const ir::TensorId t = value.sub.tensor;
-  const ir::TensorRole role = spec_ != nullptr && t >= 0 && t < spec_->num_tensors()
-                                  ? spec_->tensor(t).role
-                                  : ir::TensorRole::kActivation;
-  if (role == ir::TensorRole::kParameter) return 0;
-  if (role == ir::TensorRole::kOptimizerState) return 2;
-  if (role == ir::TensorRole::kGradient && value.microbatch < 0) return 1;
-  if (producer_[v] >= 0 && is_collective(producer_[v])) return 4;
-  return 3;
+  return internal::MemoryRoleBucket(spec_, plan_.values[v],
+                                    producer_[v] >= 0 && is_collective(producer_[v]));
 }
 
 // ---------------------------------------------------------------------------
@@ -632,12 +612,8 @@ void Checker::CheckMemory() {
   std::vector<int> folded_into(num_values, -1);
   for (int s = 0; s < num_tasks_; ++s) {
     const Task& t = task(s);
-    if (t.kind != ir::OpKind::kAccumulate || t.info.microbatch >= 0 || t.outputs.size() != 1) {
-      continue;
-    }
     for (ValueId v : t.inputs) {
-      const ir::PlanValue& in = plan_.values[v];
-      if (in.microbatch >= 0 && in.device == t.device && producer_[v] >= 0) folded_into[v] = s;
+      if (internal::FoldsIntoRunningSum(t, plan_.values[v], producer_[v] >= 0)) folded_into[v] = s;
     }
   }
   std::vector<int64_t> bytes(num_values);
