@@ -84,6 +84,7 @@ absl::StatusOr<SearchSummary> SearchSchedule(const ir::Graph& step, ir::Plan& pl
   summary.makespan = found.sim.makespan;
   summary.makespan_lower_bound = found.makespan_lower_bound;
   summary.makespan_optimal = found.makespan_optimal;
+  summary.makespan_proof = found.makespan_proof;
   summary.bubble = found.sim.bubble_ratio;
   summary.peak_memory = found.sim.peak_memory;
   summary.seconds = found.seconds;

@@ -101,12 +101,14 @@ struct SearchConfig {
 };
 
 struct SearchSummary {
-  std::string schedule;               // "search", a published name, "list/<rule>", "serial"
+  std::string schedule;               // "search", a published name, "list/<rule>", "serial",
+                                      // "exact"
   int64_t period = 0;                 // of the searched repetend
   int64_t period_lower_bound = 0;
   int64_t makespan = 0;
   int64_t makespan_lower_bound = 0;
-  bool makespan_optimal = false;      // proved: the makespan meets its lower bound
+  bool makespan_optimal = false;      // proved (makespan_proof says how)
+  std::string makespan_proof;         // empty when not proved
   double bubble = 0;                  // idle share over all devices
   std::vector<int64_t> peak_memory;   // per pipeline rank, block-model units
   double seconds = 0;

@@ -333,13 +333,16 @@ void DefineModule(py::module_& m) {
   // ---------------------------------------------------------------------------
   py::class_<SearchSummary>(m, "SearchSummary", "What a schedule search found (block-model units).")
       .def_readonly("schedule", &SearchSummary::schedule,
-                    "the schedule returned: search, a published schedule, list/<rule>")
+                    "the schedule returned: search, a published schedule, list/<rule>, serial or exact")
       .def_readonly("period", &SearchSummary::period)
       .def_readonly("period_lower_bound", &SearchSummary::period_lower_bound)
       .def_readonly("makespan", &SearchSummary::makespan)
       .def_readonly("makespan_lower_bound", &SearchSummary::makespan_lower_bound)
       .def_readonly("makespan_optimal", &SearchSummary::makespan_optimal,
-                    "proved: the makespan meets its lower bound")
+                    "proved: the makespan meets its lower bound, or a branch and bound over "
+                    "every schedule found none shorter (makespan_proof says which)")
+      .def_readonly("makespan_proof", &SearchSummary::makespan_proof,
+                    "how the makespan was proved optimal; empty when it was not")
       .def_readonly("bubble", &SearchSummary::bubble, "idle share over all devices")
       .def_readonly("peak_memory", &SearchSummary::peak_memory, "per pipeline rank")
       .def_readonly("seconds", &SearchSummary::seconds)

@@ -28,18 +28,39 @@ std::string Quoted(absl::string_view name) { return absl::StrCat("'", name, "'")
 
 // Least peak of the running sum over the orders of `blocks` (all on one device)
 // that respect `before` (transitive precedence among them), exact by a search over
-// subsets for up to 20 blocks; above that, the peak of the given order.
+// subsets for up to 20 blocks. Above that, a lower bound: when block b starts, every
+// block that must precede it has run, and at most every block that frees memory and
+// need not follow it; the first block is one with no predecessor among them; and the
+// level at the end is reached by every order.
 int64_t LeastPeak(const std::vector<int>& blocks, const BlockModel& model,
                   const std::vector<std::vector<bool>>& before) {
   const int n = static_cast<int>(blocks.size());
   if (n == 0) return 0;
   if (n > 20) {
-    int64_t level = 0, peak = 0;
+    int64_t end = 0;
+    for (int b : blocks) end += model.blocks[b].memory;
+    int64_t bound = std::max<int64_t>(0, end);
+    int64_t first = std::numeric_limits<int64_t>::max();
     for (int b : blocks) {
-      level += model.blocks[b].memory;
-      peak = std::max(peak, level);
+      bool source = true;
+      for (int a : blocks) source = source && !before[a][b];
+      if (source) first = std::min(first, model.blocks[b].memory);
     }
-    return peak;
+    bound = std::max(bound, first);
+    for (int b : blocks) {
+      int64_t level = model.blocks[b].memory;
+      for (int a : blocks) {
+        if (a == b || before[b][a]) continue;
+        const int64_t m = model.blocks[a].memory;
+        if (before[a][b]) {
+          level += m;
+        } else if (m < 0) {
+          level += m;
+        }
+      }
+      bound = std::max(bound, level);
+    }
+    return bound;
   }
   std::vector<uint32_t> need(n, 0);  // blocks that must come before block i
   for (int i = 0; i < n; ++i) {

@@ -78,7 +78,7 @@ struct BlockModel {
 // (the model has 4 devices)", "dependency cycle: 'a' -> 'b' -> 'a'", "memory cap 2
 // on device 0 is below what one micro-batch needs (3)"). The cap check uses the
 // least peak any order of one micro-batch's blocks reaches on the device (exact
-// for up to 20 blocks on a device, the topological order's peak above that).
+// for up to 20 blocks on a device, a lower bound above that: a refusal is a proof).
 absl::Status ValidateBlockModel(const BlockModel& model);
 
 // Bounds on a block model's numbers, so that every time and memory sum over a
@@ -101,7 +101,9 @@ struct ModelFacts {
   int64_t critical_path = 0;              // one micro-batch alone, unlimited devices
   int64_t max_work = 0;                   // max over devices of work
   std::vector<int64_t> net_memory;        // per device: sum of deltas of one micro-batch
-  std::vector<int64_t> single_peak;       // per device: least peak of one micro-batch alone
+  // Per device: the least peak of one micro-batch alone (exact up to 20 blocks on the
+  // device, a lower bound above), so a cap below it is proved too small.
+  std::vector<int64_t> single_peak;
 };
 absl::StatusOr<ModelFacts> AnalyzeBlockModel(const BlockModel& model);
 

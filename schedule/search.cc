@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
+#include "schedule/exact_schedule.h"
 #include "schedule/list_schedule.h"
 #include "schedule/predefined.h"
 #include "smt/modulo_schedule.h"
@@ -29,6 +30,12 @@ constexpr int64_t kFullDomainPeriod = 256;
 // limit per search node allowed (about a second for the default node limit).
 constexpr int kSolverPeriods = 4;
 constexpr uint64_t kSolverWorkPerNode = 25;
+
+// Problems of up to this many block instances also get a branch and bound over every
+// schedule (exact_schedule.h), on a budget of nodes times instances (a node costs
+// about a pass over the instances): about half a second.
+constexpr int64_t kExactInstances = 256;
+constexpr int64_t kExactWork = int64_t{64} << 20;
 
 struct Budget {
   int64_t nodes = 0;
@@ -671,6 +678,11 @@ ScheduleCandidate Candidate(const std::string& name, const absl::StatusOr<SimRes
 absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
                                             const SearchOptions& options) {
   const auto started = Clock::now();
+  Clock::time_point deadline = Clock::time_point::max();
+  if (options.time_limit_seconds > 0) {
+    deadline = started + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(options.time_limit_seconds));
+  }
   LOOM_RETURN_IF_ERROR(ValidateBlockModel(model));
   if (options.microbatches <= 0 || options.microbatches > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -777,8 +789,9 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   constexpr int kSettledBlocks = 1024;
   SearchOptions repetend_options = options;
   if (settled) {
-    const int64_t per_node = std::max<int64_t>(1, model.num_blocks() / 64);
-    repetend_options.node_limit = std::max<int64_t>(1000, options.node_limit / 64 / per_node);
+    // A node costs about a pass over the blocks: 16 million block visits by default.
+    repetend_options.node_limit = std::max<int64_t>(
+        1000, std::min(options.node_limit, options.node_limit * 8 / model.num_blocks()));
   }
   absl::StatusOr<SearchResult> searched =
       settled && model.num_blocks() > kSettledBlocks
@@ -801,12 +814,44 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     none.why_not = result.gap_reason;
     result.candidates.push_back(none);
   }
+  // Small problems: branch and bound over every schedule, below the best so far. It
+  // finds the shorter schedules the ramps of a few micro-batches allow, and when it
+  // covers every schedule, it proves the best one optimal (or that none exists).
+  std::optional<ExactScheduleResult> exact;
+  if (options.compare_alternatives &&
+      int64_t{model.num_blocks()} * options.microbatches <= kExactInstances &&
+      !(best_sim.has_value() && best_sim->makespan == makespan_bound) &&
+      !(searched.ok() && searched->sim.makespan == makespan_bound)) {
+    int64_t below = std::numeric_limits<int64_t>::max();
+    if (best_sim.has_value()) below = best_sim->makespan;
+    if (searched.ok()) below = std::min(below, searched->sim.makespan);
+    const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
+    exact = BranchAndBoundSchedule(
+        model, facts, options.microbatches, below,
+        std::max<int64_t>(std::min(options.node_limit / 2, kExactWork / instances), 1000),
+        deadline);
+    if (exact->schedule.has_value()) {
+      compare("exact", *exact->schedule, true);
+    } else {
+      compare("exact",
+              absl::FailedPreconditionError(
+                  exact->exhaustive ? "no schedule is shorter than the best of the others"
+                                    : "none shorter found within the search's limits"),
+              true);
+    }
+  }
   for (ScheduleCandidate& c : others) result.candidates.push_back(std::move(c));
   // The searched schedule unless another is shorter (ties go to the search).
   if (best_sim.has_value() && (!searched.ok() || best_sim->makespan < result.sim.makespan)) {
     result.schedule = *std::move(best);
     result.sim = *std::move(best_sim);
   } else if (!searched.ok()) {
+    if (exact.has_value() && exact->exhaustive) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block model '", model.name, "': no schedule of ", options.microbatches,
+          " micro-batches keeps within the memory caps (proved: a branch and bound over "
+          "every order of the devices found none)"));
+    }
     if (others.empty()) return searched.status();
     std::vector<std::string> tried;
     for (const ScheduleCandidate& c : others) {
@@ -816,7 +861,14 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
         searched.status().message(), "; none of the other schedules tried (",
         absl::StrJoin(tried, ", "), ") fits the caps either"));
   }
-  result.makespan_optimal = result.sim.makespan == result.makespan_lower_bound;
+  if (result.sim.makespan == result.makespan_lower_bound) {
+    result.makespan_optimal = true;
+    result.makespan_proof = "it meets the makespan's lower bound";
+  } else if (exact.has_value() && exact->exhaustive) {
+    result.makespan_optimal = true;
+    result.makespan_proof = absl::StrCat("a branch and bound over every schedule (",
+                                         exact->nodes, " nodes) found none shorter");
+  }
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return result;
 }

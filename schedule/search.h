@@ -73,6 +73,9 @@ struct SearchResult {
   // The returned makespan equals its lower bound: proved optimal among all
   // schedules, not only repetends. False says only that no proof was made.
   bool makespan_optimal = false;
+  // How it was proved, in words (empty when not): it meets the lower bound, or a
+  // branch and bound over every schedule of the micro-batches found none shorter.
+  std::string makespan_proof;
   // Every schedule compared: "search" first (fits is false when no repetend was
   // found), then the predefined ones by name, then the list schedules.
   std::vector<ScheduleCandidate> candidates;

@@ -49,6 +49,7 @@ absl::StatusOr<ScheduleOptimum> MinimumMakespan(const ScheduleProblem& problem,
       }
     }
     for (const auto& [a, b] : problem.symmetric_order) opt.add(start[a] <= start[b]);
+    if (problem.makespan_below > 0) opt.add(makespan < ctx.int_val(problem.makespan_below));
     // Per device: its jobs, and for each pair sharing a device whether the first
     // runs before the second.
     std::vector<std::vector<int>> on(problem.num_devices);

@@ -33,6 +33,9 @@ struct ScheduleProblem {
   // exists at all (identical micro-batches, say); the solver adds them to cut
   // symmetric search.
   std::vector<std::pair<int, int>> symmetric_order;
+  // When positive, only schedules shorter than this are sought: "no schedule" then
+  // proves that none is shorter (a schedule of this makespan being known).
+  int64_t makespan_below = 0;
 };
 
 struct ScheduleOptimum {

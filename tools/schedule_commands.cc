@@ -215,6 +215,7 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
   if (r.schedule.name != "search") {
     what = absl::StrCat(absl::StartsWith(r.schedule.name, "list/") ? "a list schedule"
                         : r.schedule.name == "serial" ? "micro-batches one after another"
+                        : r.schedule.name == "exact"  ? "a branch and bound over every schedule"
                                                       : "predefined",
                         searched ? ", shorter than the searched repetend"
                                  : "; the search found no repetend");
@@ -231,7 +232,8 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
   out << "lower bound:  " << r.period_lower_bound << " (most work of one micro-batch on a device)\n";
   if (!r.gap_reason.empty()) out << "gap:          " << r.gap_reason << "\n";
   out << "makespan:     " << r.sim.makespan << " (lower bound " << r.makespan_lower_bound
-      << (r.makespan_optimal ? ": proved optimal" : "; not proved optimal") << ")\n";
+      << (r.makespan_optimal ? ": proved optimal, " + r.makespan_proof : "; not proved optimal")
+      << ")\n";
   out << "bubble:       " << Percent(r.sim.bubble_ratio) << "\n";
   out << "peak memory:  " << Slashed(r.sim.peak_memory) << "\n";
   if (r.period > 0) {
@@ -256,6 +258,7 @@ std::string SearchJson(const schedule::BlockModel& model, const schedule::Search
   j["makespan"] = r.sim.makespan;
   j["makespan_lower_bound"] = r.makespan_lower_bound;
   j["makespan_optimal"] = r.makespan_optimal;
+  if (!r.makespan_proof.empty()) j["makespan_proof"] = r.makespan_proof;
   j["bubble_ratio"] = r.sim.bubble_ratio;
   j["peak_memory"] = r.sim.peak_memory;
   j["in_flight"] = r.in_flight;

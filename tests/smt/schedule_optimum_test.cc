@@ -57,5 +57,23 @@ TEST(ScheduleOptimumTest, KeepsLagsAndMemoryOrder) {
   EXPECT_GE(r->start[2], r->start[1] + 1);
 }
 
+// Asked for a schedule shorter than a bound, the solver finds none at the optimum
+// (a proof that none is shorter) and the optimum one above it.
+TEST(ScheduleOptimumTest, SeeksOnlyBelowTheBoundGiven) {
+  ScheduleProblem p;
+  p.num_devices = 2;
+  p.jobs = {Job(2, 1, 0), Job(2, -1, 1, {{0, 0}}), Job(2, 1, 0), Job(2, -1, 1, {{2, 0}})};
+  p.makespan_below = 6;
+  auto r = MinimumMakespan(p, 10'000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->proved);
+  EXPECT_FALSE(r->feasible);
+  p.makespan_below = 7;
+  r = MinimumMakespan(p, 10'000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->feasible && r->proved);
+  EXPECT_EQ(r->makespan, 6);
+}
+
 }  // namespace
 }  // namespace loom::smt
