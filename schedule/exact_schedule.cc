@@ -93,39 +93,72 @@ class BranchAndBound {
       lb = std::max(lb, e + block.span + Tail(id));
     }
     if (lb >= best_) return lb;
-    // Per device: the instances left that start at or after t run one after another,
-    // and the last of them is followed by its tail.
+    // Per device: the instances left, each released at its earliest start and
+    // followed by its tail, on one machine with preemption allowed. Jackson's rule
+    // (the largest tail first among those released) is optimal for that relaxation;
+    // its value is the largest (least release + work + least tail) over every subset.
     for (const std::vector<int>& ids : on_device_) {
       scratch_.clear();
       for (int id : ids) {
         if (start_[id] < 0) scratch_.push_back({est_[id], Span(id), Tail(id)});
       }
-      std::sort(scratch_.begin(), scratch_.end(),
-                [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
-      int64_t work = 0;
-      int64_t least_tail = kNever;
-      for (const auto& [e, span, tail] : scratch_) {
-        work += span;
-        least_tail = std::min(least_tail, tail);
-        lb = std::max(lb, e + work + least_tail);
+      std::sort(scratch_.begin(), scratch_.end());
+      ready_.clear();  // (tail, work left), a heap by tail
+      int64_t t = 0;
+      for (size_t i = 0; i < scratch_.size() || !ready_.empty();) {
+        if (ready_.empty()) t = std::max(t, std::get<0>(scratch_[i]));
+        while (i < scratch_.size() && std::get<0>(scratch_[i]) <= t) {
+          ready_.push_back({std::get<2>(scratch_[i]), std::get<1>(scratch_[i])});
+          std::push_heap(ready_.begin(), ready_.end());
+          ++i;
+        }
+        std::pop_heap(ready_.begin(), ready_.end());
+        auto& [tail, left] = ready_.back();
+        const int64_t until =
+            i < scratch_.size() ? std::min(t + left, std::get<0>(scratch_[i])) : t + left;
+        left -= until - t;
+        t = until;
+        if (left == 0) {
+          lb = std::max(lb, t + tail);
+          ready_.pop_back();
+        } else {
+          std::push_heap(ready_.begin(), ready_.end());
+        }
       }
       if (lb >= best_) return lb;
     }
     return lb;
   }
 
+  // Records a complete schedule when it is the best so far.
+  void Complete(int64_t max_end) {
+    if (max_end < best_) {
+      best_ = max_end;
+      best_start_ = start_;
+    }
+  }
+
   void Dfs(int placed, int64_t last_start, int last_id, int64_t max_end) {
     if (!Spend()) return;
-    if (placed == total_) {
-      if (max_end < best_) {
-        best_ = max_end;
-        best_start_ = start_;
-      }
-      return;
-    }
+    if (placed == total_) return Complete(max_end);
     if (LowerBound(last_start, last_id, max_end) >= best_) return;
-    // The instances that may come next, with their starts.
     std::vector<std::tuple<int64_t, int64_t, int>> next;
+    Candidates(last_start, last_id, next);
+    for (const auto& [t, neg_path, id] : next) {
+      if (stopped_ || t + Span(id) + Tail(id) >= best_) continue;
+      const size_t undo = undo_.size();
+      Place(id, t);
+      Dfs(placed + 1, t, id, std::max(max_end, t + Span(id)));
+      Unplace(id, undo);
+    }
+  }
+
+  // The instances that may come next after one started at `last_start` (instance
+  // `last_id`), with their starts, in the order the search tries them: earliest
+  // start first, then the longest path to the end of the micro-batch.
+  void Candidates(int64_t last_start, int last_id,
+                  std::vector<std::tuple<int64_t, int64_t, int>>& next) {
+    next.clear();
     for (int id = 0; id < total_; ++id) {
       if (start_[id] >= 0 || waiting_[id] > 0) continue;
       const int64_t t = Earliest(id);
@@ -141,13 +174,6 @@ class BranchAndBound {
       if (fits) next.push_back({t, -(block.span + Tail(id)), id});
     }
     std::sort(next.begin(), next.end());
-    for (const auto& [t, neg_path, id] : next) {
-      if (stopped_ || t + Span(id) + Tail(id) >= best_) continue;
-      const size_t undo = undo_.size();
-      Place(id, t);
-      Dfs(placed + 1, t, id, std::max(max_end, t + Span(id)));
-      Unplace(id, undo);
-    }
   }
 
   void Place(int id, int64_t t) {
@@ -208,6 +234,7 @@ class BranchAndBound {
   // Values to restore on backtracking: (-1 - device, free_at) or (instance, ready_at).
   std::vector<std::pair<int, int64_t>> undo_;
   std::vector<std::tuple<int64_t, int64_t, int64_t>> scratch_;
+  std::vector<std::pair<int64_t, int64_t>> ready_;
 };
 
 }  // namespace

@@ -16,10 +16,10 @@
 // of each block are taken in micro-batch order: in any schedule, giving the k-th
 // earliest copy of every block to micro-batch k keeps every dependency (if x_m <= y_m
 // for every m, the k-th least x is at most the k-th least y) and changes nothing a
-// device runs or holds. A branch is cut when a lower bound
-// (the longest remaining path, and per device the remaining work after the earliest
-// start of each set of its remaining instances, plus their least tail) reaches the
-// best makespan known.
+// device runs or holds. A branch is cut when a lower bound (the longest remaining
+// path; per device, its remaining instances released at their earliest starts and
+// followed by their tails, run with preemption by Jackson's rule) reaches the best
+// makespan known.
 
 #include <chrono>
 #include <cstdint>
