@@ -13,6 +13,7 @@
 #include "ir/status_macros.h"
 #include "schedule/exact_schedule.h"
 #include "schedule/list_schedule.h"
+#include "schedule/order_search.h"
 #include "schedule/predefined.h"
 #include "smt/modulo_schedule.h"
 
@@ -36,6 +37,8 @@ constexpr uint64_t kSolverWorkPerNode = 25;
 // about a pass over the instances): about half a second.
 constexpr int64_t kExactInstances = 256;
 constexpr int64_t kExactWork = int64_t{64} << 20;
+// The local search before it: moves times instances (a move is one simulation).
+constexpr int64_t kLocalWork = int64_t{2} << 20;
 
 struct Budget {
   int64_t nodes = 0;
@@ -780,18 +783,56 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
                       "no order of one micro-batch within the caps was found")),
             true);
   }
-  // A schedule meeting the makespan's lower bound is optimal and no repetend can be
-  // shorter: the repetend is then searched only for its period, on a budget that
-  // shrinks as blocks make each node dearer.
-  const bool settled = best_sim.has_value() && best_sim->makespan == makespan_bound;
+  const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
+  // Small problems: a local search over the best schedule's device orders, then a
+  // branch and bound over every schedule below the best so far. They find the shorter
+  // schedules the ramps of a few micro-batches allow, and when the branch and bound
+  // covers every schedule, it proves the best one optimal (or that none exists).
+  if (options.compare_alternatives && instances <= kExactInstances && best.has_value() &&
+      best_sim->makespan > makespan_bound) {
+    std::optional<Schedule> improved =
+        ImproveOrders(model, *best, std::max<int64_t>(1000, kLocalWork / instances),
+                      /*seed=*/1, deadline);
+    if (improved.has_value()) compare("local", *std::move(improved), true);
+  }
+  std::optional<ExactScheduleResult> exact;
+  if (options.compare_alternatives && instances <= kExactInstances &&
+      !(best_sim.has_value() && best_sim->makespan == makespan_bound)) {
+    exact = BranchAndBoundSchedule(
+        model, facts, options.microbatches,
+        best_sim.has_value() ? best_sim->makespan : std::numeric_limits<int64_t>::max(),
+        std::max<int64_t>(std::min(options.node_limit / 2, kExactWork / instances), 1000),
+        deadline);
+    if (exact->schedule.has_value()) {
+      compare("exact", *exact->schedule, true);
+    } else {
+      compare("exact",
+              absl::FailedPreconditionError(
+                  exact->exhaustive ? "no schedule is shorter than the best of the others"
+                                    : "none shorter found within the search's limits"),
+              true);
+    }
+    if (exact->exhaustive && !best_sim.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block model '", model.name, "': no schedule of ", options.microbatches,
+          " micro-batches keeps within the memory caps (proved: a branch and bound over "
+          "every order of the devices found none)"));
+    }
+  }
+  // A schedule meeting the makespan's lower bound, or one the branch and bound proved
+  // optimal, leaves no repetend shorter: the repetend is then searched only for its
+  // period, on a budget that shrinks as blocks make each node dearer.
+  const bool settled = (best_sim.has_value() && best_sim->makespan == makespan_bound) ||
+                       (exact.has_value() && exact->exhaustive);
   // Above kSettledBlocks blocks a node costs milliseconds and the repetend is not
   // searched at all then.
   constexpr int kSettledBlocks = 1024;
   SearchOptions repetend_options = options;
   if (settled) {
-    // A node costs about a pass over the blocks: 16 million block visits by default.
+    // A node costs about a pass over the blocks: 16 million block visits by default,
+    // and at most a sixteenth of the node limit.
     repetend_options.node_limit = std::max<int64_t>(
-        1000, std::min(options.node_limit, options.node_limit * 8 / model.num_blocks()));
+        1000, std::min(options.node_limit / 16, options.node_limit * 8 / model.num_blocks()));
   }
   absl::StatusOr<SearchResult> searched =
       settled && model.num_blocks() > kSettledBlocks
@@ -808,37 +849,15 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     result.period_lower_bound = facts.max_work;
     result.makespan_lower_bound = makespan_bound;
     result.gap_reason = std::string(searched.status().message());
+    if (settled && searched.status().message().find("not searched") == absl::string_view::npos) {
+      absl::StrAppend(&result.gap_reason,
+                      " (on a reduced budget: another schedule is proved optimal)");
+    }
     ScheduleCandidate none;
     none.name = "search";
     none.defined = true;
     none.why_not = result.gap_reason;
     result.candidates.push_back(none);
-  }
-  // Small problems: branch and bound over every schedule, below the best so far. It
-  // finds the shorter schedules the ramps of a few micro-batches allow, and when it
-  // covers every schedule, it proves the best one optimal (or that none exists).
-  std::optional<ExactScheduleResult> exact;
-  if (options.compare_alternatives &&
-      int64_t{model.num_blocks()} * options.microbatches <= kExactInstances &&
-      !(best_sim.has_value() && best_sim->makespan == makespan_bound) &&
-      !(searched.ok() && searched->sim.makespan == makespan_bound)) {
-    int64_t below = std::numeric_limits<int64_t>::max();
-    if (best_sim.has_value()) below = best_sim->makespan;
-    if (searched.ok()) below = std::min(below, searched->sim.makespan);
-    const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
-    exact = BranchAndBoundSchedule(
-        model, facts, options.microbatches, below,
-        std::max<int64_t>(std::min(options.node_limit / 2, kExactWork / instances), 1000),
-        deadline);
-    if (exact->schedule.has_value()) {
-      compare("exact", *exact->schedule, true);
-    } else {
-      compare("exact",
-              absl::FailedPreconditionError(
-                  exact->exhaustive ? "no schedule is shorter than the best of the others"
-                                    : "none shorter found within the search's limits"),
-              true);
-    }
   }
   for (ScheduleCandidate& c : others) result.candidates.push_back(std::move(c));
   // The searched schedule unless another is shorter (ties go to the search).
@@ -846,12 +865,6 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     result.schedule = *std::move(best);
     result.sim = *std::move(best_sim);
   } else if (!searched.ok()) {
-    if (exact.has_value() && exact->exhaustive) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "block model '", model.name, "': no schedule of ", options.microbatches,
-          " micro-batches keeps within the memory caps (proved: a branch and bound over "
-          "every order of the devices found none)"));
-    }
     if (others.empty()) return searched.status();
     std::vector<std::string> tried;
     for (const ScheduleCandidate& c : others) {

@@ -216,6 +216,7 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
     what = absl::StrCat(absl::StartsWith(r.schedule.name, "list/") ? "a list schedule"
                         : r.schedule.name == "serial" ? "micro-batches one after another"
                         : r.schedule.name == "exact"  ? "a branch and bound over every schedule"
+                        : r.schedule.name == "local"  ? "a local search over device orders"
                                                       : "predefined",
                         searched ? ", shorter than the searched repetend"
                                  : "; the search found no repetend");
