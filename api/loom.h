@@ -102,7 +102,7 @@ struct SearchConfig {
 
 struct SearchSummary {
   std::string schedule;               // "search", a published name, "list/<rule>", "serial",
-                                      // "exact"
+                                      // "local" or "exact"
   int64_t period = 0;                 // of the searched repetend
   int64_t period_lower_bound = 0;
   int64_t makespan = 0;

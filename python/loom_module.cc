@@ -333,7 +333,7 @@ void DefineModule(py::module_& m) {
   // ---------------------------------------------------------------------------
   py::class_<SearchSummary>(m, "SearchSummary", "What a schedule search found (block-model units).")
       .def_readonly("schedule", &SearchSummary::schedule,
-                    "the schedule returned: search, a published schedule, list/<rule>, serial or exact")
+                    "the schedule returned: search, a published schedule, list/<rule>, serial, local or exact")
       .def_readonly("period", &SearchSummary::period)
       .def_readonly("period_lower_bound", &SearchSummary::period_lower_bound)
       .def_readonly("makespan", &SearchSummary::makespan)

@@ -18,7 +18,10 @@
 // model (predefined.h: GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2/V, Chimera, DualPipe)
 // and with greedy list schedules (list_schedule.h), all timed by the simulator
 // within the same caps: the shortest valid one is returned, so the result is never
-// longer than a hand-made schedule the model admits.
+// longer than a hand-made schedule the model admits. Small problems (up to 256 block
+// instances) also get a local search over the best one's device orders
+// (order_search.h) and a branch and bound over every schedule (exact_schedule.h),
+// which may prove the makespan optimal, or that no schedule exists.
 
 #include <cstdint>
 #include <string>

@@ -123,7 +123,7 @@ def test_plan_search_verify_run(example, tmp_path):
         assert summary.makespan_optimal and "lower bound" in summary.makespan_proof
     assert summary.schedule == "search" or summary.schedule in {
         "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "chimera", "dualpipe",
-    } or summary.schedule.startswith("list/") or summary.schedule in {"serial", "exact"}
+    } or summary.schedule.startswith("list/") or summary.schedule in {"serial", "local", "exact"}
     assert 0 <= summary.bubble < 1
     assert len(summary.peak_memory) == PARALLEL["pp"]
     # An SVG document: the XML declaration, then the <svg> element.
