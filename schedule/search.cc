@@ -522,18 +522,35 @@ absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const Model
     failed.push_back({period, outcome});
     period = attempt < 64 ? period + 1 : std::max(period + 1, period * 21 / 20);
   }
-  // Tighten: the periods below the one found that the probe left undecided share
-  // half of the budget, lowest first, each taking half of what is left.
+  // Tighten, within half of the whole budget: first the lowest period below the one
+  // found that the probe left undecided, on half of that budget, scaled down for
+  // nodes dearer than those of a period of 8 columns over 64 blocks (a node scans
+  // about period x blocks columns); then the others highest first (under memory caps
+  // a period just below a feasible one is the likeliest to be feasible too), each on
+  // 16 probes' budget, until one stays undecided.
   const int64_t tighten_start = result.nodes;
   const int64_t tighten_limit = options.node_limit / 2;
+  std::vector<size_t> undecided;
   for (size_t i = 0; i < failed.size() && !offsets.empty(); ++i) {
-    if (failed[i].second != ModuloSearch::Outcome::kStopped || failed[i].first >= result.period) {
-      continue;
+    if (failed[i].second == ModuloSearch::Outcome::kStopped && failed[i].first < result.period) {
+      undecided.push_back(i);
     }
-    const int64_t left = tighten_limit - (result.nodes - tighten_start);
-    if (left <= 0 || Clock::now() > deadline) break;
-    failed[i].second = try_period(failed[i].first, std::max<int64_t>(probe, left / 2));
-    if (failed[i].second == ModuloSearch::Outcome::kFound) break;
+  }
+  if (!undecided.empty()) {
+    const int64_t lowest = failed[undecided.front()].first;
+    const double dearer =
+        std::max(1.0, static_cast<double>(lowest) * model.num_blocks() / (8.0 * 64.0));
+    const int64_t budget = static_cast<int64_t>(static_cast<double>(tighten_limit / 2) / dearer);
+    failed[undecided.front()].second = try_period(lowest, std::max(probe, budget));
+    if (failed[undecided.front()].second != ModuloSearch::Outcome::kFound) {
+      for (size_t k = undecided.size(); k-- > 1;) {
+        auto& [p, outcome] = failed[undecided[k]];
+        const int64_t left = tighten_limit - (result.nodes - tighten_start);
+        if (left <= 0 || Clock::now() > deadline) break;
+        outcome = try_period(p, std::min(left, 16 * probe));
+        if (outcome != ModuloSearch::Outcome::kFound) break;
+      }
+    }
   }
   // Periods Z3 proved to have no repetend.
   std::vector<int64_t> proved_infeasible;
