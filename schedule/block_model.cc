@@ -32,11 +32,34 @@ std::string Quoted(absl::string_view name) { return absl::StrCat("'", name, "'")
 // block that must precede it has run, and at most every block that frees memory and
 // need not follow it; the first block is one with no predecessor among them; and the
 // level at the end is reached by every order.
+//
+// `floor` receives a lower bound on the least level a prefix of such an order reaches
+// (exact up to 20 blocks). Above, a prefix holding some of the blocks that free memory
+// holds every block that must precede them; each block that takes memory is shared
+// evenly (rounded down) among the freeing blocks it must precede, so the prefix is at
+// least the sum, over its freeing blocks, of their delta plus their shares. Below
+// zero, a block frees memory its micro-batch may not have taken yet, and micro-batches
+// interleaved can then run lower than one alone.
 int64_t LeastPeak(const std::vector<int>& blocks, const BlockModel& model,
-                  const std::vector<std::vector<bool>>& before) {
+                  const std::vector<std::vector<bool>>& before, int64_t* floor) {
   const int n = static_cast<int>(blocks.size());
+  *floor = 0;
   if (n == 0) return 0;
   if (n > 20) {
+    std::vector<int64_t> freeing(model.num_blocks(), 0);  // freeing blocks each precedes
+    for (int a : blocks) {
+      for (int b : blocks) {
+        if (before[a][b] && model.blocks[b].memory < 0) ++freeing[a];
+      }
+    }
+    for (int b : blocks) {
+      if (model.blocks[b].memory >= 0) continue;
+      int64_t level = model.blocks[b].memory;
+      for (int a : blocks) {
+        if (before[a][b] && model.blocks[a].memory > 0) level += model.blocks[a].memory / freeing[a];
+      }
+      *floor += std::min<int64_t>(0, level);
+    }
     int64_t end = 0;
     for (int b : blocks) end += model.blocks[b].memory;
     int64_t bound = std::max<int64_t>(0, end);
@@ -78,8 +101,10 @@ int64_t LeastPeak(const std::vector<int>& blocks, const BlockModel& model,
     level[mask] = level[mask & (mask - 1)] + model.blocks[blocks[low]].memory;
   }
   best[0] = 0;
-  for (uint32_t mask = 0; mask < full; ++mask) {
+  for (uint32_t mask = 0; mask <= full; ++mask) {
     if (best[mask] == kInf) continue;
+    *floor = std::min(*floor, level[mask]);  // every mask reached is a prefix
+    if (mask == full) break;
     for (int i = 0; i < n; ++i) {
       if ((mask >> i) & 1u) continue;
       if ((need[i] & mask) != need[i]) continue;
@@ -309,13 +334,14 @@ absl::StatusOr<ModelFacts> AnalyzeBlockModel(const BlockModel& model) {
     }
   }
   f.single_peak.assign(model.num_devices, 0);
+  f.single_floor.assign(model.num_devices, 0);
   std::vector<int> position(n, 0);
   for (int i = 0; i < n; ++i) position[f.topo[i]] = i;
   for (int d = 0; d < model.num_devices; ++d) {
     std::vector<int> blocks = f.on_device[d];
     std::sort(blocks.begin(), blocks.end(),
               [&](int a, int b) { return position[a] < position[b]; });
-    f.single_peak[d] = LeastPeak(blocks, model, before);
+    f.single_peak[d] = LeastPeak(blocks, model, before, &f.single_floor[d]);
   }
   return f;
 }
@@ -328,8 +354,12 @@ absl::Status ValidateBlockModel(const BlockModel& model) {
         absl::StrCat("block model '", model.name, "': ", model.memory_cap.size(),
                      " memory caps for ", model.num_devices, " devices"));
   }
+  // A proof for any number of micro-batches only where no prefix of one micro-batch
+  // goes below zero: the level is then at least the part of any one micro-batch that
+  // has run, which reaches that micro-batch's peak. Otherwise the other micro-batches'
+  // freeing blocks could run first (the search refuses one micro-batch alone).
   for (int d = 0; d < model.num_devices; ++d) {
-    if (model.memory_cap[d] < facts.single_peak[d]) {
+    if (model.memory_cap[d] < facts.single_peak[d] && facts.single_floor[d] >= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "block model '", model.name, "': memory cap ", model.memory_cap[d], " on device ", d,
           " is below what one micro-batch needs (", facts.single_peak[d], ")"));

@@ -78,7 +78,8 @@ struct BlockModel {
 // (the model has 4 devices)", "dependency cycle: 'a' -> 'b' -> 'a'", "memory cap 2
 // on device 0 is below what one micro-batch needs (3)"). The cap check uses the
 // least peak any order of one micro-batch's blocks reaches on the device (exact
-// for up to 20 blocks on a device, a lower bound above that: a refusal is a proof).
+// for up to 20 blocks on a device, a lower bound above that: a refusal is a proof),
+// where no prefix of one micro-batch can go below zero (single_floor).
 absl::Status ValidateBlockModel(const BlockModel& model);
 
 // Bounds on a block model's numbers, so that every time and memory sum over a
@@ -104,6 +105,10 @@ struct ModelFacts {
   // Per device: the least peak of one micro-batch alone (exact up to 20 blocks on the
   // device, a lower bound above), so a cap below it is proved too small.
   std::vector<int64_t> single_peak;
+  // Per device: a lower bound on the least level a prefix of one micro-batch's blocks
+  // reaches (exact up to 20 blocks); below zero, micro-batches interleaved can stay
+  // lower than one alone.
+  std::vector<int64_t> single_floor;
 };
 absl::StatusOr<ModelFacts> AnalyzeBlockModel(const BlockModel& model);
 

@@ -139,8 +139,8 @@ class BranchAndBound {
   }
 
   void Dfs(int placed, int64_t last_start, int last_id, int64_t max_end) {
-    if (!Spend()) return;
     if (placed == total_) return Complete(max_end);
+    if (!Spend()) return;
     if (LowerBound(last_start, last_id, max_end) >= best_) return;
     std::vector<std::tuple<int64_t, int64_t, int>> next;
     Candidates(last_start, last_id, next);

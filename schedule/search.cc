@@ -527,7 +527,7 @@ absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const Model
   // nodes dearer than those of a period of 8 columns over 64 blocks (a node scans
   // about period x blocks columns); then the others highest first (under memory caps
   // a period just below a feasible one is the likeliest to be feasible too), each on
-  // 16 probes' budget, until one stays undecided.
+  // 16 probes' budget, until one gives no repetend.
   const int64_t tighten_start = result.nodes;
   const int64_t tighten_limit = options.node_limit / 2;
   std::vector<size_t> undecided;
@@ -714,15 +714,24 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
                      " micro-batches is more than this tool schedules"));
   }
   LOOM_ASSIGN_OR_RETURN(ModelFacts facts, AnalyzeBlockModel(model));
-  // Proved impossible: every schedule ends holding what each micro-batch keeps.
-  for (int d = 0; d < model.num_devices; ++d) {
-    if (model.has_cap() && facts.net_memory[d] > 0 &&
-        options.microbatches * facts.net_memory[d] > model.memory_cap[d]) {
+  // Proved impossible: every schedule ends holding what each micro-batch keeps; and
+  // one micro-batch alone needs its least peak (validation refuses a cap below it
+  // for any count only where no prefix of a micro-batch goes below zero).
+  for (int d = 0; d < model.num_devices && model.has_cap(); ++d) {
+    if (facts.net_memory[d] > 0 &&
+        facts.net_memory[d] > model.memory_cap[d] / options.microbatches) {
+      int64_t held = 0;
+      const bool overflows = __builtin_mul_overflow(facts.net_memory[d], options.microbatches, &held);
       return absl::InvalidArgumentError(absl::StrCat(
           "block model '", model.name, "': device ", d, " keeps ", facts.net_memory[d],
-          " memory per micro-batch, so ", options.microbatches,
-          " micro-batches end holding ", options.microbatches * facts.net_memory[d],
-          ", above its cap ", model.memory_cap[d], " (no schedule can exist)"));
+          " memory per micro-batch, so ", options.microbatches, " micro-batches end holding ",
+          overflows ? std::string("more than 2^63") : absl::StrCat(held), ", above its cap ",
+          model.memory_cap[d], " (no schedule can exist)"));
+    }
+    if (options.microbatches == 1 && model.memory_cap[d] < facts.single_peak[d]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block model '", model.name, "': memory cap ", model.memory_cap[d], " on device ", d,
+          " is below what one micro-batch needs (", facts.single_peak[d], ")"));
     }
   }
   const int64_t makespan_bound = MakespanLowerBound(facts, options.microbatches);
@@ -821,6 +830,10 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
         std::max<int64_t>(std::min(options.node_limit / 2, kExactWork / instances), 1000),
         deadline);
     if (exact->schedule.has_value()) {
+      // Its proofs rest on its own timing: the simulator must agree with it.
+      absl::StatusOr<SimResult> check = Simulate(model, *exact->schedule);
+      LOOM_RET_CHECK(check.ok() && check->valid && check->makespan == exact->makespan)
+          << "the branch and bound's schedule does not simulate as it says";
       compare("exact", *exact->schedule, true);
     } else {
       compare("exact",

@@ -23,7 +23,7 @@ absl::StatusOr<ScheduleOptimum> MinimumMakespan(const ScheduleProblem& problem,
     }
   }
   for (const auto& [a, b] : problem.symmetric_order) {
-    if (a < 0 || a >= jobs || b < 0 || b >= jobs) {
+    if (a < 0 || a >= jobs || b < 0 || b >= jobs || a == b) {
       return absl::InvalidArgumentError("bad job in symmetric_order");
     }
   }

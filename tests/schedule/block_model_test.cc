@@ -41,15 +41,19 @@ TEST(BlockModelTest, RejectsMissingDevice) {
 
 // The cap check uses the least peak over orders: freeing first lowers the peak.
 TEST(BlockModelTest, CapCheckUsesTheBestOrderOfOneMicrobatch) {
-  // On device 0: `keep` (+2) and an independent `free` (-1); running `free` first
-  // peaks at 1, the topological order at 2.
-  BlockModel m{"m", 1, {MakeBlock("keep", 1, 2, {0}), MakeBlock("free", 1, -1, {0})}, {}};
+  // On device 0: `hold` (+1), and `take` (+2) then `give` (-2) after it; the order by
+  // id peaks at 3, taking and giving first at 2.
+  BlockModel m{"m", 1,
+               {MakeBlock("hold", 1, 1, {0}), MakeBlock("take", 1, 2, {0}),
+                MakeBlock("give", 1, -2, {0})},
+               {}};
+  m.blocks[2].preds = {Dep{1, 0}};
+  m.SetUniformCap(2);
+  EXPECT_TRUE(ValidateBlockModel(m).ok()) << ValidateBlockModel(m);
   m.SetUniformCap(1);
-  EXPECT_TRUE(ValidateBlockModel(m).ok());
-  m.SetUniformCap(0);
   absl::Status s = ValidateBlockModel(m);
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("memory cap 0 on device 0 is below what one micro-batch needs (1)"));
+              HasSubstr("memory cap 1 on device 0 is below what one micro-batch needs (2)"));
 }
 
 // Spans must be positive and devices sorted and distinct.

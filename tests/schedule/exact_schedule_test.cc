@@ -210,5 +210,35 @@ TEST(ExactScheduleTest, LargeDevicesAreRefusedOnlyByProof) {
   EXPECT_FALSE(ValidateBlockModel(m).ok());
 }
 
+// Where a block frees memory its micro-batch has not taken (a prefix below zero), a
+// cap below one micro-batch's least peak refuses one micro-batch but not more: P +10
+// then Q -10, R -5 then S +5, on one device under cap 4. Alone the least peak is 5;
+// two micro-batches run R, R, P, Q, P, Q, S, S and never exceed 0.
+TEST(ExactScheduleTest, CapBelowOneMicrobatchIsRefusedOnlyForOne) {
+  BlockModel m;
+  m.name = "credit";
+  m.num_devices = 1;
+  m.blocks = {Block{"P", BlockKind::kOther, -1, 1, 10, {0}, {}},
+              Block{"Q", BlockKind::kOther, -1, 1, -10, {0}, {Dep{0, 0}}},
+              Block{"R", BlockKind::kOther, -1, 1, -5, {0}, {}},
+              Block{"S", BlockKind::kOther, -1, 1, 5, {0}, {Dep{2, 0}}}};
+  m.SetUniformCap(4);
+  EXPECT_TRUE(ValidateBlockModel(m).ok()) << ValidateBlockModel(m);
+  SearchOptions o;
+  o.microbatches = 1;
+  auto r = SearchSchedule(m, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("below what one micro-batch needs"));
+  o.microbatches = 2;
+  r = SearchSchedule(m, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sim.valid) << r->sim.violation;
+  EXPECT_LE(r->sim.peak_memory[0], 4);
+  // Without such a block the refusal holds for every count.
+  m.blocks[2].memory = 0;
+  m.blocks[3].memory = 0;
+  EXPECT_FALSE(ValidateBlockModel(m).ok());
+}
+
 }  // namespace
 }  // namespace loom::schedule
