@@ -22,37 +22,12 @@
 #include "schedule/placements.h"
 #include "schedule/search.h"
 #include "smt/schedule_optimum.h"
+#include "tests/testing/solver_problem.h"
 
 namespace {
 
 using loom::schedule::Block;
 using loom::schedule::BlockModel;
-
-// N micro-batches of the model as the solver's jobs (job m * blocks + b).
-loom::smt::ScheduleProblem Problem(const BlockModel& model, int n) {
-  loom::smt::ScheduleProblem p;
-  p.num_devices = model.num_devices;
-  p.caps = model.memory_cap;
-  const int blocks = model.num_blocks();
-  for (int m = 0; m < n; ++m) {
-    for (const Block& b : model.blocks) {
-      loom::smt::ScheduleJob j;
-      j.span = b.span;
-      j.memory = b.memory;
-      j.devices = b.devices;
-      for (const auto& d : b.preds) j.preds.push_back({m * blocks + d.block, d.lag});
-      p.jobs.push_back(j);
-    }
-  }
-  // Micro-batches are interchangeable, so the copies of each block may start in
-  // micro-batch order: giving the k-th earliest copy of every block to micro-batch k
-  // keeps every dependency (if x_m <= y_m for every m, the k-th least x is at most the
-  // k-th least y) and changes nothing a device runs or holds.
-  for (int m = 0; m + 1 < n; ++m) {
-    for (int b = 0; b < blocks; ++b) p.symmetric_order.push_back({m * blocks + b, (m + 1) * blocks + b});
-  }
-  return p;
-}
 
 // The least cap each device needs for one micro-batch alone (uniform: their max).
 int64_t LeastCap(const BlockModel& model) {
@@ -118,7 +93,7 @@ void Run(const BlockModel& model, int n, unsigned timeout_ms, Tally& t) {
   o.microbatches = n;
   auto r = loom::schedule::SearchSchedule(model, o);
   // The solver looks for a schedule shorter than ours; "none" proves ours optimal.
-  loom::smt::ScheduleProblem problem = Problem(model, n);
+  loom::smt::ScheduleProblem problem = loom::testing::SolverProblem(model, n);
   if (r.ok()) problem.makespan_below = r->sim.makespan;
   auto opt = loom::smt::MinimumMakespan(problem, timeout_ms);
   if (opt.ok() && r.ok() && opt->proved && !opt->feasible) {

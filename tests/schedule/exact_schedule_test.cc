@@ -11,6 +11,7 @@
 #include "schedule/placements.h"
 #include "schedule/search.h"
 #include "smt/schedule_optimum.h"
+#include "tests/testing/solver_problem.h"
 
 namespace loom::schedule {
 namespace {
@@ -25,24 +26,6 @@ ExactScheduleResult Exact(const BlockModel& model, int microbatches, int64_t bel
   EXPECT_TRUE(facts.ok()) << facts.status();
   return BranchAndBoundSchedule(model, *facts, microbatches, below, node_limit,
                                 std::chrono::steady_clock::time_point::max());
-}
-
-// N micro-batches of the model as Z3's jobs (job m * blocks + b).
-smt::ScheduleProblem Problem(const BlockModel& model, int n) {
-  smt::ScheduleProblem p;
-  p.num_devices = model.num_devices;
-  p.caps = model.memory_cap;
-  for (int m = 0; m < n; ++m) {
-    for (const Block& b : model.blocks) {
-      smt::ScheduleJob j;
-      j.span = b.span;
-      j.memory = b.memory;
-      j.devices = b.devices;
-      for (const Dep& d : b.preds) j.preds.push_back({m * model.num_blocks() + d.block, d.lag});
-      p.jobs.push_back(j);
-    }
-  }
-  return p;
 }
 
 // A random model: a chain with side branches over 2 or 3 devices; early blocks take
@@ -86,7 +69,8 @@ TEST(ExactScheduleTest, MatchesTheSolverOnSmallModels) {
       model.SetUniformCap(cap);
       for (int n : {2, 3}) {
         SCOPED_TRACE(absl::StrCat(model.name, " cap ", cap, " N", n));
-        auto opt = smt::MinimumMakespan(Problem(model, n), /*timeout_ms=*/20'000);
+        auto opt = smt::MinimumMakespan(loom::testing::SolverProblem(model, n),
+                                        /*timeout_ms=*/20'000);
         ASSERT_TRUE(opt.ok()) << opt.status();
         if (!opt->proved) continue;
         const ExactScheduleResult r = Exact(model, n);
