@@ -70,6 +70,12 @@ void CopyBlock(const HostTensor& src, absl::Span<const int64_t> src_origin, Host
 }
 
 // The region `box` of `t` (the box must lie inside t's shape).
+void ScaleBy(HostTensor& t, const ir::Rational& scale) {
+  if (scale.IsOne()) return;
+  const double factor = scale.ToDouble();
+  for (int64_t e = 0; e < t.size(); ++e) t[e] *= factor;
+}
+
 HostTensor SliceBox(const HostTensor& t, const Box& box) {
   std::vector<int64_t> origin;
   std::vector<int64_t> extents;
@@ -178,6 +184,7 @@ absl::StatusOr<std::vector<HostTensor>> CollectiveOutputs(const Collective& c,
     }
     written[move.target] = true;
   }
+  for (HostTensor& t : out) ScaleBy(t, meaning->scale);
   return out;
 }
 

@@ -26,6 +26,9 @@ void CopyBlock(const ir::HostTensor& src, absl::Span<const int64_t> src_origin,
                absl::Span<const int64_t> extents);
 // The region `box` of `t` (the box must lie inside t's shape).
 ir::HostTensor SliceBox(const ir::HostTensor& t, const ir::Box& box);
+// Every element of `t` times `scale` (a claim's scale: what a plan input holds of
+// its piece); nothing when it is 1.
+void ScaleBy(ir::HostTensor& t, const ir::Rational& scale);
 // Positions [begin, begin + size) of `t` along `dim`.
 ir::HostTensor SliceDim(const ir::HostTensor& t, int dim, int64_t begin, int64_t size);
 // `parts` concatenated along `dim` (same rank, equal dims elsewhere).

@@ -203,6 +203,7 @@ absl::Status PlanRunner::InitInputs(const absl::flat_hash_map<ir::TensorId, Host
     }
     HostTensor slice = SliceBox(it->second, v.sub.box);
     slice.dtype = v.dtype;
+    ScaleBy(slice, v.sub.scale);
     values_[v.id] = std::move(slice);
   }
   return absl::OkStatus();
@@ -467,7 +468,8 @@ absl::StatusOr<NumericReport> CheckPlanNumerics(const ir::Graph& spec, const ir:
     }
     const ir::Tensor& tensor = spec.tensor(v.sub.tensor);
     const RoleClass role_class = ClassOf(tensor.role);
-    const HostTensor expected = SliceBox(*reference[tensor.id], v.sub.box);
+    HostTensor expected = SliceBox(*reference[tensor.id], v.sub.box);
+    ScaleBy(expected, v.sub.scale);
     const HostTensor& got = values[v.id];
     const double scale = std::max(
         {MaxAbs(expected), kNoiseFloor * class_scale[static_cast<int>(role_class)], 1e-30});

@@ -161,6 +161,7 @@ absl::StatusOr<ValueStore> PlanInputs(const ir::Graph& spec, const Program& prog
     }
     HostTensor slice = SliceBox(it->second, pv.sub.box);
     slice.dtype = pv.dtype;
+    ScaleBy(slice, pv.sub.scale);
     inputs[v] = std::move(slice);
   }
   return inputs;

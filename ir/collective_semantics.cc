@@ -40,9 +40,11 @@ absl::StatusOr<CollectiveMeaning> MeaningOf(CollectiveKind kind, ReduceOp reduce
   }
   if (!CollectiveReduces(kind) && reduce != ReduceOp::kSum) {
     return absl::InvalidArgumentError(
-        absl::StrCat("reduce op 'max' on ", name,
+        absl::StrCat("reduce op '", ReduceOpName(reduce), "' on ", name,
                      ", which does not reduce (only all_reduce and reduce_scatter read it)"));
   }
+  // An average combines by sum, then scales by 1 / members.
+  const ReduceOp combine = reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce;
   auto normalize = [&](int d, const char* what) -> absl::StatusOr<int> {
     if (d < 0 || d >= rank) {
       return absl::InvalidArgumentError(
@@ -62,9 +64,10 @@ absl::StatusOr<CollectiveMeaning> MeaningOf(CollectiveKind kind, ReduceOp reduce
   const Box whole = WholeBox(input_dims);
   CollectiveMeaning m;
   m.output_dims.assign(input_dims.begin(), input_dims.end());
+  if (reduce == ReduceOp::kAvg) m.scale = Rational::Of(1, members);
   switch (kind) {
     case CollectiveKind::kAllReduce:
-      m.reduce = reduce;
+      m.reduce = combine;
       m.outputs = n;
       for (int i = 0; i < n; ++i) {
         for (int j = 0; j < n; ++j) m.moves.push_back({i, whole, j, whole});
@@ -75,7 +78,7 @@ absl::StatusOr<CollectiveMeaning> MeaningOf(CollectiveKind kind, ReduceOp reduce
       if (!d.ok()) return d.status();
       auto size = chunk_of(*d);
       if (!size.ok()) return size.status();
-      m.reduce = reduce;
+      m.reduce = combine;
       m.outputs = n;
       m.output_dims[*d] = *size;
       const Box out = WholeBox(m.output_dims);

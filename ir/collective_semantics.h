@@ -11,7 +11,8 @@
 // each move copies the region `from` of input `source` to the region `to` of
 // output `target`. For a reducing collective (all_reduce, reduce_scatter) every
 // move into one output covers that whole output, and the moves combine element
-// by element with the collective's reduce op (sum or max), in member order.
+// by element with the collective's reduce op (sum or max), in member order; an
+// average (avg) combines by sum and then multiplies every output by `scale`, 1/n.
 // Otherwise the moves into one output tile it, each element written once.
 //
 // With n members and inputs of dims D (all inputs alike):
@@ -43,8 +44,11 @@ struct CollectiveMove {
 };
 
 struct CollectiveMeaning {
-  // Set for the reducing kinds: how the moves into one output combine.
+  // Set for the reducing kinds: how the moves into one output combine (kSum or
+  // kMax; an average combines by kSum).
   std::optional<ReduceOp> reduce;
+  // What every output is multiplied by once combined: 1, or 1/n for an average.
+  Rational scale = Rational::One();
   std::vector<int64_t> output_dims;  // every output's dims
   int outputs = 0;
   // Grouped by target in output order; within a target, in member order.
@@ -70,7 +74,8 @@ absl::StatusOr<CollectiveMeaning> MeaningOf(const Collective& c,
                                             absl::Span<const int64_t> input_dims,
                                             int64_t members = -1);
 
-// Combines `x` into `acc` with `op`: acc + x or max(acc, x).
+// Combines `x` into `acc` with `op` (a meaning's combining op: kSum or kMax):
+// acc + x or max(acc, x).
 inline double Reduce(ReduceOp op, double acc, double x) {
   return op == ReduceOp::kMax ? (x > acc ? x : acc) : acc + x;
 }

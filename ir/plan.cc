@@ -1,6 +1,7 @@
 #include "ir/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "ir/status_macros.h"
 
 namespace loom::ir {
 
@@ -125,6 +127,69 @@ std::string Rational::ToString() const {
   return absl::StrCat(num, "/", den);
 }
 
+absl::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAvg: return "avg";
+  }
+  return "?";
+}
+
+namespace {
+std::optional<Rational> Fits(Int128 num, Int128 den) {
+  if (den == 0) return std::nullopt;
+  if (den < 0) {
+    num = -num;
+    den = -den;
+  }
+  const Int128 g = Gcd128(num, den);
+  if (g > 1) {
+    num /= g;
+    den /= g;
+  }
+  if (num == 0) den = 1;
+  constexpr Int128 kMax = INT64_MAX;
+  if (num > kMax || num < -kMax || den > kMax) return std::nullopt;
+  return Rational{static_cast<int64_t>(num), static_cast<int64_t>(den)};
+}
+}  // namespace
+
+std::optional<Rational> Multiply(const Rational& a, const Rational& b) {
+  return Fits(static_cast<Int128>(a.num) * b.num, static_cast<Int128>(a.den) * b.den);
+}
+
+std::optional<Rational> Divide(const Rational& a, const Rational& b) {
+  return Fits(static_cast<Int128>(a.num) * b.den, static_cast<Int128>(a.den) * b.num);
+}
+
+std::optional<Rational> RationalOfDouble(double x) {
+  if (!std::isfinite(x)) return std::nullopt;
+  // Continued fraction convergents of |x|, until one's double is x.
+  const bool negative = x < 0;
+  const double target = negative ? -x : x;
+  double rest = target;
+  Int128 p0 = 0, q0 = 1, p1 = 1, q1 = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double whole = std::floor(rest);
+    if (whole > 9.0e15) return std::nullopt;
+    const Int128 a = static_cast<Int128>(whole);
+    const Int128 p2 = a * p1 + p0, q2 = a * q1 + q0;
+    if (q2 > (Int128{1} << 24)) return std::nullopt;
+    if (static_cast<double>(p2) / static_cast<double>(q2) == target) {
+      return Fits(negative ? -p2 : p2, q2);
+    }
+    const double frac = rest - whole;
+    if (frac <= 0) return std::nullopt;
+    rest = 1.0 / frac;
+    p0 = p1;
+    q0 = q1;
+    p1 = p2;
+    q1 = q2;
+  }
+  return std::nullopt;
+}
+
 // ---- ValuePart -------------------------------------------------------------------
 
 namespace {
@@ -163,6 +228,20 @@ bool Overlap(const ValuePart::Pieces& a, const ValuePart::Pieces& b) {
 }
 
 // "3" or "1/4": non-negative decimal integers, nothing else.
+absl::StatusOr<Rational> ParseRational(absl::string_view text);
+
+}  // namespace
+
+absl::StatusOr<Rational> ParseSignedRational(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  const bool negative = !text.empty() && text[0] == '-';
+  LOOM_ASSIGN_OR_RETURN(Rational r, ParseRational(negative ? text.substr(1) : text));
+  if (negative) r.num = -r.num;
+  return r;
+}
+
+namespace {
+
 absl::StatusOr<Rational> ParseRational(absl::string_view text) {
   text = absl::StripAsciiWhitespace(text);
   auto bad = [&](absl::string_view why) {

@@ -54,15 +54,28 @@ class Mesh {
 };
 
 // ---------------------------------------------------------------------------
-// An exact non-negative rational, always normalised (gcd 1, den > 0).
+// An exact rational, always normalised (gcd 1, den > 0). Value parts use only
+// non-negative ones; a claim's scale may be any non-zero one.
 struct Rational {
   int64_t num = 0;
   int64_t den = 1;
   static Rational Of(int64_t num, int64_t den);
+  static Rational One() { return Rational{1, 1}; }
   bool operator==(const Rational& o) const { return num == o.num && den == o.den; }
+  bool operator!=(const Rational& o) const { return !(*this == o); }
   bool operator<(const Rational& o) const;
-  std::string ToString() const;  // "1/4", "0", "1"
+  bool IsOne() const { return num == 1 && den == 1; }
+  std::string ToString() const;  // "1/4", "0", "1", "-3/2"
+  double ToDouble() const { return static_cast<double>(num) / static_cast<double>(den); }
 };
+// a * b and a / b exactly; nullopt where the result leaves 64 bits (or b is zero).
+std::optional<Rational> Multiply(const Rational& a, const Rational& b);
+std::optional<Rational> Divide(const Rational& a, const Rational& b);
+// The rational with the smallest denominator (at most 2^24) whose double is `x`
+// exactly: 0.5 -> 1/2, the double nearest 1/3 -> 1/3; nullopt when there is none.
+std::optional<Rational> RationalOfDouble(double x);
+// A signed rational as text: "3", "-1/4"; InvalidArgument otherwise.
+absl::StatusOr<Rational> ParseSignedRational(absl::string_view text);
 
 // Which share of a sum a value holds: a set of disjoint half-open intervals of
 // [0, 1). The full value is [0, 1); a zero tensor is the empty set. Splitting a
@@ -113,18 +126,26 @@ std::optional<Box> Intersect(const Box& a, const Box& b);
 bool Contains(const Box& outer, const Box& inner);
 
 // How shares of a value combine: by sum (partial sums, the usual case) or by max
-// (partial maxima, e.g. a softmax's row maximum over a vocabulary piece).
-enum class ReduceOp { kSum, kMax };
+// (partial maxima, e.g. a softmax's row maximum over a vocabulary piece). A
+// collective may also average (kAvg: the sum times 1 / its members, as NCCL's
+// ncclAvg and torch's ReduceOp.AVG); shares never combine by it.
+enum class ReduceOp { kSum, kMax, kAvg };
+absl::string_view ReduceOpName(ReduceOp op);  // "sum", "max", "avg"
 
-// A piece of a logical tensor: index region and value share. A share that is
-// neither full nor empty combines with the others by `combine`.
+// A piece of a logical tensor: index region and value share, times `scale`. A
+// share that is neither full nor empty combines with the others by `combine`.
+// `scale` says the value is that multiple of the piece (1 unless a program scales
+// a value on its way: a rank's gradient of its own mean loss holds n times its
+// share of the mean over n ranks' tokens until an average divides it).
 struct SubTensor {
   TensorId tensor = kNoId;
   Box box;
   ValuePart part = ValuePart::Full();
   ReduceOp combine = ReduceOp::kSum;
+  Rational scale = Rational::One();
   bool operator==(const SubTensor& o) const {
-    return tensor == o.tensor && box == o.box && part == o.part && combine == o.combine;
+    return tensor == o.tensor && box == o.box && part == o.part && combine == o.combine &&
+           scale == o.scale;
   }
 };
 

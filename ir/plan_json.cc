@@ -51,6 +51,7 @@ void AppendValue(std::string* out, const PlanValue& v) {
   absl::StrAppend(out, "],\"part\":\"", v.sub.part.ToString(), "\",\"dtype\":\"",
                   DTypeName(v.dtype), "\",\"microbatch\":", v.microbatch);
   if (v.sub.combine == ReduceOp::kMax) out->append(",\"combine\":\"max\"");
+  if (!v.sub.scale.IsOne()) absl::StrAppend(out, ",\"scale\":\"", v.sub.scale.ToString(), "\"");
   if (v.dp_dim >= 0) absl::StrAppend(out, ",\"dp_dim\":", v.dp_dim);
   if (v.dp_share) absl::StrAppend(out, ",\"dp_share\":true");
   out->push_back('}');
@@ -79,7 +80,7 @@ void AppendTask(std::string* out, const Task& t) {
 
 void AppendCollective(std::string* out, const Collective& c) {
   absl::StrAppend(out, "{\"id\":", c.id, ",\"kind\":\"", CollectiveKindName(c.kind),
-                  "\",\"reduce\":\"", c.reduce == ReduceOp::kMax ? "max" : "sum",
+                  "\",\"reduce\":\"", ReduceOpName(c.reduce),
                   "\",\"devices\":");
   AppendDevices(out, c.devices);
   out->append(",\"inputs\":");
@@ -359,6 +360,13 @@ absl::StatusOr<PlanValue> PlanReader::ReadValue(const Json& j, size_t index) con
     return Error(At(item, "combine"), absl::StrCat("unknown combination '", combine,
                                                    "' (expected sum or max)"));
   }
+  LOOM_ASSIGN_OR_RETURN(std::string scale, StringField(j, "scale", item, "1"));
+  auto parsed_scale = ParseSignedRational(scale);
+  if (!parsed_scale.ok()) return Error(At(item, "scale"), parsed_scale.status().message());
+  if (parsed_scale->num == 0) {
+    return Error(At(item, "scale"), "a scale of 0 (a zero value claims the empty part)");
+  }
+  v.sub.scale = *parsed_scale;
   LOOM_ASSIGN_OR_RETURN(std::string dtype, StringField(j, "dtype", item));
   auto parsed_dtype = ParseDType(dtype);
   if (!parsed_dtype.ok()) return Error(At(item, "dtype"), parsed_dtype.status().message());
@@ -425,9 +433,11 @@ absl::StatusOr<Collective> PlanReader::ReadCollective(const Json& j, size_t inde
     c.reduce = ReduceOp::kSum;
   } else if (reduce == "max") {
     c.reduce = ReduceOp::kMax;
+  } else if (reduce == "avg") {
+    c.reduce = ReduceOp::kAvg;
   } else {
     return Error(At(item, "reduce"), absl::StrCat("unknown reduction '", reduce,
-                                                  "' (expected sum or max)"));
+                                                  "' (expected sum, max or avg)"));
   }
   LOOM_ASSIGN_OR_RETURN(const Json* devices, Require(j, "devices", item));
   const std::string devices_path = At(item, "devices");

@@ -27,6 +27,7 @@
 #include "ir/plan.h"
 #include "ir/plan_json.h"
 #include "ir/text_format.h"
+#include "verify/homogeneity.h"
 
 namespace py = pybind11;
 
@@ -153,6 +154,44 @@ void DefineCaptureFunctions(py::module_& m, void (*raise)(const absl::Status&)) 
       "The partition signature of op `kind` on inputs of the given (dims, dtype): "
       "{'inputs': [[labels]], 'outputs': [[labels]], 'kinds': {label: 'spatial' | "
       "'reduction' | 'max_reduction' | 'fixed'}, 'coupled': [[labels]], 'additive': [i]}.");
+  m.def(
+      "scale_of_piece",
+      [check](const std::string& kind_name,
+              const std::vector<std::pair<std::vector<int64_t>, std::string>>& inputs,
+              const py::dict& attrs, const std::vector<std::pair<int64_t, int64_t>>& factors,
+              const std::vector<bool>& zeros) {
+        const ir::OpKind kind = check(ir::ParseOpKind(kind_name));
+        std::vector<ir::TensorType> types;
+        for (const auto& [dims, dtype] : inputs) {
+          types.push_back(ir::TensorType{ir::Shape(dims), check(ir::ParseDType(dtype))});
+        }
+        const std::vector<ir::TensorType> out =
+            check(ir::InferOutputTypes(kind, types, ToAttrMap(attrs)));
+        if (factors.size() != types.size() || zeros.size() != types.size()) {
+          throw py::value_error("one factor and one zero flag per input");
+        }
+        std::vector<ir::Rational> k;
+        for (const auto& [num, den] : factors) {
+          if (den == 0) throw py::value_error("a factor with denominator 0");
+          k.push_back(ir::Rational::Of(num, den));
+        }
+        std::vector<char> z(zeros.begin(), zeros.end());
+        const verify::PieceScale scale = verify::ScaleOfPiece(kind, types, out, k, z);
+        py::dict result;
+        if (scale.operand >= 0) {
+          result["operand"] = scale.operand;
+          result["why"] = scale.why;
+        } else {
+          result["factor"] = py::make_tuple(scale.factor.num, scale.factor.den);
+        }
+        return result;
+      },
+      py::arg("kind"), py::arg("inputs"), py::arg("attrs"), py::arg("factors"),
+      py::arg("zeros"),
+      "The factor a piece of op `kind` holds when its inputs (dims, dtype) hold the "
+      "given factors ((num, den); `zeros`: inputs holding zeros): {'factor': (num, den)}, "
+      "or {'operand': i, 'why': ...} where the op is not proportional to scaled input i "
+      "(verify/homogeneity.h).");
   m.def(
       "evaluate",
       [check, raise](const ir::Graph& step, const py::dict& feeds, bool fp64,

@@ -1,6 +1,7 @@
 #include "verify/contrib.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,6 +94,11 @@ std::string Key(const Contrib& c) {
     case Contrib::kLin:
       Put(k, c.desc);
       for (ContribId p : c.parts) Put(k, p);
+      return k;
+    case Contrib::kScaled:
+      Put(k, c.base);
+      Put(k, c.factor.num);
+      Put(k, c.factor.den);
       return k;
     case Contrib::kShare:
       Put(k, c.tensor);
@@ -218,6 +224,10 @@ ContribId ContribStore::MapOps(ContribId id, const std::function<ir::OpId(ir::Op
     case Contrib::kZero:
     case Contrib::kBad:
       return id;
+    case Contrib::kScaled: {
+      const ContribId base = MapOps(c.base, map, name, map_tensor, tensor_name);
+      return base == c.base ? id : Scaled(base, c.factor);
+    }
     case Contrib::kShare: {
       if (!map_tensor) return id;
       const ir::TensorId t = map_tensor(c.tensor);
@@ -275,6 +285,12 @@ std::optional<ContribId> ContribStore::Extrapolate(ContribId a, ContribId b, int
   const Contrib cb = contribs_[b];
   if (ca.kind != cb.kind) return std::nullopt;
   switch (ca.kind) {
+    case Contrib::kScaled: {
+      if (ca.factor != cb.factor) return std::nullopt;
+      auto base = Extrapolate(ca.base, cb.base, t);
+      if (!base.has_value()) return std::nullopt;
+      return Scaled(*base, ca.factor);
+    }
     case Contrib::kRed: {
       if (ca.family != cb.family || ca.chunks.size() != cb.chunks.size() ||
           ca.additive != cb.additive) {
@@ -346,6 +362,12 @@ std::optional<ContribId> ContribStore::ProgressionSum(ContribId a, ContribId b, 
   const Contrib ca = contribs_[a];
   const Contrib cb = contribs_[b];
   if (ca.kind != cb.kind) return std::nullopt;
+  if (ca.kind == Contrib::kScaled) {
+    if (ca.factor != cb.factor) return std::nullopt;
+    auto base = ProgressionSum(ca.base, cb.base, n);
+    if (!base.has_value()) return std::nullopt;
+    return Scaled(*base, ca.factor);
+  }
   if (ca.kind == Contrib::kLin) {
     if (ca.desc != cb.desc || ca.parts.size() != cb.parts.size()) return std::nullopt;
     std::vector<ContribId> parts;
@@ -403,6 +425,26 @@ ContribId ContribStore::Share(ir::TensorId tensor, const ir::Box& box, const ir:
   return Intern(std::move(c));
 }
 
+ContribId ContribStore::Scaled(ContribId id, const ir::Rational& factor) {
+  if (id == kZeroContrib || id == kBadContrib || factor.IsOne()) return id;
+  if (factor.num == 0) return kZeroContrib;
+  const Unscaled u = Unscale(id);
+  const std::optional<ir::Rational> total = ir::Multiply(u.factor, factor);
+  if (!total.has_value()) return kBadContrib;
+  if (total->IsOne()) return u.base;
+  Contrib c;
+  c.kind = Contrib::kScaled;
+  c.base = u.base;
+  c.factor = *total;
+  return Intern(std::move(c));
+}
+
+ContribStore::Unscaled ContribStore::Unscale(ContribId id) const {
+  const Contrib& c = contribs_[id];
+  if (c.kind != Contrib::kScaled) return Unscaled{id, ir::Rational::One()};
+  return Unscaled{c.base, c.factor};
+}
+
 ContribId ContribStore::Red(int family, std::vector<ir::Box> chunks, std::vector<int> additive) {
   const Family& f = families_[family];
   int64_t total = 1;
@@ -452,6 +494,8 @@ std::string ContribStore::Describe(ContribId id) const {
     }
     case Contrib::kLin:
       return absl::StrCat("a partial sum of ", descs_[c.desc].what);
+    case Contrib::kScaled:
+      return absl::StrCat(c.factor.ToString(), " times ", Describe(c.base));
     case Contrib::kShare: {
       auto it = share_names_.find(c.tensor);
       return absl::StrCat("share ", c.part.ToString(), " of '",
@@ -503,6 +547,12 @@ std::string ContribStore::Example(ContribId id) const {
       }
       return "";
     }
+    case Contrib::kScaled:
+      if (c.base == kFullContrib) {
+        return absl::StrCat("with every element equal to 1, it holds ", c.factor.ToString(),
+                            " where the complete value is 1");
+      }
+      return absl::StrCat(c.factor.ToString(), " times this: ", Example(c.base));
     case Contrib::kShare:
       return absl::StrCat("with the value equal to 1 and its shares in proportion to their parts, "
                           "it holds ", PartLength(c.part), " (share ", c.part.ToString(),
@@ -513,6 +563,7 @@ std::string ContribStore::Example(ContribId id) const {
 
 bool ContribStore::HoldsPartialSum(ContribId id) const {
   const Contrib& c = contribs_[id];
+  if (c.kind == Contrib::kScaled) return HoldsPartialSum(c.base);
   if (c.kind == Contrib::kRed || c.kind == Contrib::kShare) return true;
   if (c.kind != Contrib::kLin) return false;
   return std::any_of(c.parts.begin(), c.parts.end(),
@@ -520,6 +571,40 @@ bool ContribStore::HoldsPartialSum(ContribId id) const {
 }
 
 ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::ReduceOp reduce) {
+  const bool is_max = reduce == ir::ReduceOp::kMax;
+  // Scaled values: their common factor taken out of the sum.
+  std::vector<ContribId> bases;
+  std::optional<ir::Rational> factor;
+  for (ContribId id : ids) {
+    if (id == kBadContrib) return SumResult{true, kBadContrib};
+    if (id == kZeroContrib) continue;
+    const Unscaled u = Unscale(id);
+    if (factor.has_value() && *factor != u.factor) {
+      return Failed(FailureClass::kScaled,
+                    absl::StrCat("combines values scaled differently (by ", factor->ToString(),
+                                 " and by ", u.factor.ToString(), ")"),
+                    absl::StrCat("with every element equal to 1: one member holds ",
+                                 factor->ToString(), " times its piece, another ",
+                                 u.factor.ToString(), " times its own, so no multiple of the "
+                                 "whole comes of their ", is_max ? "maximum" : "sum"));
+    }
+    factor = u.factor;
+    bases.push_back(u.base);
+  }
+  if (!factor.has_value() || factor->IsOne()) return SumUnscaled(bases, reduce);
+  if (is_max && factor->num < 0) {
+    return Failed(FailureClass::kScaled,
+                  absl::StrCat("takes the maximum of values scaled by ", factor->ToString()),
+                  absl::StrCat("with pieces 1 and 2 scaled by ", factor->ToString(),
+                               ": their maximum is the smaller one's multiple"));
+  }
+  SumResult r = SumUnscaled(bases, reduce);
+  if (r.ok) r.id = Scaled(r.id, *factor);
+  return r;
+}
+
+ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> ids,
+                                                  ir::ReduceOp reduce) {
   const bool is_max = reduce == ir::ReduceOp::kMax;
   std::vector<ContribId> live;
   int full = 0;
@@ -533,12 +618,9 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
   if (full > 0) {
     if (is_max) return SumResult{true, kFullContrib};  // max(x, pieces of x) = x
     if (live.size() == 1) return SumResult{true, kFullContrib};
+    // n copies of the complete value: n times it (what its claim says decides).
     if (full == static_cast<int>(live.size())) {
-      return Failed(FailureClass::kScaled,
-                    absl::StrCat("adds ", full, " copies of the complete value (scaled by ",
-                                 full, ")"),
-                    absl::StrCat("with the value equal to 1 everywhere: the ", full,
-                                 " copies add up to ", full, " where the value is 1"));
+      return SumResult{true, Scaled(kFullContrib, ir::Rational::Of(full, 1))};
     }
     ContribId partial = kBadContrib;
     for (ContribId id : live) {
@@ -648,29 +730,46 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
   }
   // Linear pieces: sum position by position.
   std::vector<ContribId> parts;
+  const Desc& d = descs_[first.desc];
+  auto operand_name = [&](size_t j) {
+    return j < d.operands.size() ? d.operands[j] : absl::StrCat("linear operand ", j);
+  };
   for (size_t j = 0; j < first.parts.size(); ++j) {
     std::vector<ContribId> column;
     for (ContribId id : live) column.push_back(contribs_[id].parts[j]);
     SumResult r = Sum(column, reduce);
     if (!r.ok) {
-      const Desc& d = descs_[first.desc];
-      const std::string operand =
-          j < d.operands.size() ? d.operands[j] : absl::StrCat("linear operand ", j);
-      if (r.cls == FailureClass::kScaled) {
-        // Copies of one complete operand among others: that term is counted more
-        // than once, the value as a whole is not scaled.
-        r.cls = FailureClass::kDoubledPiece;
-        r.message = absl::StrCat("counts ", operand, " of ", d.what, " ", column.size(),
-                                 " times");
-      } else {
-        r.message = absl::StrCat(r.message, " (", operand, " of ", d.what, ")");
-      }
-      r.counterexample = absl::StrCat("in ", operand, " of ", d.what, ", ", r.counterexample);
+      r.message = absl::StrCat(r.message, " (", operand_name(j), " of ", d.what, ")");
+      r.counterexample = absl::StrCat("in ", operand_name(j), " of ", d.what, ", ", r.counterexample);
       return r;
     }
     parts.push_back(r.id);
   }
-  return SumResult{true, Lin(first.desc, std::move(parts))};
+  // Every position scaled alike scales the piece; otherwise a term is counted more
+  // (or less) often than the others: copies of one complete operand among
+  // partial ones count that term more than once.
+  std::optional<ir::Rational> common;
+  bool alike = true;
+  for (ContribId p : parts) {
+    if (p == kZeroContrib) continue;
+    const ir::Rational k = Unscale(p).factor;
+    if (common.has_value() && *common != k) alike = false;
+    common = k;
+  }
+  if (!alike) {
+    size_t j = 0;
+    while (j < parts.size() && Unscale(parts[j]).factor.IsOne()) ++j;
+    const ir::Rational k = j < parts.size() ? Unscale(parts[j]).factor : ir::Rational::One();
+    return Failed(FailureClass::kDoubledPiece,
+                  absl::StrCat("counts ", operand_name(j), " of ", d.what, " ", k.ToString(),
+                               " times"),
+                  absl::StrCat("in ", operand_name(j), " of ", d.what, ", with every element "
+                               "equal to 1: that term adds up to ", k.ToString(),
+                               " where the others add up to 1"));
+  }
+  if (!common.has_value() || common->IsOne()) return SumResult{true, Lin(first.desc, std::move(parts))};
+  for (ContribId& p : parts) p = Unscale(p).base;
+  return SumResult{true, Scaled(Lin(first.desc, std::move(parts)), *common)};
 }
 
 }  // namespace loom::verify

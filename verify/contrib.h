@@ -25,7 +25,7 @@ inline constexpr ContribId kZeroContrib = 1;
 inline constexpr ContribId kBadContrib = 2;  // not derivable; failure already recorded
 
 struct Contrib {
-  enum Kind { kFull, kZero, kBad, kRed, kLin, kShare };
+  enum Kind { kFull, kZero, kBad, kRed, kLin, kShare, kScaled };
   Kind kind = kBad;
   int family = -1;              // kRed: the reduction
   std::vector<ir::Box> chunks;  // kRed: disjoint boxes of its index space, sorted
@@ -37,6 +37,11 @@ struct Contrib {
   // complete value (checked where the group is produced; see verify/derive.h).
   ir::TensorId tensor = ir::kNoId;
   ir::ValuePart part;
+  // kScaled: `factor` times the contribution `base` (never itself scaled, zero or
+  // bad; factor never 0 or 1). Scales appear only at the top of a contribution:
+  // reductions and linear pieces are made of unscaled parts.
+  ContribId base = -1;
+  ir::Rational factor = ir::Rational::One();
 };
 
 // A reduction: op output `key` summed (or maxed) over the index space of `labels`.
@@ -69,6 +74,15 @@ class ContribStore {
   // empty one kZeroContrib. `name` names the tensor in messages.
   ContribId Share(ir::TensorId tensor, const ir::Box& box, const ir::ValuePart& part,
                   const std::string& name);
+  // `factor` times what `id` holds (zeros stay zeros; a factor of 1 is `id`).
+  // kBadContrib when the factor leaves 64 bits.
+  ContribId Scaled(ContribId id, const ir::Rational& factor);
+  // What `id` holds as an unscaled contribution times a factor (1 unless scaled).
+  struct Unscaled {
+    ContribId base = kFullContrib;
+    ir::Rational factor = ir::Rational::One();
+  };
+  Unscaled Unscale(ContribId id) const;
 
   const Contrib& get(ContribId id) const { return contribs_[id]; }
 
@@ -113,10 +127,15 @@ class ContribStore {
     std::string counterexample;  // on failure: one line with concrete numbers
   };
   // The contribution of the sum (or maximum) of values holding `ids` over one box.
+  // Values scaled alike sum to their unscaled sum scaled so; copies of the
+  // complete value sum to that many times it; values scaled differently make no
+  // contribution (a failure of class scaled).
   SumResult Sum(absl::Span<const ContribId> ids, ir::ReduceOp reduce);
 
  private:
   ContribId Intern(Contrib c);
+  // Sum for unscaled contributions.
+  SumResult SumUnscaled(absl::Span<const ContribId> ids, ir::ReduceOp reduce);
 
   std::vector<Contrib> contribs_;
   absl::flat_hash_map<std::string, ContribId> contrib_ids_;

@@ -27,6 +27,7 @@
 #include "verify/counterexample.h"
 #include "verify/factored.h"
 #include "verify/fold.h"
+#include "verify/homogeneity.h"
 #include "verify/stages.h"
 
 namespace loom::verify {
@@ -68,58 +69,6 @@ struct Fact {
   Box box;
   ContribId contrib = kBadContrib;
 };
-
-// Input positions in which an op is jointly linear (a piece may hold partial sums
-// there and the pieces' outputs then add up to the op's output). A cast between
-// float dtypes is the identity over the reals, so linear; a cast to an integer or
-// bool is not. Each use is still proved as a law (verify/laws.h).
-std::vector<std::vector<int>> LinearGroups(const ir::Graph& spec, const ir::Op& op) {
-  const int num_inputs = static_cast<int>(op.inputs.size());
-  std::vector<int> all(num_inputs);
-  for (int i = 0; i < num_inputs; ++i) all[i] = i;
-  switch (op.kind) {
-    case OpKind::kCast:
-      if (ir::IsFloat(spec.tensor(op.inputs[0]).dtype) &&
-          ir::IsFloat(spec.tensor(op.outputs[0]).dtype)) {
-        return {{0}};
-      }
-      return {};
-    case OpKind::kAdd:
-    case OpKind::kSub:
-    case OpKind::kAccumulate:
-    case OpKind::kConcat:
-      return {all};
-    case OpKind::kNeg:
-    case OpKind::kScale:
-    case OpKind::kTranspose:
-    case OpKind::kReshape:
-    case OpKind::kSlice:
-    case OpKind::kSplit:
-    case OpKind::kExpand:
-    case OpKind::kPad:
-    case OpKind::kSum:
-    case OpKind::kStopGradient:
-    case OpKind::kMulScalar:
-    case OpKind::kDivScalar:
-    case OpKind::kDiv:
-    case OpKind::kCumsum:
-    case OpKind::kIndex:
-      return {{0}};
-    case OpKind::kWhere:
-      return {{1, 2}};
-    case OpKind::kMul:
-    case OpKind::kMatMul:
-    case OpKind::kLinearWGrad:
-      return {{0}, {1}};
-    case OpKind::kLinear:
-      return {{0, 2}, {1, 2}};
-    case OpKind::kEmbedding:
-    case OpKind::kEmbeddingGrad:
-      return {{1}};
-    default:
-      return {};
-  }
-}
 
 // Ops whose pieces write the part of an output-only dim (a vocabulary range) that
 // their attributes name (vocab_begin, vocab).
@@ -264,6 +213,7 @@ class Deriver {
                 : IsShare(v) ? contribs_.Share(pv.sub.tensor, pv.sub.box, pv.sub.part,
                                                TensorName(pv.sub.tensor))
                              : kBadContrib;
+    f.contrib = contribs_.Scaled(f.contrib, pv.sub.scale);
     return f;
   }
   bool IsShare(ValueId v) const {
@@ -419,7 +369,23 @@ void Deriver::SetOutput(ValueId v, Fact derived, const std::string& item, int mi
     facts_[v] = FromClaim(v);
     return;
   }
-  const Contrib& c = contribs_.get(derived.contrib);
+  // The factor it holds its piece by against the claim's (a zero has none).
+  const ContribStore::Unscaled held = contribs_.Unscale(derived.contrib);
+  if (held.base != kZeroContrib && held.factor != claim.scale) {
+    const std::optional<ir::Rational> by = ir::Divide(held.factor, claim.scale);
+    const std::string factor = by.has_value() ? by->ToString() : "an unrepresentable factor";
+    Fail(FailureClass::kScaled, item, devices, microbatch, v, first_op,
+         absl::StrCat("value ", v, " of '", name, "' ", ir::BoxToString(claim.box), " holds ",
+                      contribs_.Describe(derived.contrib), " where its claim says ",
+                      claim.scale.IsOne() ? std::string("no factor")
+                                          : absl::StrCat("a factor of ", claim.scale.ToString()),
+                      " (scaled by ", factor, ")"),
+         absl::StrCat("value ", v, " of '", name, "': ", contribs_.Example(derived.contrib),
+                      "; its claim says ", claim.scale.ToString(), " times its piece"));
+    facts_[v] = FromClaim(v);
+    return;
+  }
+  const Contrib& c = contribs_.get(held.base);
   if (claim.part.IsFull() && c.kind != Contrib::kFull) {
     const FailureClass cls = !contribs_.HoldsPartialSum(derived.contrib) || rule.zero_member
                                  ? FailureClass::kMissingPiece
@@ -570,6 +536,25 @@ void Deriver::DeriveLocal(const ir::Task& t) {
       SetOutput(v, out, item, mb, "", kTaskRule);
       return;
     }
+    case OpKind::kScale: {
+      // A program's own scaling of a value (a gradient divided by the world size):
+      // the value times the factor, read exactly (the double's simplest rational).
+      auto factor = t.attrs.GetFloat("factor");
+      const std::optional<ir::Rational> k =
+          factor.ok() ? ir::RationalOfDouble(*factor) : std::nullopt;
+      if (!k.has_value() || k->num == 0 || t.inputs.size() != 1 || t.outputs.size() != 1) {
+        Undecide(item, factor.ok() ? absl::StrCat("scale by ", *factor,
+                                                  ", which has no exact rational form")
+                                   : "scale without a factor");
+        OutputsFromClaims(t.outputs);
+        facts_[t.outputs[0]].contrib = kBadContrib;
+        return;
+      }
+      Fact out = facts_[t.inputs[0]];
+      out.contrib = contribs_.Scaled(out.contrib, *k);
+      SetOutput(t.outputs[0], out, item, mb, "", kTaskRule);
+      return;
+    }
     case OpKind::kAccumulate: {
       std::vector<Fact> in;
       for (ValueId v : t.inputs) in.push_back(facts_[v]);
@@ -655,6 +640,12 @@ bool Deriver::CheckSharesMeet(const std::vector<ValueId>& inputs,
                               const std::string& item, const std::vector<int64_t>& devices,
                               int microbatch) {
   if (inputs.empty()) return true;
+  // Copies of complete values: their sum is a multiple of the value, which the
+  // results' claims are checked against (a factor, not a share).
+  if (std::all_of(inputs.begin(), inputs.end(),
+                  [&](ValueId v) { return plan_.values[v].sub.part.IsFull(); })) {
+    return true;
+  }
   const std::string name = TensorName(plan_.values[inputs[0]].sub.tensor);
   ir::ValuePart together = ir::ValuePart::Empty();
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -126,6 +126,8 @@ class Encoder {
       Put(piece.hi.den);
     }
     Put(static_cast<int64_t>(pv.sub.combine));
+    Put(pv.sub.scale.num);
+    Put(pv.sub.scale.den);
     Put(pv.dp_dim);
     Put(pv.dp_share ? 1 : 0);
     Put(share_group_ != nullptr && (*share_group_)[v] >= 0 ? 1 : 0);

@@ -41,7 +41,7 @@ int FindShareGroups(const ir::Plan& plan, absl::Span<const int64_t> producer,
     const ir::PlanValue& pv = plan.values[v];
     const ir::ValuePart& part = pv.sub.part;
     if (part.IsFull() || part.IsEmpty() || pv.dp_share || producer[v] < 0 ||
-        pv.sub.combine != ir::ReduceOp::kSum) {
+        pv.sub.combine != ir::ReduceOp::kSum || !pv.sub.scale.IsOne()) {
       continue;
     }
     Key k{pv.sub.tensor, pv.microbatch, pv.dp_dim, item_stage[producer[v]]};

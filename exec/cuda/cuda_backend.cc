@@ -447,7 +447,14 @@ absl::Status CudaBackend::NcclCollective(const Collective& c, int64_t d,
       ir::BoxDims(program_plan_->values[c.inputs[0]].sub.box);
   absl::StatusOr<ir::CollectiveMeaning> meaning = ir::MeaningOf(c, in_dims);
   if (!meaning.ok()) return PlanError(DescribeCollective(c), meaning.status().message());
-  const ncclRedOp_t op = meaning->reduce == ir::ReduceOp::kMax ? ncclMax : ncclSum;
+  // An average is NCCL's own (the sum times 1/n, the meaning's scale).
+  const bool average = meaning->scale == ir::Rational::Of(1, static_cast<int64_t>(c.devices.size()));
+  if (!meaning->scale.IsOne() && !average) {
+    return PlanError(DescribeCollective(c), "scales its result by other than 1/n");
+  }
+  const ncclRedOp_t op = meaning->reduce == ir::ReduceOp::kMax ? ncclMax
+                         : average                             ? ncclAvg
+                                                               : ncclSum;
   switch (c.kind) {
     case CollectiveKind::kAllReduce:
       LOOM_NCCL_OK(ncclAllReduce(in->data, out->data, Count(in->dims), type, op, comm, s),

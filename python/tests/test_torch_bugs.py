@@ -100,7 +100,7 @@ def test_prepare_module_input_declares_an_already_reduced_input_partial():
                                                  desired_input_layouts=(Replicate(),))})))
     first = expect(report, "scaled", "model.layers.1.post_attention_layernorm",
                    "self.weight * hidden_states")
-    assert "2 copies" in first.message
+    assert "2 times the complete value" in first.message
 
 
 def test_tied_embedding_gradient_not_synchronised():

@@ -261,7 +261,7 @@ TEST(PlanJsonErrorTest, ErrorsNameTheJsonPath) {
       {[](Json& j) { j["collectives"][0]["kind"] = "allreduce"; },
        "p.json: collectives[0].kind: unknown collective kind 'allreduce'"},
       {[](Json& j) { j["collectives"][0]["reduce"] = "min"; },
-       "p.json: collectives[0].reduce: unknown reduction 'min' (expected sum or max)"},
+       "p.json: collectives[0].reduce: unknown reduction 'min' (expected sum, max or avg)"},
       {[](Json& j) { j["collectives"][0]["devices"][1] = 7; },
        "p.json: collectives[0].devices[1]: device 7 is outside the mesh (4 devices)"},
       {[](Json& j) { j["mesh"][0]["size"] = 0; },

@@ -118,11 +118,14 @@ class Builder {
     Task(device, OpKind::kMatMul, s_.matmul, {x, w}, y);
     return y;
   }
-  // Share k of 2 of y (the contracted dim split in halves).
-  ValueId PartialProduct(int64_t device, int k) {
+  // Share k of 2 of y (the contracted dim split in halves), `scale` times it when
+  // its x is loaded that many times over.
+  ValueId PartialProduct(int64_t device, int k, ir::Rational scale = ir::Rational::One()) {
     ValueId x = Value(device, s_.x, B({{0, 4}, {2 * k, 2 * k + 2}}));
+    plan_.values[x].sub.scale = scale;
     ValueId w = Value(device, s_.w, B({{2 * k, 2 * k + 2}, {0, 4}}));
     ValueId y = Value(device, s_.y, B({{0, 4}, {0, 4}}), ValuePart::Full().Share(k, 2));
+    plan_.values[y].sub.scale = scale;
     Task(device, OpKind::kMatMul, s_.matmul, {x, w}, y);
     return y;
   }
@@ -245,6 +248,28 @@ std::vector<Case> Cases(const Spec& s) {
                        b.Finish(outs, true, false), in_order});
     }
   }
+  // An average: the sum over its two members halved. Shares of twice the
+  // product average to the product; plain shares to half of it.
+  for (bool doubled : {true, false}) {
+    const ir::Rational scale = doubled ? ir::Rational::Of(2, 1) : ir::Rational::One();
+    const std::string of = doubled ? "_of_doubled_partial_sums" : "_of_partial_sums";
+    {
+      Builder b(s);
+      std::vector<ValueId> in = {b.PartialProduct(0, 0, scale), b.PartialProduct(1, 1, scale)};
+      std::vector<ValueId> outs = {b.Value(0, s.y, B({{0, 4}, {0, 4}})),
+                                   b.Value(1, s.y, B({{0, 4}, {0, 4}}))};
+      b.Collective(CollectiveKind::kAllReduce, ReduceOp::kAvg, {0, 1}, in, outs);
+      cases.push_back({"all_reduce_avg" + of, b.Finish(outs, true, false), doubled});
+    }
+    {
+      Builder b(s);
+      std::vector<ValueId> in = {b.PartialProduct(0, 0, scale), b.PartialProduct(1, 1, scale)};
+      std::vector<ValueId> outs = {b.Value(0, s.y, B({{0, 2}, {0, 4}})),
+                                   b.Value(1, s.y, B({{2, 4}, {0, 4}}))};
+      b.Collective(CollectiveKind::kReduceScatter, ReduceOp::kAvg, {0, 1}, in, outs, 0);
+      cases.push_back({"reduce_scatter_avg" + of, b.Finish(outs, true, false), doubled});
+    }
+  }
   for (bool complete : {true, false}) {
     {
       Builder b(s);
@@ -330,9 +355,9 @@ TEST(CollectiveMeaningTest, VerifierInterpreterAndCpuBackendAgree) {
       EXPECT_GT(numerics->max_rel_error_all, 1e-3) << "the mutant computes the spec's numbers";
     }
   }
-  // Correct: all_reduce 2, reduce_scatter 4, all_gather 2, all_to_all 2, broadcast
-  // and send_recv 1 each; the rest are mutants.
-  EXPECT_EQ(correct, 2 + 4 + 2 + 2 + 2);
+  // Correct: all_reduce 2, reduce_scatter 4, averages 2, all_gather 2, all_to_all 2,
+  // broadcast and send_recv 1 each; the rest are mutants.
+  EXPECT_EQ(correct, 2 + 4 + 2 + 2 + 2 + 2);
   EXPECT_EQ(mutants, static_cast<int>(cases.size()) - correct);
 }
 

@@ -1,0 +1,61 @@
+// Every homogeneous group the derivation relies on (verify/homogeneity.h), checked
+// on the reference kernels: scaling the group's operands by k scales every output
+// by k^exponent, on every sample of the op (tests/ir/op_samples.h).
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "ir/host_tensor.h"
+#include "ir/op_schema.h"
+#include "tests/ir/op_samples.h"
+#include "verify/homogeneity.h"
+
+namespace loom::verify {
+namespace {
+
+using ir::HostTensor;
+
+TEST(HomogeneityTest, EveryGroupScalesItsOutputsOnTheReferenceKernels) {
+  std::mt19937_64 rng(7);
+  int checked = 0;
+  for (const ir::testing::OpSample& sample : ir::testing::AllSamples(11)) {
+    std::vector<HostTensor> inputs = ir::testing::SampleInputs(sample, rng);
+    auto out_types = ir::InferOutputTypes(sample.kind, sample.inputs, sample.attrs);
+    ASSERT_TRUE(out_types.ok()) << sample.label << ": " << out_types.status();
+    auto base = ir::testing::RunOp(sample.kind, inputs, sample.attrs);
+    ASSERT_TRUE(base.ok()) << sample.label << ": " << base.status();
+    for (const Homogeneity& g :
+         HomogeneousGroups(sample.kind, sample.inputs, *out_types)) {
+      const double k = 3.0;
+      std::vector<HostTensor> scaled = inputs;
+      for (int i : g.positions) {
+        for (int64_t e = 0; e < scaled[i].size(); ++e) scaled[i][e] *= k;
+      }
+      auto out = ir::testing::RunOp(sample.kind, scaled, sample.attrs);
+      ASSERT_TRUE(out.ok()) << sample.label << ": " << out.status();
+      const double factor = std::pow(k, g.exponent);
+      const std::string where = absl::StrCat(ir::OpKindName(sample.kind), " '", sample.label,
+                                             "', group of ", g.positions.size(),
+                                             " starting at operand ", g.positions[0]);
+      for (size_t o = 0; o < out->size(); ++o) {
+        const HostTensor& got = (*out)[o];
+        const HostTensor& want = (*base)[o];
+        if (!ir::IsFloat(want.dtype)) continue;  // indices, masks: not scaled
+        for (int64_t e = 0; e < got.size(); ++e) {
+          const double expect = want[e] * factor;
+          ASSERT_NEAR(got[e], expect, 1e-9 * (1 + std::abs(expect)))
+              << where << ": output " << o << " element " << e;
+        }
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+}  // namespace
+}  // namespace loom::verify
