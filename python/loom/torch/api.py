@@ -46,6 +46,9 @@ class Failure:
     phase: str
     found_in: str = ""  # module (source) of the task where Loom found it, if elsewhere
     loom_index: int = -1  # its first entry in the verifier's report (-1: the capture's)
+    # A failure of class scaled: where the factors its values hold were applied
+    # ("x1/2: the program's own scaling by 1/2 at loss (launcher.py:12)").
+    applied: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
         where = ", ".join(p for p in (self.module, self.source) if p)
@@ -85,6 +88,8 @@ class Report:
             lines.append(f"  {f}")
             if f.counterexample:
                 lines.append(f"    {f.counterexample}")
+            for line in f.applied:
+                lines.append(f"    factor {line}")
         for item, reason in self.undecided:
             lines.append(f"  undecided {item}: {reason}")
         return "\n".join(lines)
@@ -202,6 +207,45 @@ class _Producers:
             current = earlier
         return None
 
+    def scalings_for(self, f):
+        """For a failure of class scaled: where the factors of the values its item
+        reads were applied (doc.scalings), in data-flow order."""
+        if f.cls != "scaled":
+            return []
+        if not hasattr(self, "_made_by"):
+            self._made_by = dict(self.of)
+            self._made_by = {v: ("task", i) for v, i in self.of.items()}
+            for c in self.doc.collectives:
+                for o in c["outputs"]:
+                    self._made_by[o] = ("collective", c["id"])
+            self._scaling_of = {}
+            for sc in self.doc.scalings:
+                self._scaling_of.setdefault(sc["value"], []).append(sc)
+        start = []
+        m = re.match(r"(task|collective) (\d+)", f.item or "")
+        if m and m.group(1) == "task" and int(m.group(2)) < len(self.doc.tasks):
+            start = list(self.doc.tasks[int(m.group(2))]["inputs"])
+        elif m and int(m.group(2)) < len(self.doc.collectives):
+            start = list(self.doc.collectives[int(m.group(2))]["inputs"])
+        value = re.search(r"value (\d+)", f.message or "")
+        if value:
+            start.append(int(value.group(1)))
+        seen, found, stack = set(), [], list(start)
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            found += self._scaling_of.get(v, [])
+            made = self._made_by.get(v)
+            if made is None:
+                continue
+            what, i = made
+            item = self.doc.tasks[i] if what == "task" else self.doc.collectives[i]
+            stack.extend(item["inputs"])
+        found.sort(key=lambda sc: sc["value"])
+        return found
+
     def made_for(self, f):
         """For a missing reduction: the task where it went missing (a failure at a
         task reads a partial sum; at a plan output, holds one)."""
@@ -235,6 +279,16 @@ def _failures(report, doc, spec):
             spec_op = doc.S.g.ops[doc.tasks[made]["op"]] if doc.tasks[made]["op"] >= 0 else None
             if spec_op is not None and spec_op["outputs"]:
                 rank_key = order.get(spec_op["outputs"][0], rank_key)
+        applied = producers.scalings_for(f)
+        if applied:
+            # The place of the factor: the program's own scaling first (a loss
+            # divided by the world size), then a count of the rank's batch, then a
+            # collective (an average, a sum of copies).
+            def rank(sc):
+                kind = 0 if "scaling" in sc["what"] else 1 if "token count" in sc["what"] \
+                    else 2
+                return (kind, sc["value"])
+            origin = dict(min(applied, key=rank)["origin"] or {})
         if not origin and f.item.startswith("task "):
             origin = found  # the task computes something else: it is the place
         if not origin:
@@ -247,7 +301,8 @@ def _failures(report, doc, spec):
                           item=f.item, devices=list(f.devices), box=f.box, part=f.part,
                           message=f.message, counterexample=f.counterexample,
                           aten=origin.get("target", ""), phase=origin.get("phase", ""),
-                          found_in=_place(found), loom_index=index)
+                          found_in=_place(found), loom_index=index,
+                          applied=_applied_text(applied))
         failure._order = rank_key
         # The same failure on several ranks (each rank's piece): one, with its ranks.
         key = (f.cls, f.tensor, failure.module, failure.source,
@@ -262,6 +317,18 @@ def _failures(report, doc, spec):
     return out
 
 
+def _applied_text(applied):
+    """Where the factors a scaled failure's values hold were applied, one line each
+    (the same factor at one place on several ranks once)."""
+    lines = []
+    for sc in applied:
+        place = _place(sc["origin"] or {})
+        line = f"x{sc['factor']}: {sc['what']}" + (f" at {place}" if place else "")
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
 def _plan_failures(doc):
     out = []
     for f in doc.failures:
@@ -274,7 +341,7 @@ def _plan_failures(doc):
     return out
 
 
-def _traced_once_per_pipeline_rank(traced, sizes, pp, done):
+def _traced_once_per_pipeline_rank(traced, sizes, pp, done, batch=None):
     """Every rank's RankTrace, from one trace per pipeline rank (symmetry.py), and
     how the ranks were captured; (None, why not) when a representative's program
     depends on its rank in a way Loom does not model. `done`: rank -> the traces
@@ -290,8 +357,13 @@ def _traced_once_per_pipeline_rank(traced, sizes, pp, done):
         if uneven:
             return None, f"every rank traced: {uneven}"
         reps[rep.coordinate[pp] if pp is not None else 0] = rep
-    ranks = [stand_in(reps[coordinate_of(r, sizes)[pp] if pp is not None else 0], r, sizes)
-             for r in range(math.prod(sizes))]
+    from loom.torch.distributed import batch_data
+    ranks = []
+    for r in range(math.prod(sizes)):
+        rep = reps[coordinate_of(r, sizes)[pp] if pp is not None else 0]
+        data = batch_data(batch(r, None), rep.pipeline) if batch is not None and \
+            r != rep.rank else None
+        ranks.append(stand_in(rep, r, sizes, data))
     return ranks, f"one rank traced per pipeline rank ({len(reps)} of {len(ranks)})"
 
 
@@ -337,7 +409,7 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
                           context=train_context, boundary=boundary)
     ranks, capture, done = None, "every rank traced", {}
     if not every_rank and len(world) > 1:
-        ranks, capture = _traced_once_per_pipeline_rank(traced, sizes, pp, done)
+        ranks, capture = _traced_once_per_pipeline_rank(traced, sizes, pp, done, batch)
     if ranks is None:
         ranks = sorted((done[r] if r in done else traced(r) for r in order),
                        key=lambda t: t.rank)

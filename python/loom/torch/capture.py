@@ -475,6 +475,14 @@ def _first_line(e):
     return text[0] if text else type(e).__name__
 
 
+def batch_leaves(batch):
+    """The batch's tensors by the names their trace inputs take (trace_step)."""
+    args, kwargs = (batch, {}) if isinstance(batch, (tuple, list)) else ((), dict(batch))
+    with_paths, _ = pytree.tree_flatten_with_path((tuple(args), kwargs))
+    return {_leaf_name(path): leaf for path, leaf in with_paths
+            if isinstance(leaf, torch.Tensor)}
+
+
 def _leaf_name(path):
     """A batch leaf's name from its pytree key path: `input_ids` (a keyword), `arg0`
     (a positional argument), `arg1.0`, `labels.mask`."""

@@ -46,6 +46,24 @@ class Claim:
     part: tuple = FULL
     combine: str = "sum"  # how a share that is neither full nor empty combines
     torch_says: bool = False  # the claim is DTensor's (else the signature's)
+    # The multiple of its piece the value holds (docs/formats.md, "scale"): what the
+    # program's own scalings make of it on its way (a rank's mean over its own tokens
+    # where the model's step divides by all of them), from the data flow.
+    scale: Fraction = Fraction(1)
+
+
+def rational_of(x):
+    """The rational a number stands for, as Loom reads a double (ir/plan.h,
+    RationalOfDouble): the one with the smallest denominator, at most 2^24, whose
+    double is `x`; the double's exact value where there is none."""
+    exact = Fraction(x)
+    near = exact.limit_denominator(1 << 24)
+    return near if float(near) == float(x) else exact
+
+
+def scale_text(scale):
+    return str(scale.numerator) if scale.denominator == 1 else \
+        f"{scale.numerator}/{scale.denominator}"
 
 
 def chunk(size, n, k):
@@ -141,10 +159,10 @@ def from_dtensor_spec(spec, tensor, rank):
             lo, hi = chunk(end - begin, n, c)
             box[d] = [begin + lo, begin + hi]
         elif isinstance(placement, Partial):
-            # Partial("avg"): data-parallel gradients averaged over the ranks. The
-            # average's 1/n is the loss's: each rank's mean is over its own tokens,
-            # and the plan divides by the count all ranks hold together (plan.py), so
-            # that a rank holds its share of the sum.
+            # Partial("avg") as Partial("sum"): the rank holds a share of the value,
+            # here n times it (the average divides by n, a collective's meaning);
+            # the factor a value holds comes from the data flow (Claim.scale), not
+            # from the placement.
             op = getattr(placement, "reduce_op", "sum")
             if op == "max":
                 combine = "max"

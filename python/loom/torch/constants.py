@@ -1,4 +1,5 @@
-"""Values a program computes from shapes alone: folded, and compared concretely.
+"""Values a program computes from shapes alone, or from the batch's integer data
+alone into a scalar: folded, and compared concretely.
 
 A model computes some tensors from nothing but shapes and constants: the positions
 of the tokens, the causal mask (Hugging Face builds it with aranges, comparisons and
@@ -13,6 +14,13 @@ values element by element. A rank whose value is no region of the spec's (positi
 that are not offset by the rank's place in the sequence) is a failure at the op that
 made it. The comparison is exact and needs no data: these values depend on nothing
 a batch holds.
+
+A scalar computed from the batch's integer data alone (a loss's token count, the
+labels that are not ignored) is folded too, from the batch given: the proof is of
+the step on that batch's counts. A rank's scalar holds the spec's times their
+ratio (scaled_region): a data-parallel rank counting 6 of the batch's 22 tokens
+holds 6/22 of the count, and the verifier carries that factor through the ranks'
+normalisation (docs/formats.md, "scale").
 """
 
 import itertools
@@ -20,39 +28,86 @@ import itertools
 import torch
 
 
-def _placeholder_free(graph):
-    """FX nodes that depend on no placeholder (only on constants and shapes)."""
-    free = set()
+def _placeholder_free(graph, concrete=()):
+    """FX nodes that depend on no placeholder but those of `concrete` (only on
+    constants, shapes and the batch's integer data), and those of them that depend
+    on the batch's data."""
+    free, data = set(), set()
     for node in graph.nodes:
         if node.op == "get_attr":
             free.add(node)
+        elif node.op == "placeholder" and node in concrete:
+            free.add(node)
+            data.add(node)
         elif node.op == "call_function":
             inputs = node.all_input_nodes
             if all(a in free for a in inputs):
                 free.add(node)
-    return free
+                if any(a in data for a in inputs):
+                    data.add(node)
+    return free, data
 
 
-def foldable(graph, live):
-    """The shape-only nodes the rest of the program reads, of more than one element,
-    in graph order: each is folded into a constant."""
-    free = _placeholder_free(graph)
+def foldable(graph, live, concrete=()):
+    """The nodes folded into constants, in graph order: shape-only values the rest of
+    the program reads, of more than one element; and the scalars it reads that depend
+    on the batch's integer data alone (a loss's token count: how many labels are not
+    ignored), computed from `concrete` (placeholder node -> its integer value)."""
+    free, data = _placeholder_free(graph, concrete)
     out = []
     for node in graph.nodes:
-        if node not in free or node not in live:
+        if node not in free or node not in live or node.op == "placeholder":
             continue
         val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.numel() <= 1:
+        if not isinstance(val, torch.Tensor):
             continue
+        if val.numel() <= 1 and (node not in data or val.numel() == 0):
+            continue
+        if val.numel() > 1 and node in data:
+            continue  # the batch's tensors stay data, claimed as the batch's rows
         if any(u not in free or u.op == "output" for u in node.users):
             out.append(node)
     return out
 
 
-def evaluate(module, nodes):
-    """The concrete values of `nodes` (shape-only FX nodes of `module`'s graph), by
-    running their ancestors on real tensors; None for a node whose constants the trace
-    does not know (a fake tensor constant)."""
+def concrete_data(graph, placeholders, data=None):
+    """The batch's integer tensors a trace reads, with their values: placeholder node
+    -> value, from `data` (placeholder name -> tensor: a rank standing in with another
+    rank's trace reads its own batch) or else the value the trace was given; fake
+    tensors have none."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    data = data or {}
+    out = {}
+    nodes = [n for n in graph.nodes if n.op == "placeholder"]
+    for node, ph in zip(nodes, placeholders):
+        value = data.get(ph.name, ph.value)
+        if ph.kind == "input" and isinstance(value, torch.Tensor) and \
+                not value.is_floating_point() and not value.is_complex() and \
+                not isinstance(value, FakeTensor):
+            out[node] = value
+    return out
+
+
+def data_scalars(trace, data=None):
+    """The values of the scalars the trace folds from its batch's data (with `data`,
+    placeholder name -> tensor, for its batch), as a tuple of Python numbers."""
+    graph = trace.module.graph
+    concrete = concrete_data(graph, trace.placeholders, data)
+    if not concrete:
+        return ()
+    _, depends = _placeholder_free(graph, concrete)
+    nodes = [n for n in foldable(graph, set(graph.nodes), concrete) if n in depends]
+    values = evaluate(trace.module, nodes, concrete)
+    return tuple(None if values[n] is None else values[n].reshape(-1).tolist()[0]
+                 for n in nodes)
+
+
+def evaluate(module, nodes, concrete=None):
+    """The concrete values of `nodes` (FX nodes of `module`'s graph that depend on
+    nothing but constants, shapes and the placeholders of `concrete`, node -> value),
+    by running their ancestors on real tensors; None for a node whose constants the
+    trace does not know (a fake tensor constant)."""
+    concrete = concrete or {}
     graph = module.graph
     needed = set()
     stack = list(nodes)
@@ -67,7 +122,9 @@ def evaluate(module, nodes):
         if node not in needed:
             continue
         try:
-            if node.op == "get_attr":
+            if node.op == "placeholder":
+                values[node] = _real(concrete[node]) if node in concrete else None
+            elif node.op == "get_attr":
                 t = getattr(module, node.target)
                 values[node] = _real(t)
             else:
@@ -95,6 +152,30 @@ def _real(t):
         c = getattr(t, "constant", None)
         return None if c is None else c.clone()
     return t.detach().clone()
+
+
+def scaled_region(whole, piece, preferred=None):
+    """(box, scale): the region of `whole` that `piece` holds `scale` times. A
+    scalar holds the whole scalar times its ratio to it (a rank's token count of the
+    batch's: Fraction(6, 22)); anything else is an exact region (region_of), scale
+    1. None when there is no such region (or the whole scalar is 0 and the piece
+    not)."""
+    from fractions import Fraction
+    if whole.numel() == 1 and piece.numel() == 1 and whole.dim() == piece.dim():
+        w, p = whole.reshape(()).item(), piece.reshape(()).item()
+        box = tuple((0, 1) for _ in range(whole.dim()))
+        if w == p:
+            return box, Fraction(1)
+        if w == 0 or not all(map(_finite, (w, p))):
+            return None
+        return box, Fraction(p) / Fraction(w)
+    box = region_of(whole, piece, preferred)
+    return None if box is None else (box, Fraction(1))
+
+
+def _finite(x):
+    import math
+    return not isinstance(x, float) or math.isfinite(x)
 
 
 def region_of(whole, piece, preferred=None):

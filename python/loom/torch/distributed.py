@@ -32,6 +32,19 @@ class RankTrace:
     groups: dict          # process group name -> ranks of the group, in group order
     managed: dict = None  # fqn -> fsdp.ManagedParam (FSDP2 / replicate)
     pipeline: object = None  # pipeline.Pipeline of a pipelined rank
+    # A rank standing in with another's trace: its own batch, placeholder name ->
+    # tensor (None: the trace's own).
+    data: dict = None
+
+
+def batch_data(batch, pipe=None):
+    """The batch a rank's trace reads, placeholder name -> tensor, as trace_step
+    names its inputs (a pipelined rank's split into the schedule's micro-batches)."""
+    from loom.torch import pipeline
+    from loom.torch.capture import batch_leaves
+    if pipe is not None:
+        batch = pipeline.microbatches(batch, pipe.microbatches)
+    return batch_leaves(batch)
 
 
 def _clear_dtensor_caches():

@@ -301,11 +301,6 @@ class Lowering:
         self.decisions.setdefault(self.current, []).append(bool(condition))
         return bool(condition)
 
-    def count_across_data(self, count):
-        """A loss's token count: in one program, the count itself (plan.py sums the
-        data-parallel ranks' counts)."""
-        return count
-
     def merge(self, x):
         """A Merged value made an ordinary one (a reshape); anything else unchanged."""
         if isinstance(x, Merged):
@@ -322,10 +317,19 @@ class Lowering:
         """Shape-only values the program reads, computed (constants.py): the folded
         node -> its value, and the live set with their ancestors left out."""
         from loom.torch import constants
-        nodes = constants.foldable(graph, live)
-        values = constants.evaluate(self.trace.module, nodes)
+        concrete = self.concrete_data(graph)
+        nodes = constants.foldable(graph, live, concrete)
+        values = constants.evaluate(self.trace.module, nodes, concrete)
         folded = {n: v for n, v in values.items() if v is not None}
         return folded, self._live(graph, graph.output_node(), stop=set(folded))
+
+    def concrete_data(self, graph):
+        """The batch's integer tensors the trace was given, with their values
+        (constants.py folds the scalars computed from them alone, such as a loss's
+        token count); a rank standing in with another's trace reads its own."""
+        from loom.torch import constants
+        return constants.concrete_data(graph, self.trace.placeholders,
+                                       getattr(self, "data", None))
 
     def run(self):
         graph = self.trace.module.graph
@@ -956,8 +960,6 @@ def _reduce(kind):
         if kind == "sum" and out_dtype in ("i64", "i32"):
             # A count (a sum of bools): Loom sums floats; f64 holds it exactly below 2^53.
             v = L.emit(kind, [L.cast(x, "f64")], {"dims": dims}, ("f64", kept))
-            if L.trace.notes is not None and node.name in L.trace.notes.counts:
-                v = L.count_across_data(v)
             return L.reshape(L.cast(v, out_dtype), out_dims)
         v = L.emit(kind, [L.cast(x, out_dtype)], {"dims": dims}, (out_dtype, kept))
         return L.reshape(v, out_dims)
@@ -1087,7 +1089,6 @@ def _nll_loss(L, node, logp, target, weight, reduction, ignore_index):
                    ("bool", target.dims))
     count = L.emit("sum", [L.cast(valid, dtype)], {"dims": list(range(len(target.dims)))},
                    (dtype, ()))
-    count = L.count_across_data(count)
     if reduction == 0:
         loss = L.emit("neg", [picked], {}, (dtype, target.dims))
     else:

@@ -249,8 +249,8 @@ class SpecIndex:
                     ok = False
                     break
                 same_site &= _site(spec_folded) == _site(var.node)
-                var.region = constants.region_of(self.L.folded[spec_folded], var.piece,
-                                                  var.preferred)
+                var.region = constants.scaled_region(self.L.folded[spec_folded], var.piece,
+                                                      var.preferred)
                 ok &= var.region is not None
             if ok:
                 (exact if same_site else fits).append((m, folded))
@@ -344,10 +344,34 @@ class SpecIndex:
                 continue
             for m in nodes:
                 if m not in self.used and \
-                        constants.region_of(self.L.folded[m], piece, preferred) is not None:
+                        constants.scaled_region(self.L.folded[m], piece, preferred) is not None:
                     self.used.add(m)
                     return m
         return None
+
+    def scale_of(self, index, factors, zeros):
+        """The factor a piece of spec op `index` holds when its operands hold
+        `factors` (Fractions; `zeros`: operands holding zeros), by the op's
+        homogeneity (verify/homogeneity.h, through the bindings); 1 where the op is
+        not proportional to a scaled operand (the verifier says so there)."""
+        op = self.g.ops[index]
+        # A piece of a fill with 0 is zeros, whatever its factor.
+        zeros = [z or self.zero_fill(n) for z, n in zip(zeros, op["inputs"])]
+        if all(f == 1 or z for f, z in zip(factors, zeros)):
+            return Fraction(1)
+        types = [(list(self.g.types[n][1]), self.g.types[n][0]) for n in op["inputs"]]
+        r = loom.scale_of_piece(op["kind"], types, op["attrs"],
+                                [(f.numerator, f.denominator) for f in factors],
+                                [bool(z) for z in zeros])
+        if "factor" not in r:
+            return Fraction(1)
+        return Fraction(*r["factor"])
+
+    def zero_fill(self, tensor_name):
+        if not hasattr(self, "_zero_fills"):
+            self._zero_fills = {n for op in self.g.ops if op["kind"] == "fill" and
+                                float(op["attrs"].get("value", 1)) == 0.0 for n in op["outputs"]}
+        return tensor_name in self._zero_fills
 
     def signature(self, index):
         sig = self.signatures.get(index)
@@ -404,6 +428,10 @@ class PlanDocument:
         self.origin_of_task = []
         self.failures = []  # found while building the plan (a folded value of no region)
         self.p2p = []       # what pipeline stages send each other: name, source, destination
+        # Where a value's factor (its claim's scale) was applied: dicts of value (its
+        # id), device, factor (a Fraction), what (words), origin; api.py names the
+        # one to blame for a failure of class scaled.
+        self.scalings = []
         self.origin_of_collective = {}
         self.seq_of_collective = {}  # (collective id, device) -> when the device's lowering made it
         self._seq = 0
@@ -451,6 +479,8 @@ class PlanDocument:
                     "dtype": v.dtype}
             if c.combine != "sum" and c.part not in (C.FULL, C.EMPTY):
                 item["combine"] = c.combine
+            if c.scale != 1 and c.part != C.EMPTY:
+                item["scale"] = C.scale_text(c.scale)
             values.append(item)
         tasks = []
         for t in self.tasks:
@@ -505,6 +535,8 @@ def implied_claims(S, index, inputs, out_tensor_ids, out_dims=None, free_box=Non
             if v.claim.part not in (C.FULL, C.EMPTY):
                 part, combine = v.claim.part, v.claim.combine
                 break
+    scale = S.scale_of(index, [v.claim.scale for v in inputs],
+                       [v.claim.part == C.EMPTY for v in inputs])
     out = []
     for k, labels in enumerate(sig["outputs"]):
         dims = S.dims(op["outputs"][k])
@@ -519,19 +551,30 @@ def implied_claims(S, index, inputs, out_tensor_ids, out_dims=None, free_box=Non
             lo, hi = fraction.get(label, (Fraction(0), Fraction(1)))
             box.append((int(lo * dims[d]), int(hi * dims[d])))
         out.append(C.Claim(tensor=out_tensor_ids[k], box=tuple(box), part=part,
-                           combine=combine))
+                           combine=combine, scale=scale))
     return out
 
 
 def _reduce_of(partial):
-    """Loom's reduce op of a Partial: sum, max; an average sums (its 1/n is in the
-    loss's count, see claims.from_dtensor_spec)."""
+    """Loom's reduce op of a Partial: sum, avg or max."""
     op = getattr(partial, "reduce_op", "sum")
-    if op in ("sum", "avg"):
-        return "sum"
-    if op == "max":
-        return "max"
+    if op in ("sum", "avg", "max"):
+        return op
     raise CaptureError(f"a reduction by {op} has no Loom collective")
+
+
+def reduced_scale(claim, reduce, members):
+    """The factor the result of a `reduce` over `members` values claiming `claim`
+    holds: shares of a sum add to the value at their own factor, copies of a complete
+    value to `members` times it; an average divides by the members."""
+    scale = claim.scale
+    if reduce == "max":
+        return scale
+    if claim.part == C.FULL:
+        scale = scale * members
+    if reduce == "avg":
+        scale = scale / members
+    return scale
 
 
 # ---------------------------------------------------------------------------------
@@ -547,6 +590,7 @@ class RankLowering(Lowering):
         self.doc = doc
         self.device = rank.rank
         self.trace = rank.trace
+        self.data = rank.data  # a stand-in's own batch (constants.concrete_data)
         self.data_claim = data_claim
         self.origins = __import__("loom.torch.lower", fromlist=["Origins"]).Origins(
             rank.trace.module.graph, rank.trace.optimizer.get("site"))
@@ -592,6 +636,12 @@ class RankLowering(Lowering):
                 return whole
         implied = implied_claims(self.S, index, inputs, tensors, [d for _, d in outs],
                                  self.free_box)
+        if kind == "scale" and attrs.get("factor") != op["attrs"].get("factor"):
+            # The step's scale by another factor (a loss divided by the world size,
+            # which is 1 on one device): the piece times their ratio.
+            ratio = C.rational_of(attrs["factor"]) / C.rational_of(op["attrs"]["factor"])
+            implied = [dataclasses.replace(c, scale=c.scale * ratio) for c in implied]
+            scaled_by = (ratio, attrs["factor"], op["attrs"]["factor"])
         if kind == "pick_grad" and "vocab_begin" in attrs:
             # A vocabulary piece's gradient: its range is the piece's, which no input
             # of the op carries.
@@ -606,6 +656,12 @@ class RankLowering(Lowering):
                     "dim into a whole one)")
         outputs = [self.doc.value(self.device, c, dt, dims)
                    for c, (dt, dims) in zip(implied, outs)]
+        if kind == "scale" and attrs.get("factor") != op["attrs"].get("factor"):
+            ratio, got, want = scaled_by
+            self.doc.scalings.append(dict(
+                value=outputs[0].id, device=self.device, factor=ratio,
+                what=f"a scaling by {got:g} where the model's step scales by {want:g}",
+                origin=self.origin))
         self.doc.task(self.device, index, kind, attrs, inputs, outputs, op["phase"],
                       op["layer"], self.origin)
         return outputs
@@ -708,28 +764,32 @@ class RankLowering(Lowering):
                 origin=self.origin))
 
     def _extra_scale(self, node):
-        """A division or multiplication by a constant the model's step does not make (a
-        loss divided twice): a failure of class scaled, at this op; the rank's value
-        is lowered as the undivided one, so that what follows is compared."""
-        if node.target not in (aten.div.Tensor, aten.mul.Tensor) or len(node.args) < 2 or \
-                not isinstance(node.args[1], (int, float)) or \
+        """A division or multiplication by a number the model's step does not make
+        (a gradient divided by the world size, a loss divided by the micro-batches):
+        the value times that factor, a local `scale` with no op of the step, whose
+        output claims the factor (docs/formats.md). The verifier carries it on."""
+        if node.target not in (aten.div.Tensor, aten.mul.Tensor, aten.div_.Tensor,
+                               aten.mul_.Tensor) or len(node.args) < 2 or \
+                not isinstance(node.args[1], (int, float)) or isinstance(node.args[1], bool) or \
                 not isinstance(node.args[0], torch.fx.Node) or node.args[0] not in self.env:
             return False
         source = node.args[0]
         image = self.image.get(source)
-        if image is None:
+        v = self.env[source]
+        if image is None or not isinstance(v, PValue) or node.args[1] == 0:
             return False
-        c = float(node.args[1])
-        factor = 1.0 / c if node.target is aten.div.Tensor else c
-        what = "divides" if node.target is aten.div.Tensor else "multiplies"
-        name = self.S.L.env[image].name if image in self.S.L.env else image.name
-        self.doc.failures.append(dict(
-            cls="scaled", tensor=name, devices=[self.device],
-            message=f"the rank {what} '{name}' by {c:g} where the model's step does not: "
-                    f"scaled by {factor:g}",
-            origin=self.origin))
-        self.env[node] = self.env[source]
+        c = C.rational_of(node.args[1])
+        factor = C.rational_of(float(1 / c)) if node.target in (aten.div.Tensor, aten.div_.Tensor) \
+            else c
+        out = self.doc.value(self.device, dataclasses.replace(v.claim, scale=v.claim.scale * factor),
+                             v.dtype, v.dims)
+        self.doc.task(self.device, -1, "scale", {"factor": float(factor)}, [v], [out],
+                      self.origin.get("phase", "forward"), -1, self.origin)
+        self.env[node] = out
         self.image[node] = image
+        self.doc.scalings.append(dict(value=out.id, device=self.device, factor=factor,
+                                      what=f"the program's own scaling by {factor}",
+                                      origin=self.origin))
         return True
 
     def _goes_to_model_op(self, node, rec):
@@ -800,16 +860,26 @@ class RankLowering(Lowering):
         sval = self.S.L.env[m]
         tensor = self.S.tensor_id[sval.name]
         whole = self.S.L.folded[m]
-        box = constants.region_of(whole, piece, preferred)
-        if box is None:
+        found = constants.scaled_region(whole, piece, preferred)
+        scale = Fraction(1)
+        if found is None:
             self.doc.failures.append(dict(
                 cls="wrong_shard", tensor=sval.name, devices=[self.device],
                 message=(f"rank {self.device} computes {list(piece.shape)} values from "
                          f"shapes that are no region of the model's {list(whole.shape)}"),
                 origin=self.origin))
             box = tuple((0, d) for d in piece.shape)
-        claim = C.Claim(tensor=tensor, box=box, part=C.FULL)
+        else:
+            box, scale = found
+        claim = C.Claim(tensor=tensor, box=box, part=C.FULL, scale=scale)
         self.env[node] = self.doc.value(self.device, claim, sval.dtype, tuple(piece.shape))
+        if scale != 1:
+            mine, theirs = piece.reshape(()).item(), whole.reshape(()).item()
+            self.doc.scalings.append(dict(
+                value=self.env[node].id, device=self.device, factor=scale,
+                what=f"a value of the rank's batch ({mine:g}, a token count) where the "
+                     f"model's step has the whole batch's ({theirs:g})",
+                origin=self.origin))
         self.image[node] = m
 
     def _spec_image(self, a):
@@ -967,6 +1037,8 @@ class RankLowering(Lowering):
         mesh, it says what the value holds; the rest comes from the data flow (the
         claim the value's op implies)."""
         claim = C.from_dtensor_spec(spec, v.claim.tensor, self.device)
+        # The factor the value holds is the data flow's: DTensor speaks of pieces.
+        claim = dataclasses.replace(claim, scale=v.claim.scale)
         full = self.S.dims(self._tensor_name(v.claim.tensor))
         dt_shape = tuple(int(d) for d in spec.shape)
         if self._covers_launch_mesh(spec.mesh) and dt_shape == tuple(full):
@@ -990,7 +1062,7 @@ class RankLowering(Lowering):
         if claim.part != C.FULL and implied.part in (C.FULL, C.EMPTY):
             part, combine = claim.part, claim.combine
         merged = C.Claim(tensor=claim.tensor, box=tuple(box), part=part, combine=combine,
-                         torch_says=True)
+                         torch_says=True, scale=v.claim.scale)
         self.doc.values[v.id] = dataclasses.replace(v, claim=merged)
         return self.doc.values[v.id]
 
@@ -1035,7 +1107,9 @@ class RankLowering(Lowering):
             if isinstance(a, Partial) and isinstance(b, Replicate):
                 reduce = _reduce_of(a)
                 v = self._collective(key, group, "all_reduce", {"reduce": reduce}, v,
-                                     dataclasses.replace(v.claim, part=C.FULL), v.dims)
+                                     dataclasses.replace(v.claim, part=C.FULL,
+                                                         scale=reduced_scale(v.claim, reduce, n)),
+                                     v.dims)
             elif isinstance(a, Partial) and isinstance(b, Shard):
                 d = b.dim
                 box = list(v.claim.box)
@@ -1044,9 +1118,11 @@ class RankLowering(Lowering):
                 box[d] = (begin + lo, begin + hi)
                 dims = list(v.dims)
                 dims[d] = hi - lo
+                reduce = _reduce_of(a)
                 v = self._collective(key, group, "reduce_scatter",
-                                     {"reduce": _reduce_of(a), "dim": d}, v,
-                                     dataclasses.replace(v.claim, part=C.FULL, box=tuple(box)),
+                                     {"reduce": reduce, "dim": d}, v,
+                                     dataclasses.replace(v.claim, part=C.FULL, box=tuple(box),
+                                                         scale=reduced_scale(v.claim, reduce, n)),
                                      dims)
             elif isinstance(a, Shard) and isinstance(b, Replicate):
                 d = a.dim
@@ -1152,11 +1228,12 @@ class RankLowering(Lowering):
         if ranks is None:
             self.unsupported(f"an all-reduce over process group '{group_name}', which the "
                              "rank's program does not know")
-        if reduce not in ("sum", "max"):
+        if reduce not in ("sum", "max", "avg"):
             self.unsupported(f"an all-reduce by {reduce}")
         key = ("functional", self._functionals)
         self._functionals += 1
-        claim = dataclasses.replace(v.claim, part=C.FULL, combine="sum")
+        claim = dataclasses.replace(v.claim, part=C.FULL, combine="sum",
+                                    scale=reduced_scale(v.claim, reduce, len(ranks)))
         self.env[node] = self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce},
                                           v, claim, v.dims)
         self.image[node] = self.image.get(src)
@@ -1174,23 +1251,15 @@ class RankLowering(Lowering):
             self._names_by_id = {i: n for n, i in self.S.tensor_id.items()}
         return self._names_by_id[tensor_id]
 
-    def count_across_data(self, count):
-        """A loss's token count summed over the data-parallel ranks: each rank's
-        mean is over its own tokens and torch averages the gradients, which is the
-        gradient of the sum over the ranks' tokens divided by the count they hold
-        together when every rank holds as many tokens (docs/torch.md)."""
-        dims = self.data_dims
-        if not dims:
-            return count
-        key = ("count", self._counts)
-        self._counts += 1
-        group = tuple(_groups_along(self.mesh_sizes, dims)[self.device])
-        return self._collective(key, group, "all_reduce", {"reduce": "sum"}, count,
-                                dataclasses.replace(count.claim, part=C.FULL), count.dims)
-
     def _collective(self, key, group, kind, attrs, v, claim, dims):
         """This rank's part in a collective of `group` (global ranks, in order)."""
         out = self.doc.value(self.device, claim, v.dtype, dims)
+        if claim.scale != v.claim.scale and v.claim.scale != 0:
+            factor = claim.scale / v.claim.scale
+            how = {"avg": "averages", "sum": "sums"}.get(attrs.get("reduce"), "combines")
+            self.doc.scalings.append(dict(
+                value=out.id, device=self.device, factor=factor,
+                what=f"a {kind} that {how} over {len(group)} ranks", origin=self.origin))
         self.collective_log.append(dict(key=key, group=tuple(group), kind=kind, attrs=attrs,
                                         input=v, output=out, origin=self.origin,
                                         seq=self.doc.next_seq()))

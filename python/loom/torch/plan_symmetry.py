@@ -18,7 +18,9 @@ lowering exactly. Anything else (a base that lowered differently, a failure foun
 while lowering) returns None, and plan.py lowers every rank.
 
 The verifier still checks every claim but the inputs'; the inputs' claims (a
-DTensor's shard, a rank's batch rows) are affine by the same argument.
+DTensor's shard, a rank's batch rows) are affine by the same argument. Scalars a
+rank computes from its batch's data (its token count) are not: only ranks whose
+batches give the same ones are written from one another (groups_of).
 """
 
 import collections
@@ -31,11 +33,15 @@ from loom.torch.claims import coordinate_of, rank_of
 
 
 def groups_of(ranks):
-    """Ranks that share a trace, grouped: lists of global ranks, or None when every
-    rank has its own (nothing to write from others)."""
+    """Ranks that share a trace and the scalars their batches give it (a loss's token
+    count: constants.py), grouped: lists of global ranks, or None when every rank has
+    its own (nothing to write from others). What a rank computes from its batch's
+    data is no function of its coordinate: ranks counting different numbers of
+    tokens are lowered each."""
+    from loom.torch import constants
     by_trace = collections.defaultdict(list)
     for t in ranks:
-        by_trace[id(t.trace)].append(t.rank)
+        by_trace[(id(t.trace), constants.data_scalars(t.trace, t.data))].append(t.rank)
     groups = list(by_trace.values())
     return groups if any(len(g) > 1 for g in groups) else None
 
@@ -87,7 +93,7 @@ def record(doc, L, values_of):
     own = values_of[L.device]
     index = {v.id: i for i, v in enumerate(own)}
     values = [(v.claim.tensor, v.claim.box, v.claim.part, v.claim.combine,
-               v.claim.torch_says, v.dtype, v.dims) for v in own]
+               v.claim.torch_says, v.dtype, v.dims, v.claim.scale) for v in own]
     tasks, task_meta = [], []
     for t in doc.tasks:
         if t["device"] != L.device:
@@ -157,12 +163,14 @@ def _written(o, steps, cs):
         if all(x is v or x == v for x in others):
             values.append(v)
             continue
-        tensor, box, part, combine, says, dtype, dims = v
+        tensor, box, part, combine, says, dtype, dims, scale = v
         for x in others:
-            if (x[0], x[3], x[4], x[5], x[6]) != (tensor, combine, says, dtype, dims):
+            if (x[0], x[3], x[4], x[5], x[6], x[7]) != (tensor, combine, says, dtype, dims,
+                                                        scale):
                 raise _Mismatch
         values.append((tensor, _affine(box, [x[1] for x in others], cs),
-                       _affine(part, [x[2] for x in others], cs), combine, says, dtype, dims))
+                       _affine(part, [x[2] for x in others], cs), combine, says, dtype, dims,
+                       scale))
     tasks = []
     for i, t in enumerate(o.tasks):
         others = [s.tasks[i] for s in steps]
@@ -235,8 +243,8 @@ def extend(doc, lowerings, ranks, sizes, plan):
     made = {d: list(values_of[d]) for d in records}
     for r, rec in sorted(written.items()):
         made[r] = [doc.value(r, C.Claim(tensor=t, box=box, part=part, combine=combine,
-                                        torch_says=says), dtype, dims)
-                   for t, box, part, combine, says, dtype, dims in rec.values]
+                                        torch_says=says, scale=scale), dtype, dims)
+                   for t, box, part, combine, says, dtype, dims, scale in rec.values]
     out = list(lowerings)
     for r, rec in sorted(written.items()):
         own = made[r]

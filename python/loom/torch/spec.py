@@ -80,7 +80,7 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
     pipelined job: gradients accumulated over the batch's micro-batches (dim 0, in
     order), divided by their number (pipeline.accumulation_body)."""
     from loom.torch import pipeline
-    with _maybe_fake(fake):
+    with _one_process_world(), _maybe_fake(fake):
         module = model_instance if model_instance is not None else model()
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
@@ -108,6 +108,20 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
     values.update(lowering.constants)
     return Spec(step=step, text=text, origins=origins, inputs=values,
                 outputs=list(lowering.g.outputs), trace=trace, lowering=lowering)
+
+
+@contextlib.contextmanager
+def _one_process_world():
+    """The step on one device runs in a world of one process (a fake process group
+    of one rank), as the same launcher run alone would: the program's own
+    collectives are the identity there, `dist.get_world_size()` is 1."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        yield
+        return
+    from loom.torch.distributed import fake_process_group
+    with fake_process_group(0, 1):
+        yield
 
 
 _LOWER = (torch.float32, torch.float16, torch.bfloat16)

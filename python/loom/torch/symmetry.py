@@ -288,9 +288,10 @@ def moved_group(group, source, target, sizes):
             for c in coords]
 
 
-def stand_in(rep, rank, sizes):
+def stand_in(rep, rank, sizes, data=None):
     """The RankTrace of `rank` from its pipeline rank's representative `rep`: the same
-    program, its own rank, coordinate, process groups and pipeline group."""
+    program, its own rank, coordinate, process groups and pipeline group, and its own
+    batch (`data`, placeholder name -> tensor)."""
     if rank == rep.rank:
         return rep
     groups = {}
@@ -303,4 +304,4 @@ def stand_in(rep, rank, sizes):
         pipe = dataclasses.replace(pipe, pp_ranks=moved_group(pipe.pp_ranks, rep.rank, rank,
                                                               sizes))
     return dataclasses.replace(rep, rank=rank, coordinate=coordinate_of(rank, sizes),
-                               groups=groups, pipeline=pipe)
+                               groups=groups, pipeline=pipe, data=data)

@@ -1,0 +1,93 @@
+"""What the launchers of this folder share: a tiny Hugging Face Llama at its default
+settings (2 layers, width 32, float64, seeded), a batch, an optimizer, and the
+parallelisms they build on. Each launcher file is a program as a user writes it;
+`EXPECT` in it says what its real run shows (the test suite checks Loom's verdict
+against that run, and that the run shows what EXPECT says)."""
+
+import torch
+import transformers
+
+VOCAB = 64
+
+
+def llama_config(**overrides):
+    config = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  attn_implementation="eager", use_cache=False)
+    config.update(overrides)
+    return transformers.LlamaConfig(**config)
+
+
+def builder(config=None, seed=0):
+    config = config or llama_config()
+
+    def model():
+        torch.manual_seed(seed)
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float64)
+    return model
+
+
+def batch(rows=4, seq=8, seed=1, ignored=None):
+    """input_ids and labels; `ignored`: {row: count} of labels set to -100 at the end
+    of those rows (tokens the loss does not count)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (rows, seq), generator=g)
+    labels = torch.randint(0, VOCAB, (rows, seq), generator=g)
+    for row, count in (ignored or {}).items():
+        labels[row, seq - count:] = -100
+
+    def inputs():
+        return {"input_ids": ids.clone(), "labels": labels.clone()}
+    return inputs
+
+
+def hf_loss(output):
+    return output.loss
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=False)
+
+
+def fsdp(model, dp_mesh, **options):
+    """FSDP2 as torchtitan applies it: every block, then the root."""
+    from torch.distributed.fsdp import fully_shard
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=dp_mesh, **options)
+    fully_shard(model, mesh=dp_mesh, **options)
+    return model
+
+
+def data_parallel_group(device_mesh, dim="dp"):
+    return device_mesh[dim].get_group()
+
+
+def tp_plan(model):
+    """Megatron-style tensor parallelism of a Hugging Face decoder's blocks."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    plan = {}
+    for i, _ in enumerate(model.model.layers):
+        p = f"model.layers.{i}."
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                     "mlp.gate_proj", "mlp.up_proj"):
+            plan[p + name] = ColwiseParallel()
+        plan[p + "self_attn.o_proj"] = RowwiseParallel()
+        plan[p + "mlp.down_proj"] = RowwiseParallel()
+    return plan
+
+
+def tensor_parallel(model, tp_mesh):
+    from torch.distributed.tensor.parallel import parallelize_module
+    parallelize_module(model, tp_mesh, tp_plan(model))
+    return model
+
+
+def forward_backward(model, batch, scale=1.0):
+    """The model's own loss on `batch`, times `scale`, and its backward."""
+    loss = model(**batch).loss * scale
+    loss.backward()
+    return loss
