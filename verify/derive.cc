@@ -246,6 +246,14 @@ class Deriver {
     return *op_types_.emplace(op, std::move(types)).first->second;
   }
 
+  // Whether spec tensor `t` is a fill with 0 (any multiple of a piece of it is
+  // itself: its factor does not matter).
+  bool IsZeroFill(TensorId t) const {
+    const ir::OpId p = spec_.tensor(t).producer;
+    if (p == ir::kNoId || spec_.op(p).kind != OpKind::kFill) return false;
+    auto value = spec_.op(p).attrs.GetFloat("value");
+    return value.ok() && *value == 0.0;
+  }
   void DeriveLeaf(ValueId v);
   void DeriveTask(const ir::Task& t);
   void DeriveCompute(const ir::Task& t);
@@ -255,6 +263,11 @@ class Deriver {
   // order: then `in_spec_order` gets the task's inputs in the op's order.
   bool CheckOperands(const ir::Task& t, const ir::Op& o, const std::string& item,
                      const std::string& first_op, std::vector<ValueId>* in_spec_order);
+  // For a piece whose attributes differ from `expected` only in factors its output
+  // is proportional to (scale's factor) or divisors it is inversely proportional
+  // to (a loss's token count): the ratio of its output to the expected piece's.
+  std::optional<ir::Rational> AttributeFactor(const ir::Task& t, const ir::Op& o,
+                                              const ir::AttrMap& expected) const;
   // Records the failure of a piece whose attributes differ from `expected`.
   void FailAttributes(const ir::Task& t, const ir::Op& o, const ir::AttrMap& expected,
                       const std::string& item, const std::string& first_op);

@@ -271,7 +271,7 @@ std::vector<Mutant> Corpus() {
                  std::sort(ids.begin(), ids.end());
                  const ir::Task& t = p.tasks[ids[0]];
                  return Where{ItemName(t), TensorName(spec, p, t.outputs[0]), {t.device},
-                              "scaled by 0.5"};
+                              "scaled by 1/2"};
                },
                FailureClass::kScaled});
   // DeepSpeed MoE, torchtitan-style expert parallelism, Megatron-FSDP with
