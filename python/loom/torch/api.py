@@ -367,9 +367,9 @@ def _traced_once_per_pipeline_rank(traced, sizes, pp, done, batch=None):
     return ranks, f"one rank traced per pipeline rank ({len(reps)} of {len(ranks)})"
 
 
-def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=None,
-           fake=False, name=None, timeout_ms=10000, threads=0, cache_dir="",
-           every_rank=False):
+def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step=None,
+           train_context=None, fake=False, name=None, timeout_ms=10000, threads=0,
+           cache_dir="", every_rank=False):
     """Proves that the programs torch runs on the ranks of `mesh` after
     `parallelize(module, device_mesh)` compute the training step of `model()`.
 
@@ -383,6 +383,11 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
         its rows).
     loss: loss(output) -> the scalar loss. optimizer: optimizer(params) -> a
         torch.optim.AdamW, Adam or SGD.
+    train_step: the user's own step instead of loss: train_step(model, optimizer,
+        batch) runs the forward, the loss, backward(), whatever the trainer does
+        before the update (gradient synchronisation by hand, clipping, a micro-batch
+        loop) and optimizer.step(); traced whole on one device (a world of one
+        process: its collectives are the identity) and on every rank.
     train_context: train_context() gives a context manager each rank enters around
         its forward, loss and backward, as torchtitan's train context does (e.g.
         torch.distributed.tensor.parallel.loss_parallel).
@@ -394,6 +399,9 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
     Returns a Report (.verdict, .exit_code 0/1/2, .failures with .module and .source).
     CaptureError (a ValueError) for a program or model Loom cannot capture.
     """
+    if (loss is None) == (train_step is None):
+        raise CaptureError("give the loss (loss(output) -> scalar) or the whole step "
+                           "(train_step(model, optimizer, batch)), one of the two")
     times = {}
     names, sizes = mesh_shape(mesh)
     t0 = time.perf_counter()
@@ -406,7 +414,7 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
 
     def traced(r):
         return trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake,
-                          context=train_context, boundary=boundary)
+                          context=train_context, boundary=boundary, train_step=train_step)
     ranks, capture, done = None, "every rank traced", {}
     if not every_rank and len(world) > 1:
         ranks, capture = _traced_once_per_pipeline_rank(traced, sizes, pp, done, batch)
@@ -417,7 +425,8 @@ def verify(*, model, parallelize, mesh, inputs, loss, optimizer, train_context=N
     t0 = time.perf_counter()
     pipe = ranks[0].pipeline
     if pipe is None:
-        spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name)
+        spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name,
+                            train_step=train_step)
     else:
         spec = capture_step(model, microbatch_rows(inputs, names, sizes, pipe.microbatches),
                             loss, optimizer, fake=fake, name=name,

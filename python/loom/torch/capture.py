@@ -116,7 +116,7 @@ def _check_optimizer(opt):
         raise CaptureError(f"optimizer {name} has {len(opt.param_groups)} parameter groups; "
                            "one is supported")
     group = opt.param_groups[0]
-    for option in ("fused", "foreach", "capturable", "differentiable"):
+    for option in ("fused", "capturable", "differentiable"):
         if group.get(option):
             raise CaptureError(f"optimizer {name} with {option}=True is not supported "
                                f"(pass {option}=False)")
@@ -201,8 +201,28 @@ class Body:
     sends: list = dataclasses.field(default_factory=list)
 
 
+def _parameter_leaf(local, spec, param):
+    """A parameter as the step reads it: a leaf tensor (a DTensor of `spec` over the
+    traced local tensor) that requires grad as the launcher's parameter does and
+    carries the gradient hooks the launcher registered on it (tensor hooks and
+    post-accumulate-grad hooks), so that the trace runs them where torch would."""
+    from torch.distributed.tensor import DTensor
+    # The traced input itself where it can be the leaf (a detach would be an alias
+    # whose DTensor statements plan.py reads as the input's).
+    t = local.detach() if local.requires_grad else local
+    if spec is not None:
+        t = DTensor.from_local(t, spec.mesh, spec.placements, run_check=False, shape=spec.shape,
+                               stride=spec.stride)
+    t.requires_grad_(param.requires_grad)
+    for hook in (getattr(param, "_backward_hooks", None) or {}).values():
+        t.register_hook(hook)
+    for hook in (getattr(param, "_post_accumulate_grad_hooks", None) or {}).values():
+        t.register_post_accumulate_grad_hook(hook)
+    return t
+
+
 def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_views=None,
-               context=None, optimizer_site=None, body=None):
+               context=None, optimizer_site=None, body=None, train_step=None):
     """Traces one training step of `model` on `batch` (a tuple of positional
     arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
     loss, `optimizer` the torch.optim optimizer built over model.parameters().
@@ -271,8 +291,11 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     buffer_names = list(buffers)
 
     def step_fn(*flat):
-        flat = [_as_dtensor(x, spec) for x, spec in zip(flat, specs)]
-        ps = list(flat[:n_params])
+        # The parameters as the launcher left them: leaves of the step that require
+        # grad where it says so and carry the hooks it registered on them.
+        ps = [_parameter_leaf(x, spec, params[fqn])
+              for x, spec, fqn in zip(flat[:n_params], specs, param_names)]
+        flat = ps + [_as_dtensor(x, spec) for x, spec in zip(flat[n_params:], specs[n_params:])]
         bs = flat[n_params:n_params + n_buffers]
         ss = flat[n_params + n_buffers:n_params + n_buffers + n_states]
         start = n_params + n_buffers + n_states
@@ -282,52 +305,59 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
         for pos, value in zip(data_positions, data):
             leaves[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(leaves, batch_spec)
-        with (context() if context is not None else contextlib.nullcontext()):
-            _set_phase("forward")
-            weights = {fqn: param_views[fqn](p) if fqn in param_views else p
-                       for fqn, p in zip(param_names, ps)}
-            weights.update(zip(buffer_names, bs))
-            loss, grads, sends = body.run(weights, ps, tuple(call_args), call_kwargs, extra)
-        produced["loss"] = loss is not None
-        _set_phase("optimizer")
-        traced = [p.detach() for p in ps]
         state = collections.defaultdict(dict)
         counts = []
         for (fqn, k, _), value in zip(states, ss):
             state[fqn][k] = value
         new_state = {}
-        for fqn, t, g in zip(param_names, traced, grads):
-            t.grad = g
+        for fqn, p in zip(param_names, ps):
             entry = dict(state.get(fqn, {}))
             if name != "SGD":
                 entry["step"] = torch.tensor(step_counts[fqn] - 1.0)
                 counts.append((entry["step"], step_counts[fqn]))
-            new_state[t] = entry
+            new_state[p] = entry
         saved = group["params"], optimizer.state
-        group["params"], optimizer.state = traced, collections.defaultdict(dict, new_state)
+        group["params"], optimizer.state = ps, collections.defaultdict(dict, new_state)
+        loss, sends = None, []
         try:
             with _step_count(counts):
-                optimizer.step()
+                if train_step is not None:
+                    from loom.torch.train_step import run_train_step
+                    weights = dict(zip(param_names, ps))
+                    weights.update(zip(buffer_names, bs))
+                    views = {fqn: param_views[fqn] for fqn in param_views}
+                    with (context() if context is not None else contextlib.nullcontext()):
+                        run_train_step(train_step, model, optimizer, weights, views,
+                                       tuple(call_args), call_kwargs)
+                else:
+                    with (context() if context is not None else contextlib.nullcontext()):
+                        _set_phase("forward")
+                        weights = {fqn: param_views[fqn](p) if fqn in param_views else p
+                                   for fqn, p in zip(param_names, ps)}
+                        weights.update(zip(buffer_names, bs))
+                        loss, grads, sends = body.run(weights, ps, tuple(call_args),
+                                                      call_kwargs, extra)
+                    for p, g in zip(ps, grads):
+                        if g is not None or p.grad is not None:
+                            p.grad = g
+                    _set_phase("optimizer")
+                    optimizer.step()
         finally:
             updated = optimizer.state
             group["params"], optimizer.state = saved
+        produced["loss"] = loss is not None
         out_states = []
         for fqn, k, _ in states:
-            t = traced[param_names.index(fqn)]
-            out_states.append(updated[t][k])
+            p = ps[param_names.index(fqn)]
+            out_states.append(updated[p][k])
         first = (loss,) if loss is not None else ()
-        return tuple(_local(x) for x in (*first, *traced, *out_states, *sends))
+        return tuple(_local(x) for x in (*first, *ps, *out_states, *sends))
 
     produced = {}
     model_tagger = _ModuleTagger(model)
     inputs = []
     for ph in placeholders:
-        t = ph.value
-        if ph.kind == "parameter":
-            t = t.detach().requires_grad_(True)
-        else:
-            t = t.detach()
-        inputs.append(t)
+        inputs.append(ph.value.detach())
     traced_fn = step_fn
     if recorder is not None:
         recorder.notes = notes
@@ -362,12 +392,24 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
 
 
 def _single_forward(model, loss_fn):
-    """The default Body: the model on the batch, the loss, its gradients."""
+    """The default Body: the model on the batch, the loss, its backward (into the
+    parameters' .grad, running their hooks as torch does)."""
     def run(weights, ps, args, kwargs, extra):
         output = torch.func.functional_call(model, weights, args, kwargs)
         loss = compute_loss(loss_fn, output)
-        return loss, backward(loss, ps), []
+        backward_into_grads(loss)
+        return loss, [p.grad for p in ps], []
     return run
+
+
+def backward_into_grads(loss):
+    """loss.backward(), traced as the backward phase."""
+    _set_phase("backward")
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    if loss.grad_fn is not None:
+        setup_stacktrace_preservation_hooks([loss.grad_fn])
+        loss.backward()
+    _set_phase("forward")
 
 
 def compute_loss(loss_fn, *args):
@@ -385,9 +427,14 @@ def backward(outputs, inputs, grad_outputs=None):
     from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
     outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     setup_stacktrace_preservation_hooks([o.grad_fn for o in outs if o.grad_fn is not None])
-    grads = torch.autograd.grad(outs, inputs, grad_outputs=grad_outputs, allow_unused=True)
+    wanted = [i for i, x in enumerate(inputs) if x.requires_grad]  # frozen: no gradient
+    got = torch.autograd.grad(outs, [inputs[i] for i in wanted], grad_outputs=grad_outputs,
+                              allow_unused=True)
+    grads = [None] * len(inputs)
+    for i, g in zip(wanted, got):
+        grads[i] = g
     _set_phase("forward")
-    return list(grads)
+    return grads
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from loom.torch.errors import CaptureError
 
-REQUIRED = ("model", "parallelize", "mesh", "inputs", "loss", "optimizer")
+REQUIRED = ("model", "parallelize", "mesh", "inputs", "optimizer")
 
 _CLASS_WORDS = {
     "missing_reduction": "missing reduction", "scaled": "scaled by a constant factor",
@@ -45,9 +45,12 @@ def load_launcher(path):
     except Exception as e:  # the launcher's own error, with its place
         raise UsageError(f"{path}: loading it failed: {type(e).__name__}: {e}") from e
     missing = [n for n in REQUIRED if n not in names]
+    if "loss" not in names and "train_step" not in names:
+        missing.append("loss (or train_step)")
     if missing:
         raise UsageError(f"{path}: defines no {', '.join(missing)} (it must define "
-                         f"{', '.join(REQUIRED)}; train_context and fake are optional)")
+                         f"{', '.join(REQUIRED)} and loss or train_step; train_context and "
+                         "fake are optional)")
     return names
 
 
@@ -196,7 +199,8 @@ def verify_command(argv):
         description="Prove that the programs torch.distributed runs after the launcher's "
                     "parallelize compute its model's training step.")
     parser.add_argument("launcher", help="Python file defining model, parallelize, mesh, "
-                                         "inputs, loss, optimizer (and train_context, fake)")
+                                         "inputs, optimizer, loss or train_step (and "
+                                         "train_context, fake)")
     parser.add_argument("--mesh", help="override the launcher's mesh: name=size,... "
                                        "(outermost first), e.g. dp=2,tp=2")
     parser.add_argument("--fake", action="store_true",
@@ -216,8 +220,8 @@ def verify_command(argv):
         mesh = parse_mesh(args.mesh) if args.mesh else names["mesh"]
         report = loom.torch.verify(
             model=names["model"], parallelize=names["parallelize"], mesh=mesh,
-            inputs=names["inputs"], loss=names["loss"], optimizer=names["optimizer"],
-            train_context=names.get("train_context"),
+            inputs=names["inputs"], loss=names.get("loss"), optimizer=names["optimizer"],
+            train_step=names.get("train_step"), train_context=names.get("train_context"),
             fake=bool(args.fake or names.get("fake", False)),
             timeout_ms=args.timeout_ms, cache_dir=args.cache, every_rank=args.every_rank)
     except UsageError as e:

@@ -169,7 +169,7 @@ def _user_input_meta(stage):
 
 
 def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake,
-               context=None, boundary=None):
+               context=None, boundary=None, train_step=None):
     """The rank's trace. `boundary` (shared by the ranks, traced in pipeline order):
     what each pipeline stage receives (_stage_inputs)."""
     from loom.torch import pipeline
@@ -213,9 +213,13 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
             body = pipeline.pipeline_body(pipe, weight_names, param_names,
                                           lambda s: boundary[(chain, s)])
         with in_fake():
+            if train_step is not None and pipe is not None:
+                raise CaptureError("a train_step with a pipeline schedule is not supported yet "
+                                   "(the schedule runs the forward and backward)")
             trace = trace_step(module, batch, loss, opt, fake=fake, recorder=recorder,
                                param_views=views, context=context,
-                               optimizer_site=site_of(optimizer), body=body)
+                               optimizer_site=site_of(optimizer), body=body,
+                               train_step=train_step)
         groups = _groups()
         _keep_mesh_tables(trace, recorder, sizes)
     return RankTrace(rank=rank, coordinate=coordinate_of(rank, sizes), trace=trace,

@@ -111,6 +111,15 @@ class Merged:
         return self.value.dtype
 
 
+@dataclasses.dataclass(frozen=True)
+class Empty:
+    """A tensor with no elements (Phi-3's pass-through part of a rotary embedding that
+    covers the whole head): no Loom value. A concat leaves it out; the gradient of it
+    is zeros."""
+    dtype: str
+    dims: tuple
+
+
 # ---------------------------------------------------------------------------------
 # Where an op comes from: module, source line, phase.
 
@@ -188,7 +197,7 @@ class Origins:
         phase = custom.get("phase", "forward")
         module = custom.get("module", "")
         stack = node.meta.get("stack_trace")
-        if phase == "backward":
+        if phase == "backward" and not custom.get("own_site"):
             fw = self._forward.get(node.meta.get("seq_nr"))
             if fw is not None:
                 module = (fw.meta.get("custom") or {}).get("module", "")
@@ -253,6 +262,7 @@ class Lowering:
         self.decisions = {}  # fx node -> the shape-dependent choices its rule made
         self.folded = {}     # fx node -> the value of a folded shape-only node
         self.folded_origin = {}  # Loom input name of a folded value -> its op's origin
+        self.input_value = {}  # placeholder node -> its input Value
 
     # ---- emitting ----------------------------------------------------------------
     def emit(self, kind, inputs, attrs, out, hint=None):
@@ -376,16 +386,31 @@ class Lowering:
         return outs
 
     def _live(self, graph, output_node, stop=()):
+        """The nodes the outputs depend on, and the in-place list updates (a foreach
+        optimizer's) of any of them, which FX leaves out of the data flow: their
+        results are the lists they update."""
         live = set()
-        stack = [output_node]
-        while stack:
-            n = stack.pop()
-            if n in stop:
-                continue
-            for a in n.all_input_nodes:
-                if a not in live:
-                    live.add(a)
-                    stack.append(a)
+        updates = [n for n in graph.nodes if is_foreach_update(n)]
+
+        def walk(start):
+            stack = [start]
+            while stack:
+                n = stack.pop()
+                if n in stop:
+                    continue
+                for a in n.all_input_nodes:
+                    if a not in live:
+                        live.add(a)
+                        stack.append(a)
+        walk(output_node)
+        grown = True
+        while grown:
+            grown = False
+            for n in updates:
+                if n not in live and any(a in live for a in n.args[0]):
+                    live.add(n)
+                    walk(n)
+                    grown = True
         return live
 
     def _folded(self, node):
@@ -429,12 +454,15 @@ class Lowering:
         name = self.g.input(ph.name, dtype, _dims(val), role)
         self.inputs[name] = ph
         self.env[node] = Value(name, dtype, _dims(val))
+        self.input_value[node] = self.env[node]  # env may be rebound (a foreach update)
         self.storage[node] = node
         self.version[node] = 0
         self.read_at[node] = 0
 
     def _constant(self, node):
         t = getattr(self.trace.module, node.target)
+        if isinstance(t, torch.ScriptObject):
+            return t  # a process group or a reduce op a c10d collective names
         if not isinstance(t, torch.Tensor):
             self.unsupported(f"constant {node.target} of type {type(t).__name__}")
         dtype = _dtype(t, self.origin)
@@ -480,8 +508,9 @@ class Lowering:
 
     def _track(self, node, mutated):
         if mutated is not None:
-            if mutated in self.view_base:
-                self.unsupported(f"in-place '{node.target}' on a view of another tensor")
+            # An update through a view changes its base too: every later read of the
+            # base or another view of it is refused (_check_fresh), the view's own
+            # new value is this node's.
             key = self._storage(mutated)
             self._bump(mutated)
             self.storage[node] = key
@@ -521,6 +550,9 @@ class Lowering:
             self.unsupported(f"'{target}' reads ids masked for a vocabulary piece")
         if target not in _MASK_AWARE and any(isinstance(a, VocabMask) for a in args):
             self.unsupported(f"'{target}' reads the mask of a vocabulary piece")
+        if target not in (aten.cat.default, aten.slice_backward.default) and \
+                any(isinstance(a, Empty) for a in args):
+            self.unsupported(f"'{target}' reads a tensor with no elements")
         if target is operator.getitem:
             seq, i = args
             if not isinstance(seq, (list, tuple)):
@@ -529,9 +561,15 @@ class Lowering:
         rule = RULES.get(target)
         if rule is None:
             rule = RULES.get(getattr(target, "overloadpacket", None))
+        if rule is None and getattr(target, "__name__", "").startswith("_foreach_"):
+            return lower_foreach(self, node, args, kwargs)
         if rule is None:
             self.unsupported(f"op '{target}' has no Loom equivalent")
         return rule(self, node, *args, **kwargs)
+
+    def rebind(self, node, value):
+        """`node`'s tensor updated in place by a foreach op: its value from now on."""
+        self.env[node] = value
 
 
 def _is_fake(t):
@@ -670,6 +708,8 @@ def _slice(L, node, x, dim=0, start=None, end=None, step=1):
     b, e, step = _slice_bounds(x.dims[d], start, end, step)
     if step != 1:
         L.unsupported(f"slice with step {step}")
+    if e <= b:
+        return Empty(*_out(node))
     if not L.decide(b != 0 or e != x.dims[d]):
         return x
     return L.emit("slice", [x], {"dim": d, "begin": b, "end": e}, _out(node))
@@ -690,7 +730,7 @@ def _select(L, node, x, dim, index):
 
 @rule(aten.cat.default)
 def _cat(L, node, tensors, dim=0):
-    parts = [t for t in tensors if not (len(t.dims) == 1 and t.dims[0] == 0)]
+    parts = [t for t in tensors if not isinstance(t, Empty) and 0 not in t.dims]
     dtype, dims = _out(node)
     parts = [L.cast(p, dtype) for p in parts]
     if not L.decide(len(parts) != 1):
@@ -749,6 +789,8 @@ def _slice_backward(L, node, grad, input_sizes, dim, start, end, step):
     if step != 1:
         L.unsupported(f"slice_backward with step {step}")
     before, after = b, input_sizes[d] - e
+    if isinstance(grad, Empty):
+        return _fill_like(L, node, 0.0)
     if not L.decide(before != 0 or after != 0):
         return grad
     return L.emit("pad", [grad], {"dim": d, "before": before, "after": after}, _out(node))
@@ -837,6 +879,51 @@ def _div(L, node, a, b):
     return _binary(L, node, "div", a, b)
 
 
+@rule(aten.reciprocal.default)
+def _reciprocal(L, node, x):
+    dtype, dims = _out(node)
+    return L.emit("div", [L.fill(1.0, dtype, ()), L.cast(x, dtype)], {}, (dtype, dims))
+
+
+@rule(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+def _clamp(L, node, x, lo=None, hi=None):
+    """min(max(x, lo), hi) as comparisons and selections (clip_grad_norm_'s min(1, c))."""
+    if node.target is aten.clamp_max.default:
+        lo, hi = None, lo
+    dtype, dims = _out(node)
+    v = L.cast(x, dtype)
+    for bound, op in ((lo, "lt"), (hi, "gt")):
+        if bound is None:
+            continue
+        if isinstance(bound, Value):
+            L.unsupported("clamp to a tensor bound")
+        past = L.emit("compare", [v, L.fill(bound, dtype)], {"op": op}, ("bool", dims))
+        v = L.emit("where", [past, L.fill(bound, dtype, dims), v], {}, (dtype, dims))
+    return v
+
+
+@rule(aten.linalg_vector_norm.default)
+def _vector_norm(L, node, x, ord=2, dim=None, keepdim=False, dtype=None):
+    """The 2-norm of a whole tensor (clip_grad_norm_'s), sqrt of its sum of squares."""
+    return vector_norm_from_squares(L, node, vector_norm_squares(L, node, x, ord, dim))
+
+
+def vector_norm_squares(L, node, x, ord=2, dim=None, *rest):
+    """The first half of a 2-norm: the sum of squares (a rank's partial norm is one:
+    norm_partial.py)."""
+    if ord != 2 or (dim is not None and len(dim) != len(x.dims)):
+        L.unsupported(f"vector norm of order {ord} over dims {dim} (the 2-norm of a whole "
+                      "tensor is supported)")
+    out_dtype, _ = _out(node)
+    return L.emit("sum_squares", [L.cast(x, out_dtype)], {}, (out_dtype, ()))
+
+
+def vector_norm_from_squares(L, node, squares):
+    """The second half: the square root, in the norm's own shape."""
+    out_dtype, dims = _out(node)
+    return L.reshape(L.emit("sqrt", [squares], {}, (out_dtype, ())), dims)
+
+
 def _unary(kind):
     def lower(L, node, x, *args, **kwargs):
         dtype, dims = _out(node)
@@ -860,6 +947,24 @@ def _pow(L, node, x, exponent):
     return L.emit("pow", [L.cast(x, dtype)], {"exponent": float(exponent)}, (dtype, dims))
 
 
+@rule(aten.gelu.default)
+def _gelu(L, node, x, approximate="none"):
+    """torch's gelu with its tanh approximation is Loom's gelu; the exact one (erf) has
+    no Loom op yet."""
+    if approximate != "tanh":
+        L.unsupported("gelu with approximate='none' (the erf form; the tanh approximation "
+                      "is supported)")
+    dtype, dims = _out(node)
+    return L.emit("gelu", [L.cast(x, dtype)], {}, (dtype, dims))
+
+
+@rule(aten.gelu_backward.default)
+def _gelu_backward(L, node, dy, x, approximate="none"):
+    if approximate != "tanh":
+        L.unsupported("gelu backward with approximate='none'")
+    return L.emit("gelu_grad", [x, dy], {}, _out(node))
+
+
 @rule(aten.silu_backward.default)
 def _silu_backward(L, node, dy, x):
     return L.emit("silu_grad", [x, dy], {}, _out(node))
@@ -880,6 +985,68 @@ def _threshold_backward(L, node, dy, x, threshold):
     if threshold != 0:
         L.unsupported(f"threshold_backward with threshold {threshold}")
     return L.emit("relu_grad", [x, dy], {}, _out(node))
+
+
+# ---- foreach ops (a foreach optimizer's, clip_grad_norm_'s): each element by its
+# op's own rule ----------------------------------------------------------------------
+
+def is_foreach_update(node):
+    """An in-place foreach op (`_foreach_mul_`): it updates the tensors of its first
+    argument and returns nothing."""
+    name = getattr(getattr(node, "target", None), "__name__", "")
+    return node.op == "call_function" and name.startswith("_foreach_") and \
+        name.split(".")[0].endswith("_") and isinstance(node.args[0], (list, tuple))
+
+
+class _Element:
+    """Element i of a foreach node, as an op's rule reads a node: its name, the value
+    torch computed for it (the updated tensor's, for an in-place update)."""
+
+    def __init__(self, node, i, val):
+        self.name = f"{node.name}.{i}"
+        self.target = node.target
+        self.meta = {"val": val}
+        self.args = node.args
+        self.kwargs = node.kwargs
+
+
+def _foreach_rule(node):
+    """The rule of the elementwise op a foreach op applies (`_foreach_addcdiv_` ->
+    addcdiv's)."""
+    base = node.target.__name__.split(".")[0][len("_foreach_"):].rstrip("_")
+    packet = getattr(aten, base, None)
+    if packet is None:
+        return None
+    for overload in packet.overloads():
+        r = RULES.get(getattr(packet, overload))
+        if r is not None:
+            return r
+    return None
+
+
+def lower_foreach(L, node, args, kwargs):
+    """A foreach op: its op on each element (list arguments indexed, the others as
+    they are); an in-place one rebinds each element's node to its new value."""
+    rule_of = _foreach_rule(node)
+    if rule_of is None:
+        L.unsupported(f"foreach op '{node.target}' has no elementwise Loom rule")
+    count = len(args[0])
+    update = is_foreach_update(node)
+    vals = node.meta.get("val")
+    out = []
+    for i in range(count):
+        def pick(x):
+            return x[i] if isinstance(x, (list, tuple)) and len(x) == count else x
+        element_args = [pick(a) for a in args]
+        element_kwargs = {k: pick(v) for k, v in kwargs.items()}
+        source = node.args[0][i]
+        val = vals[i] if isinstance(vals, (list, tuple)) and not update else source.meta["val"]
+        out.append(rule_of(L, _Element(node, i, val), *element_args, **element_kwargs))
+    if update:
+        for source, value in zip(node.args[0], out):
+            L.rebind(source, value)
+        return None
+    return out
 
 
 @rule(aten.lerp_.Scalar, aten.lerp.Scalar)
@@ -1048,12 +1215,22 @@ def _embedding(L, node, weight, ids, padding_idx=-1, scale_grad_by_freq=False, s
 
 @rule(aten.embedding_dense_backward.default)
 def _embedding_backward(L, node, dy, ids, num_weights, padding_idx, scale_grad_by_freq):
-    if padding_idx != -1 or scale_grad_by_freq:
-        L.unsupported("embedding backward with a padding index or frequency scaling")
-    if isinstance(ids, MaskedIds):
-        return L.emit("embedding_grad", [ids.value, dy],
-                      {"vocab": int(num_weights), "vocab_begin": ids.begin}, _out(node))
-    return L.emit("embedding_grad", [ids, dy], {"vocab": int(num_weights)}, _out(node))
+    if scale_grad_by_freq:
+        L.unsupported("embedding backward with frequency scaling")
+    value = ids.value if isinstance(ids, MaskedIds) else ids
+    if padding_idx is not None and padding_idx >= 0:
+        # The padding row gets no gradient: its ids are taken as -1, which no row
+        # (and no vocabulary piece) holds, so Loom's embedding_grad leaves them out.
+        pad = L.emit("compare", [value, L.fill(padding_idx, value.dtype)], {"op": "eq"},
+                     ("bool", value.dims))
+        value = L.emit("where", [pad, L.fill(-1, value.dtype, value.dims), value], {},
+                       (value.dtype, value.dims))
+    if isinstance(ids, MaskedIds) or value is not ids:
+        # With vocab_begin, ids outside the table's rows are dropped, not an error.
+        begin = ids.begin if isinstance(ids, MaskedIds) else 0
+        return L.emit("embedding_grad", [value, dy],
+                      {"vocab": int(num_weights), "vocab_begin": begin}, _out(node))
+    return L.emit("embedding_grad", [value, dy], {"vocab": int(num_weights)}, _out(node))
 
 
 @rule(aten.native_layer_norm.default)
@@ -1123,6 +1300,85 @@ def _expand_to(L, v, dims):
             new[d] = dims[d]
             v = L.emit("expand", [v], {"dim": d, "size": dims[d]}, (v.dtype, tuple(new)))
     return v
+
+
+# ---- scaled dot-product attention ----------------------------------------------------
+
+_SDPA = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
+_SDPA_BACKWARD = (aten._scaled_dot_product_flash_attention_for_cpu_backward.default,)
+
+
+def _heads_second(L, x):
+    """[b, h, s, d] (torch's layout) <-> [b, s, h, d] (Loom's attention's)."""
+    b, h, s, d = x.dims
+    return L.emit("transpose", [x], {"perm": [0, 2, 1, 3]}, (x.dtype, (b, s, h, d)),
+                  hint=f"{L.current.name}.heads")
+
+
+def _mask_is_causal(L, mask_node, s, t):
+    """Whether an attention mask the program computed from shapes alone (folded:
+    constants.py) is the causal one: True (bool) or 0 (additive) exactly where key j
+    <= query i, for every batch row and head it broadcasts over."""
+    from loom.torch.plan import canonical
+    node = canonical(mask_node) if isinstance(mask_node, torch.fx.Node) else None
+    value = L.folded.get(node) if node is not None else None
+    if value is None or value.dim() < 2 or tuple(value.shape[-2:]) != (s, t) or s != t:
+        return False
+    causal = torch.ones(s, t, dtype=torch.bool).tril()
+    if value.dtype == torch.bool:
+        return bool((value == causal).all())
+    return bool(((value == 0) == causal).all()) and bool(torch.isinf(value[..., ~causal]).all())
+
+
+def _arg_node(node, position, name):
+    if len(node.args) > position:
+        return node.args[position]
+    return node.kwargs.get(name)
+
+
+def _attention_attrs(L, mask_node, q, k, dropout_p, is_causal, attn_mask, scale):
+    if dropout_p:
+        L.unsupported(f"attention with dropout {dropout_p} (a random mask no proof covers)")
+    if attn_mask is not None:
+        # A mask computed from shapes alone is a constant: the causal one is causal
+        # attention (Hugging Face passes it rather than is_causal).
+        if is_causal or not _mask_is_causal(L, mask_node, q.dims[-2], k.dims[-2]):
+            L.unsupported("attention with a mask other than the causal one (Loom's attention "
+                          "is causal or full)")
+        is_causal = True
+    d = q.dims[-1]
+    return {"causal": int(bool(is_causal)),
+            "scale": float(scale) if scale is not None else 1.0 / math.sqrt(d)}
+
+
+@rule(*_SDPA)
+def _sdpa(L, node, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None,
+          **kwargs):
+    """torch's scaled dot-product attention on the CPU ([b, h, s, d] operands, GQA when
+    q has more heads than k and v): Loom's attention on the heads-second layout; its
+    log-sum-exp only feeds the backward, which recomputes it."""
+    attrs = _attention_attrs(L, _arg_node(node, 5, "attn_mask"), q, k, dropout_p, is_causal,
+                             attn_mask, scale)
+    dtype, dims = _out_n(node, 0)
+    b, h, s, dv = dims
+    out = L.emit("attention", [_heads_second(L, q), _heads_second(L, k), _heads_second(L, v)],
+                 attrs, (dtype, (b, s, h, dv)))
+    o = L.emit("transpose", [out], {"perm": [0, 2, 1, 3]}, (dtype, dims))
+    return [o, ("attention_stat", node)]
+
+
+@rule(*_SDPA_BACKWARD)
+def _sdpa_backward(L, node, dout, q, k, v, out, logsumexp, dropout_p=0.0, is_causal=False,
+                   attn_mask=None, scale=None, **kwargs):
+    if not (isinstance(logsumexp, tuple) and logsumexp[0] == "attention_stat"):
+        L.unsupported("attention backward of statistics not from the attention's forward")
+    attrs = _attention_attrs(L, _arg_node(node, 8, "attn_mask"), q, k, dropout_p, is_causal,
+                             attn_mask, scale)
+    qs, ks, vs, ds = (_heads_second(L, x) for x in (q, k, v, dout))
+    grads = L.emit_n("attention_grad", [qs, ks, vs, ds], attrs,
+                     [(qs.dtype, qs.dims), (ks.dtype, ks.dims), (vs.dtype, vs.dims)])
+    return [L.emit("transpose", [g], {"perm": [0, 2, 1, 3]}, _out_n(node, i))
+            for i, g in enumerate(grads)]
 
 
 # ---- constants and positions --------------------------------------------------------
@@ -1271,6 +1527,39 @@ def _index(L, node, x, indices):
       torch.ops.profiler._record_function_exit._RecordFunction)
 def _profiler(L, node, *args, **kwargs):
     return None
+
+
+C10D_ALL_REDUCE = torch.ops.c10d.allreduce_.default
+
+
+@rule(C10D_ALL_REDUCE)
+def _c10d_all_reduce(L, node, tensors, group, op, *rest):
+    """An in-place all-reduce (`dist.all_reduce(t)`) in the step on one device: a world
+    of one process, where it is the identity (a rank's is a collective: plan.py)."""
+    return [list(tensors), None]
+
+
+def c10d_group_name(module, group_node):
+    """The name of the process group a c10d op names (a get_attr of its script
+    object), or None."""
+    import torch.distributed as dist
+    if not isinstance(group_node, torch.fx.Node) or group_node.op != "get_attr":
+        return None
+    try:
+        return dist.ProcessGroup.unbox(getattr(module, group_node.target)).group_name
+    except Exception:  # not a process group
+        return None
+
+
+def c10d_reduce_name(module, op_node):
+    """'sum', 'avg', 'max', ... of the reduce op a c10d op names."""
+    import torch.distributed as dist
+    obj = getattr(module, op_node.target, None) if isinstance(op_node, torch.fx.Node) else None
+    code = obj.op() if obj is not None and hasattr(obj, "op") else None
+    for name in ("SUM", "AVG", "MAX", "MIN", "PRODUCT"):
+        if code == getattr(dist.ReduceOp.RedOpType, name).value:
+            return name.lower()
+    return f"reduce op {code}"
 
 
 # Rules that take Merged operands (the others see them merged).

@@ -32,10 +32,11 @@ import torch
 
 import loom
 from loom.torch import claims as C
+from loom.torch import norm_partial
 from loom.torch import plan_symmetry
 from loom.torch.errors import CaptureError
-from loom.torch.lower import (RULES, Lowering, MaskedIds, UnsupportedOp, Value, VocabMask,
-                              user_frame)
+from loom.torch.lower import (C10D_ALL_REDUCE, RULES, Lowering, MaskedIds, UnsupportedOp, Value,
+                              VocabMask, user_frame)
 
 aten = torch.ops.aten
 
@@ -386,6 +387,17 @@ class SpecIndex:
         return self.g.types[tensor_name][1]
 
 
+class _SpecOf:
+    """A placement seen as a DTensor spec of one mesh dim (norm_partial.is_partial_norm)."""
+
+    def __init__(self, placement):
+        self.placements = (placement,)
+
+
+class _C10dResult(list):
+    """What a c10d collective returns (its tensors, its work), indexed by getitem."""
+
+
 def _getitem():
     import operator
     return operator.getitem
@@ -432,6 +444,7 @@ class PlanDocument:
         # id), device, factor (a Fraction), what (words), origin; api.py names the
         # one to blame for a failure of class scaled.
         self.scalings = []
+        self.produced = set()  # ids of the values a task or collective makes
         self.origin_of_collective = {}
         self.seq_of_collective = {}  # (collective id, device) -> when the device's lowering made it
         self._seq = 0
@@ -450,6 +463,7 @@ class PlanDocument:
         return v
 
     def task(self, device, op, kind, attrs, inputs, outputs, phase, layer, origin):
+        self.produced.update(v.id for v in outputs)
         self.tasks.append(dict(id=len(self.tasks), op=op, kind=kind, attrs=attrs, device=device,
                                phase=phase, layer=layer, inputs=[v.id for v in inputs],
                                outputs=[v.id for v in outputs], seq=self.next_seq()))
@@ -629,6 +643,10 @@ class RankLowering(Lowering):
             self.unsupported(f"the rank lowers '{self.current.target}' to '{kind}' where the "
                              f"model's step has '{op['kind']}'")
         self.cursor += 1
+        if len(outs) != len(op["outputs"]):
+            self.unsupported(f"the rank's '{kind}' gives {len(outs)} values where the model's "
+                             f"step's gives {len(op['outputs'])} (a loop over another number "
+                             "of pieces, such as micro-batches of a fixed size)")
         tensors = [self.S.tensor_id[n] for n in op["outputs"]]
         if kind in ("fill", "expand"):
             whole = self._whole_broadcast(index, op, inputs, attrs, tensors, outs)
@@ -734,6 +752,18 @@ class RankLowering(Lowering):
         if node.op == "call_function" and node.target in _FUNCTIONAL_COLLECTIVES:
             self._functional_collective(node)
             return
+        if node.op == "get_attr" and isinstance(getattr(self.trace.module, node.target, None),
+                                                torch.ScriptObject):
+            self.env[node] = getattr(self.trace.module, node.target)  # a c10d op's group
+            return
+        if node.op == "call_function" and node.target is C10D_ALL_REDUCE:
+            self._c10d_all_reduce(node)
+            return
+        if node.op == "call_function" and node.target is _getitem() and \
+                isinstance(self.env.get(node.args[0]), _C10dResult):
+            self.env[node] = self.env[node.args[0]][node.args[1]]
+            self.image[node] = self.image.get(node.args[0])
+            return
         if any(isinstance(self.env.get(a), VocabMask) for a in node.all_input_nodes) and \
                 node.target not in (aten.index_put_.default, aten.index_put.default):
             self._vocab_mask_op(node)
@@ -816,7 +846,7 @@ class RankLowering(Lowering):
         if spec_node is None:
             raise CaptureError(f"rank {self.device}: input '{ph.name}' is not an input of the "
                                "model's step")
-        sval = self.S.L.env[spec_node]
+        sval = self.S.L.input_value[spec_node]
         tensor = self.S.tensor_id[sval.name]
         val = node.meta["val"]
         dims = tuple(int(d) for d in val.shape)
@@ -1016,6 +1046,20 @@ class RankLowering(Lowering):
         self.template = self.S.L.node_ops.get(m, [])
         self.cursor = 0
         self.dcursor = 0
+        if norm_partial.is_partial_norm(self.rank.recorder.specs.get(node.name)):
+            # The norm of the rank's shard, which DTensor completes later (norm_partial.py).
+            if node.target is aten.linalg_vector_norm.default:
+                self.env[node] = norm_partial.lower_norm(self, node, m)
+                return
+            if node.target is aten.stack.default:
+                self.env[node] = norm_partial.stack(self, node, m,
+                                                    [self.env[a] for a in node.args[0]])
+                return
+        if any(isinstance(self.env.get(a), (norm_partial.PartialNorm,
+                                             norm_partial.StackedNorms))
+               for a in node.all_input_nodes):
+            self.unsupported(f"'{node.target}' reads the norm of a shard before the ranks' "
+                             "norms are combined")
         if node.op == "get_attr":
             result = self._constant(node)
         else:
@@ -1039,6 +1083,21 @@ class RankLowering(Lowering):
         claim = C.from_dtensor_spec(spec, v.claim.tensor, self.device)
         # The factor the value holds is the data flow's: DTensor speaks of pieces.
         claim = dataclasses.replace(claim, scale=v.claim.scale)
+        if v.id not in self.doc.produced and (claim.part, claim.box) != \
+                (v.claim.part, v.claim.box):
+            # A plan input keeps what it is loaded as; the value DTensor says otherwise
+            # of (a replicated bias made one rank's share of a sum) is a copy of it.
+            copy = self.doc.value(self.device, v.claim, v.dtype, v.dims)
+            phase = self.origin.get("phase", "forward") if self.origin else "forward"
+            if v.dims:  # a slice of all of dim 0: a copy of any dtype
+                self.doc.task(self.device, -1, "slice",
+                              {"dim": 0, "begin": 0, "end": v.dims[0]}, [v], [copy], phase, -1,
+                              self.origin)
+                v = copy
+            elif v.dtype in ("f64", "f32", "bf16", "f16"):
+                self.doc.task(self.device, -1, "scale", {"factor": 1.0}, [v], [copy], phase,
+                              -1, self.origin)
+                v = copy
         full = self.S.dims(self._tensor_name(v.claim.tensor))
         dt_shape = tuple(int(d) for d in spec.shape)
         if self._covers_launch_mesh(spec.mesh) and dt_shape == tuple(full):
@@ -1098,6 +1157,9 @@ class RankLowering(Lowering):
         self.image[node] = self.image.get(source_node)
         infos = _gen_transform_infos(r.source, r.target)
         coord = C.coordinate_in(r.source.mesh, self.device)
+        if isinstance(v, (norm_partial.PartialNorm, norm_partial.StackedNorms)):
+            self.env[node] = self._complete_norm(node, r, v, infos)
+            return
         for step, info in enumerate(infos):
             a, b = info.src_dst_placements
             mesh_dim = info.mesh_dim
@@ -1174,6 +1236,30 @@ class RankLowering(Lowering):
         v = self._claimed(v, r.target) if v.id >= 0 else v
         self.env[node] = v
 
+    def _complete_norm(self, node, r, marker, infos):
+        """A partial norm made whole: the sums of squares all-reduced over every mesh
+        dim DTensor combines them along, then the step's square roots (and stack)."""
+        steps = []
+        for step, info in enumerate(infos):
+            a, b = info.src_dst_placements
+            if not norm_partial.is_partial_norm(_SpecOf(a)) or type(b).__name__ != "Replicate":
+                self.unsupported(f"a partial norm redistributed from {a} to {b}")
+            steps.append((step, info.mesh_dim))
+        count = iter(range(1 << 30))
+
+        def reduce_squares(squares):
+            v = squares
+            for step, mesh_dim in steps:
+                group = _group_in(r.source.mesh, mesh_dim, self.device)
+                key = (r.index, step, next(count))
+                v = self._collective(key, group, "all_reduce", {"reduce": "sum"}, v,
+                                     dataclasses.replace(v.claim, part=C.FULL,
+                                                         scale=reduced_scale(v.claim, "sum",
+                                                                             len(group))),
+                                     v.dims)
+            return v
+        return norm_partial.complete(self, marker, reduce_squares)
+
     # ---- loss parallel's masked vocabulary pieces and collectives -------------------
     def _mask_window(self, node, w):
         """ids masked to the rank's vocabulary piece (MaskedIds; Loom's ops mask them
@@ -1238,6 +1324,32 @@ class RankLowering(Lowering):
                                           v, claim, v.dims)
         self.image[node] = self.image.get(src)
 
+    def _c10d_all_reduce(self, node):
+        """An in-place all-reduce the rank's code calls itself (`dist.all_reduce(t)`,
+        in a training step or a gradient hook): each tensor's result is the same piece
+        of the same tensor, combined over the process group as its reduce op says."""
+        from loom.torch.lower import c10d_group_name, c10d_reduce_name
+        tensors = node.args[0]
+        name = c10d_group_name(self.trace.module, node.args[1])
+        ranks = self.rank.groups.get(name) if name is not None else None
+        if ranks is None:
+            self.unsupported(f"an all-reduce over process group '{name}', which the rank's "
+                             "program does not know")
+        reduce = c10d_reduce_name(self.trace.module, node.args[2])
+        if reduce not in ("sum", "max", "avg"):
+            self.unsupported(f"an all-reduce by {reduce}")
+        outs = []
+        for t in tensors:
+            v = self.env[t]
+            key = ("c10d", self._functionals)
+            self._functionals += 1
+            claim = dataclasses.replace(v.claim, part=C.FULL, combine="sum",
+                                        scale=reduced_scale(v.claim, reduce, len(ranks)))
+            outs.append(self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce},
+                                         v, claim, v.dims))
+        self.env[node] = _C10dResult([_C10dResult(outs), None])
+        self.image[node] = self.image.get(tensors[0]) if tensors else None
+
     def _find(self, name):
         if not hasattr(self, "_by_name"):
             self._by_name = {n.name: n for n in self.trace.module.graph.nodes}
@@ -1254,6 +1366,7 @@ class RankLowering(Lowering):
     def _collective(self, key, group, kind, attrs, v, claim, dims):
         """This rank's part in a collective of `group` (global ranks, in order)."""
         out = self.doc.value(self.device, claim, v.dtype, dims)
+        self.doc.produced.add(out.id)
         if claim.scale != v.claim.scale and v.claim.scale != 0:
             factor = claim.scale / v.claim.scale
             how = {"avg": "averages", "sum": "sums"}.get(attrs.get("reduce"), "combines")

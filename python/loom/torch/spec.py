@@ -72,7 +72,7 @@ def _maybe_fake(fake):
 
 
 def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model_instance=None,
-                 microbatches=1):
+                 microbatches=1, train_step=None):
     """Captures one training step of the model `model()` builds on the batch
     `inputs()`: loss(output) is the loss, optimizer(params) builds the torch.optim
     optimizer. With fake=True nothing is allocated (real sizes): the model, the
@@ -91,7 +91,7 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
             body = pipeline.accumulation_body(module, loss, microbatches)
         opt = optimizer(list(module.parameters()))
         trace = trace_step(module, batch, loss, opt, fake=fake, optimizer_site=site_of(optimizer),
-                           body=body)
+                           body=body, train_step=train_step)
     merged = dedupe(trace.module)
     for names in (trace.notes.log_softmax, trace.notes.fused, trace.notes.counts):
         names.update({merged[n] for n in names if n in merged})

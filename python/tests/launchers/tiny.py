@@ -91,3 +91,32 @@ def forward_backward(model, batch, scale=1.0):
     loss = model(**batch).loss * scale
     loss.backward()
     return loss
+
+
+def hf_config(family, **overrides):
+    """A tiny config of a Hugging Face model family at its defaults (its own attention
+    implementation, activation, norms), 2 layers, width 32 to 64."""
+    import transformers
+    decoder = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   use_cache=False)
+    configs = {
+        "llama": lambda: transformers.LlamaConfig(**decoder),
+        "qwen2": lambda: transformers.Qwen2Config(**decoder),
+        "mistral": lambda: transformers.MistralConfig(**decoder, sliding_window=None),
+        "gemma2": lambda: transformers.Gemma2Config(**dict(decoder, head_dim=8),
+                                                    query_pre_attn_scalar=8,
+                                                    sliding_window=4096),
+        "phi3": lambda: transformers.Phi3Config(**decoder, pad_token_id=0),
+        "gpt2": lambda: transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
+                                                n_positions=64, resid_pdrop=0.0,
+                                                embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False),
+        "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**dict(decoder, head_dim=8),
+                                                         moe_intermediate_size=32,
+                                                         num_experts=4, num_experts_per_tok=2,
+                                                         decoder_sparse_step=1),
+    }
+    config = configs[family]()
+    for k, v in overrides.items():
+        setattr(config, k, v)
+    return config

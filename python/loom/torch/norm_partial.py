@@ -1,0 +1,85 @@
+"""Partial 2-norms of sharded tensors (DTensor's _NormPartial), as the rank computes them.
+
+The 2-norm of a DTensor sharded over ranks (a gradient FSDP shards, in
+clip_grad_norm_) is, on each rank, the norm of its own shard: DTensor marks it
+_NormPartial, and where the whole norm is needed it squares the ranks' norms,
+all-reduces the squares and takes the root. In Loom's terms that is the sum of
+squares of the rank's shard (a share of the whole's sum of squares), all-reduced,
+then the step's square root: so a rank's norm is kept as its sum of squares
+(PartialNorm) until the redistribution that completes it, and norms stacked while
+partial (clip_grad_norm_ stacks every parameter's) stay a list (StackedNorms). The
+square roots and the stack are then the step's own ops, each on a complete value.
+"""
+
+import dataclasses
+
+from loom.torch.errors import CaptureError
+
+
+@dataclasses.dataclass(frozen=True)
+class PartialNorm:
+    squares: object    # the rank's sum of squares (a plan value)
+    node: object       # the rank's norm node
+    spec_node: object  # the step's norm node it is a piece of
+    template: tuple    # the step's ops of that node
+    cursor: int        # where its square root starts among them
+    dcursor: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StackedNorms:
+    norms: tuple       # PartialNorm
+    node: object       # the rank's stack node
+    spec_node: object
+
+
+def is_partial_norm(spec):
+    return spec is not None and any(type(p).__name__ == "_NormPartial" for p in spec.placements)
+
+
+def lower_norm(L, node, m):
+    """The rank's norm `node` of its shard, matched to the step's `m`: its sum of
+    squares, kept as a PartialNorm."""
+    from loom.torch.lower import vector_norm_squares
+    args = [L._arg(a) for a in node.args]
+    squares = vector_norm_squares(L, node, *args)
+    return PartialNorm(squares, node, m, tuple(L.template), L.cursor, L.dcursor)
+
+
+def stack(L, node, m, norms):
+    if not all(isinstance(n, PartialNorm) for n in norms):
+        raise CaptureError("partial norms stacked with other values")
+    return StackedNorms(tuple(norms), node, m)
+
+
+def complete(L, marker, reduce_squares):
+    """The whole norm (or stack of norms) from a partial one: each sum of squares
+    through `reduce_squares` (the redistribution's all-reduces), then the step's own
+    square root, and its stack."""
+    from loom.torch.lower import RULES, vector_norm_from_squares
+    import torch
+    norms = marker.norms if isinstance(marker, StackedNorms) else (marker,)
+    values = []
+    saved = (L.current, L.origin, L.spec_node, L.template, L.cursor, L.dcursor)
+    try:
+        for n in norms:
+            reduced = reduce_squares(n.squares)
+            L.current, L.spec_node, L.template = n.node, n.spec_node, list(n.template)
+            L.cursor, L.dcursor = n.cursor, n.dcursor
+            L.origin = L.origins.of(n.node, L.node_param.get(n.node))
+            values.append(vector_norm_from_squares(L, n.node, reduced))
+            if L.cursor != len(L.template):
+                L.unsupported("the rank's norm lowers to other ops than the model's step's")
+        if isinstance(marker, StackedNorms):
+            node = marker.node
+            L.current, L.spec_node = node, marker.spec_node
+            L.template, L.cursor, L.dcursor = L.S.L.node_ops.get(marker.spec_node, []), 0, 0
+            L.origin = L.origins.of(node, L.node_param.get(node))
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+            out = RULES[torch.ops.aten.stack.default](L, node, values, dim)
+            if L.cursor != len(L.template):
+                L.unsupported("the rank's stack of norms lowers to other ops than the model's")
+            return out
+        return values[0]
+    finally:
+        L.current, L.origin, L.spec_node, L.template, L.cursor, L.dcursor = saved
