@@ -424,13 +424,16 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
     times["ranks"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     pipe = ranks[0].pipeline
+    # The step routes its mixture-of-experts tokens in the groups the data-parallel
+    # ranks route theirs in (moe.py).
+    moe_groups = math.prod(sizes[i] for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS)
     if pipe is None:
         spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name,
-                            train_step=train_step)
+                            train_step=train_step, moe_groups=moe_groups)
     else:
         spec = capture_step(model, microbatch_rows(inputs, names, sizes, pipe.microbatches),
                             loss, optimizer, fake=fake, name=name,
-                            microbatches=pipe.microbatches)
+                            microbatches=pipe.microbatches, moe_groups=moe_groups)
     times = {"spec": time.perf_counter() - t0, **times}
     t0 = time.perf_counter()
     data_dims = [i for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS]

@@ -222,7 +222,7 @@ def _parameter_leaf(local, spec, param):
 
 
 def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_views=None,
-               context=None, optimizer_site=None, body=None, train_step=None):
+               context=None, optimizer_site=None, body=None, train_step=None, moe_groups=1):
     """Traces one training step of `model` on `batch` (a tuple of positional
     arguments or a dict of keyword arguments of its forward): loss_fn(output) is the
     loss, `optimizer` the torch.optim optimizer built over model.parameters().
@@ -368,7 +368,7 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
     try:
         from loom.torch.moe import routed_as_loom_ops
         with fx_traceback.preserve_node_meta(), _no_autograd_threads(), _quiet_fake_tensors(), \
-                _whole_stacks(), routed_as_loom_ops():
+                _whole_stacks(), routed_as_loom_ops(moe_groups):
             module = make_fx(traced_fn, cross_entropy.decompositions(notes),
                              record_stack_traces=True)(*inputs)
     except CaptureError:

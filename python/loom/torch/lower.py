@@ -1490,28 +1490,35 @@ def _topk_gate_grad(L, node, logits, indices, dweights, k, normalize):
     return L.emit("topk_gate_grad", [logits, indices, dweights], attrs, _out(node))
 
 
+def _groups_attr(groups):
+    return {"groups": int(groups)}
+
+
 @rule(_LOOM.moe_dispatch.default)
-def _moe_dispatch(L, node, x, indices, experts, capacity):
+def _moe_dispatch(L, node, x, indices, experts, capacity, groups):
     return L.emit("moe_dispatch", [x, indices],
-                  {"experts": int(experts), "capacity": int(capacity)}, _out(node))
+                  {"experts": int(experts), "capacity": int(capacity), **_groups_attr(groups)},
+                  _out(node))
 
 
 @rule(_LOOM.moe_dispatch_grad.default)
-def _moe_dispatch_grad(L, node, dy, indices, experts, capacity, tokens):
+def _moe_dispatch_grad(L, node, dy, indices, experts, capacity, tokens, groups):
     return L.emit("moe_dispatch_grad", [dy, indices],
-                  {"experts": int(experts), "capacity": int(capacity), "tokens": int(tokens)},
+                  {"experts": int(experts), "capacity": int(capacity), "tokens": int(tokens),
+                   **_groups_attr(groups)},
                   _out(node))
 
 
 @rule(_LOOM.moe_combine.default)
-def _moe_combine(L, node, expert_out, weights, indices):
-    return L.emit("moe_combine", [expert_out, weights, indices], {}, _out(node))
+def _moe_combine(L, node, expert_out, weights, indices, groups):
+    return L.emit("moe_combine", [expert_out, weights, indices], _groups_attr(groups),
+                  _out(node))
 
 
 @rule(_LOOM.moe_combine_grad.default)
-def _moe_combine_grad(L, node, expert_out, weights, indices, dy):
-    return L.emit_n("moe_combine_grad", [expert_out, weights, indices, dy], {},
-                    [_out_n(node, 0), _out_n(node, 1)])
+def _moe_combine_grad(L, node, expert_out, weights, indices, dy, groups):
+    return L.emit_n("moe_combine_grad", [expert_out, weights, indices, dy],
+                    _groups_attr(groups), [_out_n(node, 0), _out_n(node, 1)])
 
 
 @rule(aten.index.Tensor)

@@ -1,5 +1,6 @@
-"""Hugging Face Phi-3 at its defaults (an embedding with a padding index, fused
-projections), FSDP2 over two ranks. Correct."""
+"""Hugging Face phi3 at its defaults (its own attention implementation, activation and
+norms), FSDP2 over two ranks, every block then the root.
+Correct."""
 
 import tiny
 
@@ -10,7 +11,4 @@ model = tiny.builder(tiny.hf_config("phi3"))
 inputs = tiny.batch()
 loss = tiny.hf_loss
 optimizer = tiny.adamw
-
-
-def parallelize(module, device_mesh):
-    return tiny.fsdp(module, device_mesh["dp"])
+parallelize = tiny.family_parallelize("phi3", "fsdp")

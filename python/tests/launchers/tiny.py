@@ -111,6 +111,10 @@ def hf_config(family, **overrides):
         "gpt2": lambda: transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
                                                 n_positions=64, resid_pdrop=0.0,
                                                 embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False),
+        "mixtral": lambda: transformers.MixtralConfig(**decoder, num_local_experts=4,
+                                                      num_experts_per_tok=2,
+                                                      router_jitter_noise=0.0,
+                                                      sliding_window=None),
         "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**dict(decoder, head_dim=8),
                                                          moe_intermediate_size=32,
                                                          num_experts=4, num_experts_per_tok=2,
@@ -120,3 +124,68 @@ def hf_config(family, **overrides):
     for k, v in overrides.items():
         setattr(config, k, v)
     return config
+
+
+def family_tp_plan(model, family, qk_norms=True):
+    """Tensor parallelism of a Hugging Face decoder's blocks as its own tp_plan does it:
+    Megatron-style for separate projections; for fused ones (Phi-3's qkv_proj and
+    gate_up_proj, GPT-2's c_attn), the projection split column-wise with its output
+    gathered and the next one split row-wise on a replicated input ("colwise_rep",
+    "rowwise_rep"); a mixture of experts' block keeps its experts whole."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    if family == "gpt2":
+        from loom.torch.hf import conv1d_styles
+        colwise, rowwise = conv1d_styles()
+        plan = {}
+        for i, _ in enumerate(model.transformer.h):
+            p = f"transformer.h.{i}."
+            plan[p + "attn.c_attn"] = colwise(output_layouts=Replicate())
+            plan[p + "attn.c_proj"] = rowwise(input_layouts=Replicate())
+            plan[p + "mlp.c_fc"] = colwise()
+            plan[p + "mlp.c_proj"] = rowwise()
+        return plan
+    plan = {}
+    for i, _ in enumerate(model.model.layers):
+        p = f"model.layers.{i}."
+        if family == "phi3":
+            plan[p + "self_attn.qkv_proj"] = ColwiseParallel(output_layouts=Replicate())
+            plan[p + "self_attn.o_proj"] = RowwiseParallel(input_layouts=Replicate())
+            plan[p + "mlp.gate_up_proj"] = ColwiseParallel(output_layouts=Replicate())
+            plan[p + "mlp.down_proj"] = RowwiseParallel(input_layouts=Replicate())
+            continue
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            plan[p + name] = ColwiseParallel()
+        plan[p + "self_attn.o_proj"] = RowwiseParallel()
+        if qk_norms and family in ("qwen3_moe", "gemma3", "qwen3"):
+            # Norms over each head: sharded along the heads dim, their weights'
+            # gradients all-reduced.
+            from torch.distributed.tensor.parallel import SequenceParallel
+            plan[p + "self_attn.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+            plan[p + "self_attn.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+        if family not in ("qwen3_moe", "mixtral"):
+            plan[p + "mlp.gate_proj"] = ColwiseParallel()
+            plan[p + "mlp.up_proj"] = ColwiseParallel()
+            plan[p + "mlp.down_proj"] = RowwiseParallel()
+    return plan
+
+
+def family_parallelize(family, how, qk_norms=True):
+    """parallelize(module, device_mesh) for `how` in tp, fsdp, tp_fsdp (TP inside
+    FSDP2, torchtitan's order)."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    def blocks(module):
+        return module.transformer.h if family == "gpt2" else module.model.layers
+
+    def parallelize(module, device_mesh):
+        if "tp" in how:
+            parallelize_module(module, device_mesh["tp"],
+                               family_tp_plan(module, family, qk_norms))
+        if "fsdp" in how:
+            for block in blocks(module):
+                fully_shard(block, mesh=device_mesh["dp"])
+            fully_shard(module, mesh=device_mesh["dp"])
+        return module
+    return parallelize

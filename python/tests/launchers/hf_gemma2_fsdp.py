@@ -1,0 +1,16 @@
+"""Hugging Face gemma2 at its defaults (its own attention implementation, activation and
+norms), FSDP2 over two ranks, every block then the root. Correct."""
+
+import tiny
+
+EXPECT = {"verdict": "proved equivalent"}
+# Gemma 2's norms compute in float32 whatever the model's dtype: the runs agree to
+# float32's precision.
+TOLERANCE = 1e-5
+
+mesh = {"dp": 2}
+model = tiny.builder(tiny.hf_config("gemma2"))
+inputs = tiny.batch()
+loss = tiny.hf_loss
+optimizer = tiny.adamw
+parallelize = tiny.family_parallelize("gemma2", "fsdp")

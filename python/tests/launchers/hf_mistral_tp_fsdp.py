@@ -1,0 +1,13 @@
+"""Hugging Face mistral at its defaults (its own attention implementation, activation and
+norms), tensor parallelism inside FSDP2, dp2 x tp2 (torchtitan's order), as its own tp_plan splits it. Correct."""
+
+import tiny
+
+EXPECT = {"verdict": "proved equivalent"}
+
+mesh = {"dp": 2, "tp": 2}
+model = tiny.builder(tiny.hf_config("mistral"))
+inputs = tiny.batch()
+loss = tiny.hf_loss
+optimizer = tiny.adamw
+parallelize = tiny.family_parallelize("mistral", "tp_fsdp")
