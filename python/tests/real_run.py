@@ -93,7 +93,9 @@ def _train(names, module, optimizer, batch, schedule=None):
     context = names.get("train_context")
     with (context() if context else contextlib.nullcontext()):
         output = _call(module, batch)
-        loss = names["loss"](output)
+        from loom.torch.capture import takes_batch
+        loss = names["loss"](output, batch) if takes_batch(names["loss"]) else \
+            names["loss"](output)
         loss.backward()
     losses.append(float(loss.detach().full_tensor() if hasattr(loss, "full_tensor")
                         else loss.detach()))

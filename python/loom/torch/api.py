@@ -141,29 +141,6 @@ def batch_for(inputs, mesh_names, mesh_sizes):
     return batch
 
 
-def microbatch_rows(inputs, mesh_names, mesh_sizes, count):
-    """The batch of the model's step for a pipelined job: micro-batch m holds the m-th
-    micro-batch of every data-parallel rank, in rank order (what the ranks together
-    compute in their m-th micro-batch), so that each rank's is a box of it."""
-    data_dims = [i for i, n in enumerate(mesh_names) if n in DATA_PARALLEL_DIMS]
-    parts = math.prod(mesh_sizes[i] for i in data_dims) if data_dims else 1
-
-    def batch():
-        whole = inputs()
-
-        def rows(x):
-            if not isinstance(x, torch.Tensor) or x.dim() == 0 or parts == 1:
-                return x
-            if x.shape[0] % (parts * count):
-                raise CaptureError(f"a batch input has {x.shape[0]} rows, which {parts} "
-                                   f"data-parallel ranks of {count} micro-batches cannot share")
-            ranks = torch.tensor_split(x, parts, 0)
-            chunks = [torch.tensor_split(r, count, 0) for r in ranks]
-            return torch.cat([chunks[r][m] for m in range(count) for r in range(parts)], 0)
-        return torch.utils._pytree.tree_map(rows, whole)
-    return batch
-
-
 def _origin_of(item, doc, spec):
     m = re.match(r"task (\d+)", item or "")
     if m and int(m.group(1)) < len(doc.origin_of_task):
@@ -425,15 +402,12 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
     t0 = time.perf_counter()
     pipe = ranks[0].pipeline
     # The step routes its mixture-of-experts tokens in the groups the data-parallel
-    # ranks route theirs in (moe.py).
+    # ranks (and their micro-batches) route theirs in (moe.py).
     moe_groups = math.prod(sizes[i] for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS)
-    if pipe is None:
-        spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name,
-                            train_step=train_step, moe_groups=moe_groups)
-    else:
-        spec = capture_step(model, microbatch_rows(inputs, names, sizes, pipe.microbatches),
-                            loss, optimizer, fake=fake, name=name,
-                            microbatches=pipe.microbatches, moe_groups=moe_groups)
+    if pipe is not None:
+        moe_groups *= pipe.microbatches
+    spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name,
+                        train_step=train_step, moe_groups=moe_groups)
     times = {"spec": time.perf_counter() - t0, **times}
     t0 = time.perf_counter()
     data_dims = [i for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS]

@@ -396,7 +396,10 @@ def _single_forward(model, loss_fn):
     parameters' .grad, running their hooks as torch does)."""
     def run(weights, ps, args, kwargs, extra):
         output = torch.func.functional_call(model, weights, args, kwargs)
-        loss = compute_loss(loss_fn, output)
+        if takes_batch(loss_fn):
+            loss = compute_loss(loss_fn, output, kwargs if kwargs or not args else args)
+        else:
+            loss = compute_loss(loss_fn, output)
         backward_into_grads(loss)
         return loss, [p.grad for p in ps], []
     return run
@@ -412,6 +415,19 @@ def backward_into_grads(loss):
     _set_phase("forward")
 
 
+def takes_batch(loss_fn):
+    """Whether the launcher's loss is loss(output, batch) (the batch it ran on: its
+    labels, as a pipeline schedule's loss function takes its target) rather than
+    loss(output)."""
+    import inspect
+    try:
+        params = [p for p in inspect.signature(loss_fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2
+
+
 def compute_loss(loss_fn, *args):
     _set_phase("forward", module="loss")
     loss = loss_fn(*args)
@@ -420,16 +436,17 @@ def compute_loss(loss_fn, *args):
     return loss
 
 
-def backward(outputs, inputs, grad_outputs=None):
+def backward(outputs, inputs, grad_outputs=None, retain_graph=False):
     """Gradients of `outputs` (a tensor or a list) with respect to `inputs` (None
-    where one does not reach it), traced as the backward phase."""
+    where one does not reach it), traced as the backward phase; `retain_graph` keeps
+    the graph for another backward (a zero-bubble schedule's weight backward)."""
     _set_phase("backward")
     from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
     outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     setup_stacktrace_preservation_hooks([o.grad_fn for o in outs if o.grad_fn is not None])
     wanted = [i for i, x in enumerate(inputs) if x.requires_grad]  # frozen: no gradient
     got = torch.autograd.grad(outs, [inputs[i] for i in wanted], grad_outputs=grad_outputs,
-                              allow_unused=True)
+                              allow_unused=True, retain_graph=retain_graph) if wanted else []
     grads = [None] * len(inputs)
     for i, g in zip(wanted, got):
         grads[i] = g

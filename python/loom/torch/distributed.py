@@ -146,8 +146,15 @@ def _stage_inputs(pipe, batch, boundary, chain, views):
             else:
                 meta = boundary.get((chain, s)) or _user_input_meta(st)
                 if meta is None:
-                    raise CaptureError(f"stage {s} receives from a stage traced later; give its "
-                                       "PipelineStage input_args (the shape it receives)")
+                    # It receives from a stage of a rank traced later (an interleaved or
+                    # V schedule): the hidden states the first stage gives, checked
+                    # once that rank is traced (check_stage_inputs).
+                    meta = boundary.get((chain, 1))
+                    if meta is None:
+                        raise CaptureError(f"stage {s} receives from a stage traced later; give "
+                                           "its PipelineStage input_args (the shape it "
+                                           "receives)")
+                    boundary.setdefault("assumed", {})[(chain, s)] = meta
                 boundary[(chain, s)] = meta
                 out = torch.func.functional_call(
                     st.submod, weights, (torch.zeros(meta[0], dtype=meta[1]),))
@@ -157,7 +164,13 @@ def _stage_inputs(pipe, batch, boundary, chain, views):
         from torch.distributed.tensor import DTensor
         if isinstance(out, DTensor):
             out = out.to_local()
-        boundary[(chain, s + 1)] = (tuple(out.shape), out.dtype)
+        meta = (tuple(out.shape), out.dtype)
+        assumed = boundary.get("assumed", {}).get((chain, s + 1))
+        if assumed is not None and assumed != meta:
+            raise CaptureError(f"stage {s + 1} was traced receiving {list(assumed[0])} "
+                               f"({assumed[1]}) where stage {s} gives {list(meta[0])} "
+                               f"({meta[1]}); give stage {s + 1}'s PipelineStage input_args")
+        boundary[(chain, s + 1)] = meta
 
 
 def _user_input_meta(stage):

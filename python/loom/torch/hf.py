@@ -39,9 +39,12 @@ class DecoderStage(torch.nn.Module):
         self._modules = model._modules  # the model's names for its parameters
 
     def forward(self, x=None, input_ids=None):
-        if self.first:
-            return self.hf(input_ids=input_ids).logits
-        return self.hf(inputs_embeds=x).logits
+        inputs = {"input_ids": input_ids} if self.first else {"inputs_embeds": x}
+        if self.last:
+            return self.hf(**inputs).logits
+        # The hidden states themselves (the head's output would be a view of them,
+        # which a zero-bubble schedule's split backward cannot detach).
+        return self.hf.model(**inputs).last_hidden_state
 
 
 def causal_lm_loss(model):

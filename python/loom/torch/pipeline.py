@@ -1,35 +1,42 @@
 """Pipeline parallelism (torch.distributed.pipelining), as the program each rank runs.
 
 A launcher's `parallelize` that pipelines the model returns the schedule it built
-(Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B, ...) over its PipelineStages.
-The schedule's runtime sends and receives between ranks and drives autograd one
-micro-batch at a time, which a trace cannot follow; what it computes is this, per
-rank, and that is what the rank's trace runs (Body):
+(Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+ScheduleZBVZeroBubble, ScheduleDualPipeV, ...) over its PipelineStages. The schedule's
+runtime sends and receives between ranks and drives autograd one micro-batch at a
+time, which a trace cannot follow; what it computes is this, per rank, and that is
+what the rank's trace runs (Body):
 
 - the batch the rank reads is split into the schedule's micro-batches along dim 0
   (torch.tensor_split, as the schedule's step does): `input_ids.mb0`, ...; under
   pipelining the batch's `labels` are the loss function's target (the schedule's
   `target`), the other entries the first stage's keyword arguments;
-- for each of the rank's forward actions F(stage, m): the stage's module on the
-  micro-batch (the first stage) or on what the previous stage sent (received: an
-  input of the trace), then the schedule's loss function on the last stage;
-- for each backward action B(stage, m): the gradients of the stage's output (of the
-  loss on the last stage; the received gradient elsewhere) with respect to its
-  parameters and its input, which it sends back; the parameter gradients accumulate
-  over the micro-batches in order, and are divided by their number when the
-  schedule scales them (scale_grads, its default);
+- each of the rank's actions in the order its schedule runs them: a forward F(stage,
+  m) runs the stage's module on the micro-batch (the first stage), on what the
+  previous stage sent (received: an input of the trace), or on the previous stage's
+  output where that stage is on the same rank (a V schedule's turn), then the
+  schedule's loss function on the last stage; a full backward B(stage, m) takes the
+  gradients of the stage's output (of the loss, or the gradient the next stage sent
+  or handed over) with respect to the stage's parameters and input; a zero-bubble
+  schedule's input backward I(stage, m) takes the input's alone (sent back at once)
+  and its weight backward W(stage, m) the parameters' later; an overlapped F and B
+  (DualPipeV) runs both, in order. Parameter gradients accumulate over the
+  micro-batches in order (each sum marked, plan.py: partial sums of the step's
+  gradient over the batch), and are divided by the micro-batches when the schedule
+  scales them (scale_grads, its default);
 - then the optimizer's step.
 
 The values a stage sends are outputs of the trace; what a stage receives is the
 sender's value (plan.py joins them with send_recv collectives). Each traced op is
 tagged with the action that ran it; the plan's per-device order follows the
-schedule's own (`pipeline_order`), so Loom's schedule checks (every send met by its
-receive, no deadlock) run on the schedule torch will run.
+schedule's own, its sends and receives included (`program`), so Loom's schedule
+checks (every send met by its receive, no deadlock) run on the schedule torch will
+run.
 
-The model's step, for a pipelined job, accumulates gradients over the same
-micro-batches in the same order and divides them by their number (accumulation_body):
-the gradient of the mean of the micro-batches' losses, which is the whole batch's
-when the micro-batches count as many tokens.
+The model's step is the whole batch at once, with the launcher's own loss: a
+schedule whose micro-batch losses and gradient scaling do not add up to it (a mean
+loss with scale_grads=False; torchtitan's loss over the whole batch's tokens with
+scale_grads=True) is refuted, class scaled.
 """
 
 import dataclasses
@@ -41,6 +48,8 @@ from loom.torch.capture import Body, Placeholder, backward, compute_loss
 from loom.torch.errors import CaptureError
 
 TARGET = "labels"   # the batch entry a pipelined job's loss function takes as target
+COMPUTE = ("F", "B", "I", "W")
+COMMS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 
 
 @dataclasses.dataclass
@@ -52,8 +61,20 @@ class Pipeline:
     microbatches: int
     loss_fn: object
     scale_grads: bool
-    actions: list         # the rank's compute actions, in order: (kind "F"/"B", stage, mb)
+    actions: list         # the rank's compute actions, in order: (kind F/B/I/W, stage, mb)
     pp_ranks: list        # global rank of each rank of the pipeline group
+    stage_rank: dict      # stage index -> its rank in the pipeline group
+    # The rank's program with its sends and receives as the schedule's runtime runs
+    # it ((kind, stage, mb), kind in COMPUTE or COMMS), or None where the runtime
+    # batches each action's sends with the next one's receives (single-stage).
+    program: list = None
+
+    def rank_of(self, stage):
+        """The global rank holding `stage`."""
+        return self.pp_ranks[self.stage_rank[stage]]
+
+    def local(self, stage):
+        return any(st.stage_index == stage for st in self.stages)
 
 
 def schedule_of(result):
@@ -76,58 +97,76 @@ def schedule_of(result):
     pp_ranks = dist.get_process_group_ranks(group) if group is not None else \
         list(range(dist.get_world_size()))
     rank = pp_ranks.index(dist.get_rank())
-    return Pipeline(schedule=result, stages=stages, num_stages=stages[0].num_stages,
+    num_stages = stages[0].num_stages
+    if isinstance(result, PipelineScheduleMulti):
+        stage_rank = dict(result.stage_index_to_group_rank)
+    else:
+        stage_rank = {s: s for s in range(num_stages)}
+    actions, program = _actions(result, stages, rank)
+    return Pipeline(schedule=result, stages=stages, num_stages=num_stages,
                     microbatches=result._n_microbatches, loss_fn=result._loss_fn,
-                    scale_grads=result.scale_grads, actions=_actions(result, stages, rank),
-                    pp_ranks=pp_ranks)
+                    scale_grads=result.scale_grads, actions=actions, pp_ranks=pp_ranks,
+                    stage_rank=stage_rank, program=program)
 
 
 def _actions(schedule, stages, rank):
-    """The rank's compute actions in the order the schedule's runtime runs them."""
+    """The rank's compute actions in the order the schedule's runtime runs them, and
+    its program with the sends and receives (None for the single-stage schedules)."""
     from torch.distributed.pipelining.schedules import (PipelineScheduleMulti, Schedule1F1B,
                                                         ScheduleGPipe)
     n = schedule._n_microbatches
     name = type(schedule).__name__
     if isinstance(schedule, PipelineScheduleMulti):
-        # Its runtime runs its pipeline_order.
-        return _compute_actions(name, schedule.pipeline_order[rank])
+        order = getattr(schedule, "pipeline_order_with_comms", None)
+        if order:
+            program = _program(name, order[rank])
+            return [a for a in program if a[0] in COMPUTE], program
+        # PipelineScheduleMulti's own step: each time step's action, then its sends
+        # and the neighbours' receives in one batch (not modelled as a program).
+        return _program(name, schedule.pipeline_order[rank]), None
     stage = stages[0].stage_index
     if isinstance(schedule, ScheduleGPipe):
-        return [("F", stage, m) for m in range(n)] + [("B", stage, m) for m in range(n)]
+        return [("F", stage, m) for m in range(n)] + [("B", stage, m) for m in range(n)], None
     if isinstance(schedule, Schedule1F1B):
         # Schedule1F1B._step_microbatches (its pipeline_order is not what it runs):
         # num_stages - stage warm-up forwards, then one backward and one forward at a
         # time, then the remaining backwards.
         warmup = min(n, stages[0].num_stages - stage)
         out = [("F", stage, m) for m in range(warmup)]
-        forward, backward = warmup, 0
+        forward, backward_ = warmup, 0
         while True:
-            out.append(("B", stage, backward))
-            backward += 1
+            out.append(("B", stage, backward_))
+            backward_ += 1
             if forward == n:
                 break
             out.append(("F", stage, forward))
             forward += 1
-        out += [("B", stage, m) for m in range(backward, n)]
-        return out
+        out += [("B", stage, m) for m in range(backward_, n)]
+        return out, None
     raise CaptureError(f"pipeline schedule {name} is not supported (Schedule1F1B, "
                        "ScheduleGPipe and the multi-stage schedules are)")
 
 
-def _compute_actions(schedule, actions):
+def _program(schedule, actions):
+    """(kind, stage, mb) of each action that computes or communicates; an overlapped
+    forward and backward as its two actions in order; FSDP's unshard and reshard and
+    the gradient reduction, which the trace runs as its DTensor program, left out."""
     from torch.distributed.pipelining.schedules import _ComputationType as T
+    kinds = {T.FORWARD: "F", T.FULL_BACKWARD: "B", T.BACKWARD_INPUT: "I",
+             T.BACKWARD_WEIGHT: "W", T.SEND_F: "SEND_F", T.RECV_F: "RECV_F",
+             T.SEND_B: "SEND_B", T.RECV_B: "RECV_B"}
     out = []
     for a in actions:
-        if a is None or a.computation_type in (T.REDUCE_GRAD, T.SEND_F, T.RECV_F, T.SEND_B,
-                                               T.RECV_B, T.UNSHARD, T.RESHARD):
+        if a is None or a.computation_type in (T.REDUCE_GRAD, T.UNSHARD, T.RESHARD):
             continue
-        if a.computation_type == T.FORWARD:
-            out.append(("F", a.stage_index, a.microbatch_index))
-        elif a.computation_type == T.FULL_BACKWARD:
-            out.append(("B", a.stage_index, a.microbatch_index))
-        else:
+        if a.computation_type == T.OVERLAP_F_B:
+            out += _program(schedule, a.sub_actions or [])
+            continue
+        kind = kinds.get(a.computation_type)
+        if kind is None:
             raise CaptureError(f"{schedule}: action {a} ({a.computation_type.name}) is not "
-                               "supported (forward and full backward actions are)")
+                               "supported")
+        out.append((kind, a.stage_index, a.microbatch_index))
     return out
 
 
@@ -188,6 +227,14 @@ def microbatches(batch, count):
     return out
 
 
+def microbatch_of(name):
+    """(the batch entry, m) of a micro-batch input's name (`input_ids.mb2`), or None."""
+    base, dot, last = name.rpartition(".")
+    if dot and last.startswith("mb") and last[2:].isdigit():
+        return base, int(last[2:])
+    return None
+
+
 def _microbatch(kwargs, m):
     suffix = f".mb{m}"
     return {k[:-len(suffix)]: v for k, v in kwargs.items() if k.endswith(suffix)}
@@ -201,26 +248,36 @@ def _tag(kind, stage, m):
         meta["action"] = f"{kind}{stage}.{m}"
 
 
-def accumulation_body(model, loss_fn, count):
-    """The model's step of a pipelined job: the gradients of the loss of each of the
-    `count` micro-batches, accumulated in order and divided by `count` (the gradient of
-    the mean of the micro-batches' losses; the whole batch's when each counts as many
-    tokens). A schedule that does not divide them (scale_grads=False with a mean loss)
-    or divides twice is refuted (class scaled)."""
-    def run(weights, ps, args, kwargs, extra):
-        total = [None] * len(ps)
-        for m in range(count):
-            output = torch.func.functional_call(model, weights, (), _microbatch(kwargs, m))
-            loss = compute_loss(loss_fn, output)
-            _accumulate(total, backward(loss, ps))
-        return None, _scaled(total, count, True), []
-    return Body(run=run)
+def microbatch_of_action(action):
+    """The micro-batch of an action tag (`F1.3` -> 3), or None."""
+    if not action:
+        return None
+    return int(action.rsplit(".", 1)[1])
+
+
+def recv_name(kind, stage, m):
+    """What stage `stage` receives for its action: the activation for F, the
+    gradient of its output for B (and I)."""
+    return f"recv.{'activation' if kind == 'F' else 'gradient'}.stage{stage}.mb{m}"
+
+
+def send_name(kind, stage, m):
+    """What stage `stage` sends after its action: its output after F (to stage + 1),
+    the gradient of its input after B or I (to stage - 1)."""
+    return f"send.{'activation' if kind == 'F' else 'gradient'}.stage{stage}.mb{m}"
 
 
 def _accumulate(total, grads):
-    for i, g in enumerate(grads):
-        if g is not None:
-            total[i] = g if total[i] is None else total[i] + g
+    """Each parameter's gradient summed over the micro-batches in order; each sum is
+    marked as one (plan.py: a sum of partial sums of the step's gradient)."""
+    meta = fx_traceback.get_current_meta().setdefault("custom", {})
+    meta["accumulate"] = True
+    try:
+        for i, g in enumerate(grads):
+            if g is not None:
+                total[i] = g if total[i] is None else total[i] + g
+    finally:
+        meta.pop("accumulate", None)
 
 
 def _scaled(total, count, scale):
@@ -229,18 +286,6 @@ def _scaled(total, count, scale):
     from loom.torch.capture import _set_phase
     _set_phase("backward")
     return [g / count if g is not None else None for g in total]
-
-
-def recv_name(kind, stage, m):
-    """What stage `stage` receives for its action: the activation for F, the
-    gradient of its output for B."""
-    return f"recv.{'activation' if kind == 'F' else 'gradient'}.stage{stage}.mb{m}"
-
-
-def send_name(kind, stage, m):
-    """What stage `stage` sends after its action: its output after F (to stage + 1),
-    the gradient of its input after B (to stage - 1)."""
-    return f"send.{'activation' if kind == 'F' else 'gradient'}.stage{stage}.mb{m}"
 
 
 def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
@@ -252,24 +297,26 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
     extra, sends = [], []
     for kind, s, m in pipe.actions:
         st = by_index[s]
-        if kind == "F" and not st.is_first:
+        if kind == "F" and not st.is_first and not pipe.local(s - 1):
             shape, dtype = meta_of_input(s)
             extra.append(Placeholder("recv", recv_name("F", s, m), "",
                                      torch.empty(shape, dtype=dtype), None))
-        if kind == "F" and not st.is_last:
+        if kind == "F" and not st.is_last and not pipe.local(s + 1):
             sends.append(send_name("F", s, m))
-        if kind == "B" and not st.is_last:
+        if kind in ("B", "I") and not st.is_last and not pipe.local(s + 1):
             shape, dtype = meta_of_input(s + 1)
             extra.append(Placeholder("recv", recv_name("B", s, m), "",
                                      torch.empty(shape, dtype=dtype), None))
-        if kind == "B" and not st.is_first:
+        if kind in ("B", "I") and not st.is_first and not pipe.local(s - 1):
             sends.append(send_name("B", s, m))
 
     def run(weights, ps, args, kwargs, extra_values):
         received = {ph.name: v for ph, v in zip(extra, extra_values)}
         index = {id(p): i for i, p in enumerate(ps)}
         total = [None] * len(ps)
-        state = {}
+        state = {}       # (stage, mb) -> (input leaf, output, loss)
+        handed = {}      # (stage, mb) -> the input gradient a stage hands the one before
+        outputs = {}     # (stage, mb) -> what a stage's forward gave (for the next one here)
         out = {}
         for kind, s, m in pipe.actions:
             st = by_index[s]
@@ -283,7 +330,9 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
                     x = None
                     output = torch.func.functional_call(st.submod, stage_weights, (), mb)
                 else:
-                    x = received[recv_name("F", s, m)].detach().requires_grad_(True)
+                    source = outputs.pop((s - 1, m)) if pipe.local(s - 1) else \
+                        received[recv_name("F", s, m)]
+                    x = source.detach().requires_grad_(True)
                     output = torch.func.functional_call(st.submod, stage_weights, (x,))
                 if not isinstance(output, torch.Tensor):
                     raise CaptureError(f"stage {s} gives a {type(output).__name__}; a pipeline "
@@ -291,26 +340,37 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
                 loss = compute_loss(pipe.loss_fn, output, target) if st.is_last else None
                 state[(s, m)] = (x, output, loss)
                 if not st.is_last:
-                    out[send_name("F", s, m)] = output
+                    if pipe.local(s + 1):
+                        outputs[(s, m)] = output
+                    else:
+                        out[send_name("F", s, m)] = output
+                continue
+            x, output, loss = state[(s, m)][:3]
+            params = stage_params if kind in ("B", "W") else []
+            wrt = params + ([x] if x is not None and kind in ("B", "I") else [])
+            if st.is_last:
+                grads = backward(loss, wrt, retain_graph=kind == "I")
             else:
-                x, output, loss = state.pop((s, m))
-                params = stage_params
-                wrt = params + ([x] if x is not None else [])
-                if st.is_last:
-                    grads = backward(loss, wrt)
-                else:
-                    grads = backward(output, wrt, [received[recv_name("B", s, m)]])
+                grad_out = handed.pop((s + 1, m)) if pipe.local(s + 1) and kind != "W" else \
+                    state[(s, m)][3] if kind == "W" else received[recv_name("B", s, m)]
+                grads = backward(output, wrt, [grad_out], retain_graph=kind == "I")
+            if kind == "I" and not st.is_last:
+                state[(s, m)] = (x, output, loss, grad_out)  # the weight backward's too
+            if kind in ("B", "W"):
+                state.pop((s, m))
                 contribution = [None] * len(ps)
                 for p, g in zip(params, grads):
                     contribution[index[id(p)]] = g
                 _accumulate(total, contribution)
-                if x is not None:
-                    if grads[-1] is None:
-                        raise CaptureError(f"stage {s}'s output does not depend on its input")
+            if kind in ("B", "I") and x is not None:
+                if grads[-1] is None:
+                    raise CaptureError(f"stage {s}'s output does not depend on its input")
+                if pipe.local(s - 1):
+                    handed[(s, m)] = grads[-1]
+                else:
                     out[send_name("B", s, m)] = grads[-1]
         _tag(None, 0, 0)
         return None, _scaled(total, pipe.microbatches, pipe.scale_grads), \
             [out[n] for n in sends]
 
     return Body(run=run, extra=extra, sends=sends)
-

@@ -33,10 +33,12 @@ import torch
 import loom
 from loom.torch import claims as C
 from loom.torch import norm_partial
+from loom.torch import pipeline_plan
 from loom.torch import plan_symmetry
 from loom.torch.errors import CaptureError
 from loom.torch.lower import (C10D_ALL_REDUCE, RULES, Lowering, MaskedIds, UnsupportedOp, Value,
                               VocabMask, user_frame)
+from loom.torch.pipeline import microbatch_of, microbatch_of_action
 
 aten = torch.ops.aten
 
@@ -61,6 +63,7 @@ _STRUCTURAL_ARGS = {
     aten.cat.default: (1,), aten.unsqueeze.default: (1,), aten.squeeze.dim: (1,),
     aten.cumsum.default: (1,), aten.select.int: (1, 2), aten.scalar_tensor.default: (0,),
     aten.full.default: (1,), aten.full_like.default: (1,), aten.new_full.default: (2,),
+    aten.pow.Tensor_Scalar: (1,),
 }
 
 
@@ -623,6 +626,8 @@ class RankLowering(Lowering):
         self.data_dims = ()   # mesh dims that split the batch (set by build_plan)
         self.mesh_sizes = ()  # the launch mesh (set by build_plan)
         self.batch_rows = None  # (batch size, first row, rows) of the rank's batch
+        self.batch_rows_of = {}  # micro-batch -> the same, of a pipelined rank's micro-batch
+        self.microbatch = None  # the micro-batch of the node being lowered
         self._counts = 0
         self._masked_sums = 0
         self._functionals = 0
@@ -733,6 +738,15 @@ class RankLowering(Lowering):
     def _lower_node(self, node, rec, redistributions):
         self.current = node
         self.origin = self.origins.of(node, self.node_param.get(node))
+        # Each micro-batch's ops are pieces of the step's ops: matched anew.
+        action = self.origin.get("action")
+        self.microbatch = microbatch_of_action(action)
+        # A weight backward recomputes what the input backward computed before it.
+        self.S.used = self.used.setdefault((self.microbatch, (action or "")[:1] == "W"), set())
+        if (node.meta.get("custom") or {}).get("accumulate") and \
+                node.target in (aten.add.Tensor, aten.add_.Tensor):
+            self._accumulate(node)
+            return
         if self.second_copy and any(a in self.second_copy for a in node.all_input_nodes):
             self.second_copy.add(node)
         if node in self.folded:
@@ -836,6 +850,9 @@ class RankLowering(Lowering):
         self.doc.p2p.append(dict(name=self.received[node], source=sent, destination=value))
 
     def _placeholder(self, node, ph):
+        split = microbatch_of(ph.name) if ph.kind == "input" else None
+        if split is not None and split[0] in self.S.placeholder:
+            return self._microbatch_input(node, ph, *split)
         spec_node = self.S.placeholder.get(ph.name)
         aliases = self.S.spec.trace.param_aliases or {}
         if spec_node is None and ph.fqn in aliases:
@@ -862,11 +879,30 @@ class RankLowering(Lowering):
         self.env[node] = self.doc.value(self.device, claim, sval.dtype, dims)
         self.image[node] = spec_node
 
+    def _microbatch_input(self, node, ph, base, m):
+        """Micro-batch m of a pipelined rank's batch input: its rows of the rank's rows
+        of the step's input (the rank's rows split into the schedule's micro-batches,
+        as torch.tensor_split does)."""
+        spec_node = self.S.placeholder[base]
+        sval = self.S.L.input_value[spec_node]
+        tensor = self.S.tensor_id[sval.name]
+        dims = tuple(int(d) for d in node.meta["val"].shape)
+        claim = self.data_claim(ph, tensor, sval.dims, dims, self.rank)
+        if sval.dims:
+            begin, end = claim.box[0]
+            count = self.rank.pipeline.microbatches
+            lo, hi = C.chunk(end - begin, count, m)
+            claim = dataclasses.replace(claim, box=((begin + lo, begin + hi),) + claim.box[1:])
+            self.batch_rows_of.setdefault(m, (sval.dims[0], begin + lo, hi - lo))
+        self.env[node] = self.doc.value(self.device, claim, sval.dtype, dims)
+        self.image[node] = spec_node
+
     def _folded_value(self, node):
         """A rank's folded shape-only value: bound to the spec's when an op reads it
         (SpecIndex._match_open), a plan input claiming the region of the spec's value
         it equals (constants.py)."""
-        preferred = {0: self.batch_rows[1]} if self.batch_rows else None
+        rows_of = self.batch_rows_of.get(self.microbatch) or self.batch_rows
+        preferred = {0: rows_of[1]} if rows_of else None
         self.unbound[node] = FoldedVar(node, self.folded[node], preferred, nodes=[node])
         self.unbound_origin[node] = self.origin
 
@@ -981,8 +1017,9 @@ class RankLowering(Lowering):
         """Where a rank's `size` positions of a dim of `extent` lie when nothing but
         the rank's own shape says: broadcast over the batch (an expand to the batch
         size), they are the rank's rows of the batch; otherwise the first ones."""
-        if self.batch_rows is not None:
-            total, begin, rows = self.batch_rows
+        rows_of = self.batch_rows_of.get(self.microbatch) or self.batch_rows
+        if rows_of is not None:
+            total, begin, rows = rows_of
             # The same fraction of the dim as of the batch (the batch, or the batch
             # flattened with other dims): the rank's rows' positions there.
             if extent * rows == size * total and (extent * begin) % total == 0:
@@ -1324,6 +1361,19 @@ class RankLowering(Lowering):
                                           v, claim, v.dims)
         self.image[node] = self.image.get(src)
 
+    def _accumulate(self, node):
+        """A pipelined rank's gradient summed over its micro-batches (pipeline.py marks
+        the sums): each micro-batch's gradient is a partial sum of the step's over the
+        batch, their sum a local accumulation of those (its share is made whole once
+        the collectives are assembled: repair_sum_parts)."""
+        a, b = (self.env[x] for x in node.args[:2])
+        claim = dataclasses.replace(a.claim, part=_union([a.claim.part, b.claim.part]))
+        out = self.doc.value(self.device, claim, a.dtype, a.dims)
+        self.doc.task(self.device, -1, "accumulate", {}, [a, b], [out],
+                      self.origin.get("phase", "backward"), -1, self.origin)
+        self.env[node] = out
+        self.image[node] = self.image.get(node.args[0])
+
     def _c10d_all_reduce(self, node):
         """An in-place all-reduce the rank's code calls itself (`dist.all_reduce(t)`,
         in a training step or a gradient hook): each tensor's result is the same piece
@@ -1445,6 +1495,53 @@ def assemble_collectives(doc, lowerings, mesh_sizes):
             doc.seq_of_collective[(item["id"], r)] = e["seq"]
 
 
+def _union(parts):
+    """The union of value parts (overlaps merged: a sum counting a piece twice is
+    the verifier's to find, not the claim's)."""
+    pieces = sorted(x for part in parts for x in part)
+    out = []
+    for lo, hi in pieces:
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def repair_sum_parts(doc):
+    """A pipelined rank reduces each micro-batch's gradient on its own (FSDP's
+    reduce-scatter, a tensor-parallel all-reduce of a norm weight's): the result is
+    complete only over the micro-batch's rows, a share of the step's sum, which each
+    member's lowering cannot know alone. Once the collectives are assembled, each
+    reduction's result claims the union of its members' shares, and each local sum
+    of micro-batches the union of its operands', in the order they were made."""
+    items = []
+    for t in doc.tasks:
+        if t["op"] == -1 and t["kind"] in ("accumulate", "scale", "slice"):
+            items.append((t["seq"], 0, t))
+    for c in doc.collectives:
+        if c["kind"] in ("all_reduce", "reduce_scatter"):
+            seq = max(doc.seq_of_collective[(c["id"], d)] for d in c["devices"])
+            items.append((seq, 1, c))
+    items.sort(key=lambda x: (x[0], x[1]))
+    changed = True
+    while changed:  # ranks' orders interleave: until nothing changes (a few passes)
+        changed = False
+        for _, is_collective, item in items:
+            parts = [doc.values[i].claim.part for i in item["inputs"]]
+            if any(p == C.EMPTY for p in parts) and not is_collective:
+                continue
+            part = parts[0] if item.get("kind") in ("scale", "slice") else _union(parts)
+            if part == C.EMPTY:
+                continue
+            for o in item["outputs"]:
+                v = doc.values[o]
+                if v.claim.part != part:
+                    doc.values[o] = dataclasses.replace(
+                        v, claim=dataclasses.replace(v.claim, part=part))
+                    changed = True
+
+
 def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data_dims=()):
     """The Loom plan (JSON text) of the ranks' programs over `spec`, and the
     lowerings (for the places of failures). `data_dims`: the mesh dims that split
@@ -1482,9 +1579,11 @@ def build_plan(spec, ranks, mesh_names, mesh_sizes, data_claim, model_name, data
     if doc.loss_output:
         doc.outputs = [v.id for v in losses] + doc.outputs
     assemble_collectives(doc, lowerings, mesh_sizes)
-    p2p = _assemble_sends(doc)
     if any(L.rank.pipeline is not None for L in lowerings):
-        doc.order = pipeline_order(doc, lowerings, p2p)
+        repair_sum_parts(doc)
+    p2p = pipeline_plan.assemble_sends(doc)
+    if any(L.rank.pipeline is not None for L in lowerings):
+        doc.order = pipeline_plan.pipeline_order(doc, lowerings, p2p)
     return doc, lowerings
 
 
@@ -1497,7 +1596,7 @@ def _lowered(S, ranks, mesh_names, mesh_sizes, data_claim, model_name, data_dims
         L.data_dims = tuple(data_dims)
         L.mesh_sizes = tuple(mesh_sizes)
         L.published = published
-        L.used = set()
+        L.used = {}  # micro-batch (None: none) -> the spec nodes its ops were matched to
     for L, outs in zip(lowerings, _lower_together(lowerings, published)):
         L.results = outs
     return doc, lowerings
@@ -1506,7 +1605,6 @@ def _lowered(S, ranks, mesh_names, mesh_sizes, data_claim, model_name, data_dims
 def _lower_together(lowerings, published):
     """Runs the ranks' lowerings (RankLowering.steps) side by side: one that needs
     what another sends waits until that one has lowered it."""
-    from loom.torch.pipeline import recv_name, send_name  # noqa: F401
     steps = [L.steps() for L in lowerings]
     wanted = [None] * len(lowerings)
     results = [None] * len(lowerings)
@@ -1518,10 +1616,9 @@ def _lower_together(lowerings, published):
             L = lowerings[i]
             answer = None
             if wanted[i] is not None:
-                answer = published.get(_sender_of(L, wanted[i]))
+                answer = published.get(pipeline_plan.sender_of(L, wanted[i]))
                 if answer is None:
                     continue
-            L.S.used = L.used
             try:
                 wanted[i] = next(steps[i]) if i in first else steps[i].send(answer)
             except StopIteration as done:
@@ -1536,113 +1633,3 @@ def _lower_together(lowerings, published):
     return results
 
 
-def _sender_of(L, name):
-    """(device, send name) of what rank L receives as `name` (pipeline.recv_name)."""
-    pipe = L.rank.pipeline
-    _, what, stage, mb = name.split(".")
-    s = int(stage[len("stage"):])
-    m = int(mb[len("mb"):])
-    source = s - 1 if what == "activation" else s + 1
-    group_rank = source % len(pipe.pp_ranks)
-    kind = "F" if what == "activation" else "B"
-    from loom.torch.pipeline import send_name
-    return pipe.pp_ranks[group_rank], send_name(kind, source, m)
-
-
-def _assemble_sends(doc):
-    """A send_recv collective per value a pipeline stage sends: name -> its id."""
-    ids = {}
-    for e in doc.p2p:
-        item = {"id": len(doc.collectives), "kind": "send_recv", "reduce": "sum",
-                "devices": [e["source"].device, e["destination"].device],
-                "inputs": [e["source"].id], "outputs": [e["destination"].id],
-                "dim": -1, "dim2": -1, "phase": "forward" if ".activation." in e["name"]
-                else "backward", "layer": -1}
-        ids[(e["destination"].device, e["name"])] = item["id"]
-        doc.collectives.append(item)
-    return ids
-
-
-def pipeline_order(doc, lowerings, p2p):
-    """Each device's program in the order its pipeline schedule runs it: what comes
-    before the first action (FSDP's gathers), each action's tasks and collectives in
-    the order the rank's trace made them, then the update. A send and the receives of
-    the next action form one batch, as torch's schedules post them, in one order on
-    every device."""
-    from loom.torch.pipeline import recv_name, send_name
-    made = collections.defaultdict(list)  # device -> (seq, action, step)
-    for task in doc.tasks:
-        action = (doc.origin_of_task[task["id"]] or {}).get("action")
-        made[task["device"]].append((task["seq"], action,
-                                     {"collective": False, "id": task["id"]}))
-    for c in doc.collectives:
-        if c["kind"] == "send_recv":
-            continue
-        action = (doc.origin_of_collective.get(c["id"]) or {}).get("action")
-        for d in c["devices"]:
-            made[d].append((doc.seq_of_collective[(c["id"], d)], action,
-                            {"collective": True, "id": c["id"]}))
-    steps = collections.defaultdict(lambda: collections.defaultdict(list))
-    for d, items in made.items():
-        for _, action, step in sorted(items, key=lambda item: item[0]):
-            steps[d][action].append(step)
-    order = []
-    for L in lowerings:
-        d = L.device
-        program = list(steps[d].pop(None, [])) if L.rank.pipeline is None else []
-        pipe = L.rank.pipeline
-        if pipe is None:
-            for rest in steps[d].values():
-                program += rest
-            order.append(program)
-            continue
-        update = steps[d].pop(None, [])
-        before = [st for st in update if _before_actions(doc, st)]
-        after = [st for st in update if not _before_actions(doc, st)]
-        program = before
-        pending = []
-        stage_of = {st.stage_index: st for st in pipe.stages}
-        for kind, s, m in pipe.actions:
-            st = stage_of[s]
-            receives = []
-            if kind == "F" and not st.is_first:
-                receives.append(p2p[(d, recv_name("F", s, m))])
-            if kind == "B" and not st.is_last:
-                receives.append(p2p[(d, recv_name("B", s, m))])
-            batch = sorted(set(pending + receives))
-            program += [{"collective": True, "id": i} for i in batch]
-            program += steps[d].pop(f"{kind}{s}.{m}", [])
-            pending = []
-            if kind == "F" and not st.is_last:
-                pending.append(_sent(doc, d, send_name("F", s, m), p2p))
-            if kind == "B" and not st.is_first:
-                pending.append(_sent(doc, d, send_name("B", s, m), p2p))
-        program += [{"collective": True, "id": i} for i in sorted(pending)]
-        for rest in steps[d].values():  # actions the schedule does not list: none expected
-            program += rest
-        order.append(program + after)
-    return order
-
-
-def _before_actions(doc, step):
-    """Untagged steps before the schedule's first action: the forward phase's (the
-    parameters FSDP gathers before any stage runs)."""
-    item = doc.collectives[step["id"]] if step["collective"] else doc.tasks[step["id"]]
-    return item.get("phase") == "forward"
-
-
-def _sent(doc, device, name, p2p):
-    """The send_recv collective of what `device` sends as `name`."""
-    for (dst, recv), cid in p2p.items():
-        c = doc.collectives[cid]
-        if c["devices"][0] == device and _matches(recv, name):
-            return cid
-    raise CaptureError(f"rank {device} sends {name} to no rank")
-
-
-def _matches(recv, send):
-    """Whether receive `recv` gets what `send` sends (pipeline names)."""
-    _, what, stage, mb = recv.split(".")
-    _, what2, stage2, mb2 = send.split(".")
-    s, s2 = int(stage[5:]), int(stage2[5:])
-    return what == what2 and mb == mb2 and s == (s2 + 1 if what == "activation" else s2 - 1)

@@ -72,29 +72,22 @@ def _maybe_fake(fake):
 
 
 def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model_instance=None,
-                 microbatches=1, train_step=None, moe_groups=1):
+                 train_step=None, moe_groups=1):
     """Captures one training step of the model `model()` builds on the batch
     `inputs()`: loss(output) is the loss, optimizer(params) builds the torch.optim
     optimizer. With fake=True nothing is allocated (real sizes): the model, the
-    batch and every value are FakeTensors. With microbatches > 1, the step of a
-    pipelined job: gradients accumulated over the batch's micro-batches (dim 0, in
-    order), divided by their number (pipeline.accumulation_body). With `train_step`,
+    batch and every value are FakeTensors. With `train_step`,
     the user's own step (train_step.py) on the whole batch, in a world of one process.
     `moe_groups`: the routing groups of its mixture-of-experts blocks (moe.py: the
     data-parallel ranks')."""
-    from loom.torch import pipeline
     with _one_process_world(), _maybe_fake(fake):
         module = model_instance if model_instance is not None else model()
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
         batch = inputs()
-        body = None
-        if microbatches > 1:
-            batch = pipeline.microbatches(batch, microbatches)
-            body = pipeline.accumulation_body(module, loss, microbatches)
         opt = optimizer(list(module.parameters()))
         trace = trace_step(module, batch, loss, opt, fake=fake, optimizer_site=site_of(optimizer),
-                           body=body, train_step=train_step, moe_groups=moe_groups)
+                           train_step=train_step, moe_groups=moe_groups)
     merged = dedupe(trace.module)
     for names in (trace.notes.log_softmax, trace.notes.fused, trace.notes.counts):
         names.update({merged[n] for n in names if n in merged})

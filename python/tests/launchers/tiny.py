@@ -189,3 +189,50 @@ def family_parallelize(family, how, qk_norms=True):
             fully_shard(module, mesh=device_mesh["dp"])
         return module
     return parallelize
+
+
+def pipelined(model, device_mesh, schedule, microbatches=4, stages_per_rank=1, loss_fn=None,
+              tensor_parallel=False, data_parallel=False, **options):
+    """torch.distributed.pipelining as torchtitan applies it to a decoder: the model
+    split into stages (hf.DecoderStage: the model with the other stages' layers taken
+    out, every parameter keeping its name), `stages_per_rank` per rank of "pp" (loop
+    order, or V order for the V schedules), optionally tensor parallel over "tp" and
+    FSDP2 over "dp" inside each stage, run by `schedule`."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+    from torch.distributed.tensor.parallel import parallelize_module
+    from loom.torch import hf
+    pp = device_mesh["pp"]
+    rank, size = pp.get_local_rank(), pp.size()
+    total = size * stages_per_rank
+    if stages_per_rank == 1:
+        indices = [rank]
+    elif "ZBV" in schedule.__name__ or "DualPipeV" in schedule.__name__:
+        indices = [rank, total - 1 - rank]
+    else:
+        indices = [rank + k * size for k in range(stages_per_rank)]
+    import copy
+    copies = [model] + [copy.deepcopy(model) for _ in indices[1:]]  # one model per stage
+    stages = []
+    for s, own in zip(indices, copies):
+        stage_module = hf.DecoderStage(own, s, total)
+        layers = [layer for layer in stage_module.hf.model.layers
+                  if not isinstance(layer, hf.Skip)]
+        if tensor_parallel:
+            for layer in layers:
+                parallelize_module(layer, device_mesh["tp"], {
+                    k[len("model.layers.0."):]: v
+                    for k, v in family_tp_plan(stage_module.hf, "llama").items()
+                    if k.startswith("model.layers.0.")})
+        if data_parallel:
+            for layer in layers:
+                fully_shard(layer, mesh=device_mesh["dp"])
+            fully_shard(stage_module, mesh=device_mesh["dp"])
+        stages.append(PipelineStage(stage_module, s, total, torch.device("cpu"),
+                                    group=pp.get_group()))
+    fn = loss_fn or hf.causal_lm_loss(stages[-1].submod.hf)
+    if issubclass(schedule, PipelineScheduleSingle):
+        return schedule(stages[0], microbatches, loss_fn=fn, **options)
+    return schedule(stages, microbatches, loss_fn=fn, **options)

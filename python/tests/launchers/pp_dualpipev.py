@@ -1,0 +1,18 @@
+"""DualPipeV over two ranks (V-shaped stages, forward and backward of different
+micro-batches overlapped). Correct."""
+
+from torch.distributed.pipelining import ScheduleDualPipeV
+
+import tiny
+
+EXPECT = {"verdict": "proved equivalent"}
+
+mesh = {"pp": 2}
+model = tiny.builder(tiny.llama_config(num_hidden_layers=4))
+inputs = tiny.batch(rows=8)
+loss = tiny.hf_loss
+optimizer = tiny.adamw
+
+
+def parallelize(module, device_mesh):
+    return tiny.pipelined(module, device_mesh, ScheduleDualPipeV, stages_per_rank=2)

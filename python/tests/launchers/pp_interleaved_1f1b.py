@@ -1,0 +1,18 @@
+"""Interleaved 1F1B over two ranks, two stages each (4 stages of one layer), 4
+micro-batches. Correct."""
+
+from torch.distributed.pipelining import ScheduleInterleaved1F1B
+
+import tiny
+
+EXPECT = {"verdict": "proved equivalent"}
+
+mesh = {"pp": 2}
+model = tiny.builder(tiny.llama_config(num_hidden_layers=4))
+inputs = tiny.batch(rows=8)
+loss = tiny.hf_loss
+optimizer = tiny.adamw
+
+
+def parallelize(module, device_mesh):
+    return tiny.pipelined(module, device_mesh, ScheduleInterleaved1F1B, stages_per_rank=2)
