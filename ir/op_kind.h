@@ -34,6 +34,8 @@ namespace loom::ir {
   X(kExpand, "expand", 1, 1, 1)                  \
   X(kFill, "fill", 0, 0, 1)                      \
   X(kGelu, "gelu", 1, 1, 1)                      \
+  X(kGeluExact, "gelu_exact", 1, 1, 1)          \
+  X(kGeluExactGrad, "gelu_exact_grad", 2, 2, 1) \
   X(kGeluGrad, "gelu_grad", 2, 2, 1)             \
   X(kIndex, "index", 2, -1, 1)                   \
   X(kLayerNorm, "layernorm", 3, 3, 1)            \

@@ -83,6 +83,7 @@ std::vector<Homogeneity> HomogeneousGroups(ir::OpKind kind, absl::Span<const ir:
     case OpKind::kSiluGrad:
     case OpKind::kReluGrad:
     case OpKind::kGeluGrad:
+    case OpKind::kGeluExactGrad:
     case OpKind::kTanhGrad:
     case OpKind::kSigmoidGrad:
     case OpKind::kSoftmaxGrad:

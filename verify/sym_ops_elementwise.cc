@@ -24,6 +24,8 @@ using OutTypes = absl::Span<const ir::TensorType>;
 
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi), as in the reference
 constexpr double kGeluA = 0.044715;
+constexpr double kSqrtHalf = 0.7071067811865476;     // 1 / sqrt(2), as in the reference
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 // Integer exponents up to this size become products (PowInt); larger ones stay
 // uninterpreted so that a power of a sum is never expanded into a huge polynomial.
 constexpr double kMaxIntExponent = 64;
@@ -61,6 +63,21 @@ TermId GeluDerivative(Terms& t, TermId x) {
   return t.Add(left, right);
 }
 
+// Phi(x) = 0.5 (1 + erf(x / sqrt 2)).
+TermId NormalCdf(Terms& t, TermId x) {
+  return t.Mul(t.Rational(1, 2),
+               t.Add(t.One(), t.Fn("erf", {t.Mul(x, t.Double(kSqrtHalf))})));
+}
+
+// The exact gelu x Phi(x), and its derivative Phi(x) + x phi(x), phi(x) =
+// exp(-x^2 / 2) / sqrt(2 pi).
+TermId GeluExact(Terms& t, TermId x) { return t.Mul(x, NormalCdf(t, x)); }
+TermId GeluExactDerivative(Terms& t, TermId x) {
+  const TermId density = t.Mul(t.Fn("exp", {t.Mul(t.Rational(-1, 2), t.PowInt(x, 2))}),
+                               t.Double(kInvSqrt2Pi));
+  return t.Add(NormalCdf(t, x), t.Mul(x, density));
+}
+
 // x^p: an integer p (within kMaxIntExponent) as a product, any other p as the
 // uninterpreted "pow_<p>" with p printed so that it parses back exactly.
 TermId Pow(Terms& t, TermId x, double p) {
@@ -93,9 +110,13 @@ TermId LogFn(Terms& t, TermId x) { return t.Fn("log", {x}); }
 TermId RsqrtFn(Terms& t, TermId x) { return t.Fn("rsqrt", {x}); }
 TermId IdentityFn(Terms&, TermId x) { return x; }
 TermId GeluFn(Terms& t, TermId x) { return Gelu(t, x); }
+TermId GeluExactFn(Terms& t, TermId x) { return GeluExact(t, x); }
 TermId SiluFn(Terms& t, TermId x) { return Silu(t, x); }
 // gelu_grad(x, dy), silu_grad(x, dy), swiglu(gate, up).
 TermId GeluGradFn(Terms& t, TermId x, TermId dy) { return t.Mul(dy, GeluDerivative(t, x)); }
+TermId GeluExactGradFn(Terms& t, TermId x, TermId dy) {
+  return t.Mul(dy, GeluExactDerivative(t, x));
+}
 TermId SiluGradFn(Terms& t, TermId x, TermId dy) { return t.Mul(dy, SiluDerivative(t, x)); }
 TermId SwiGluFn(Terms& t, TermId gate, TermId up) { return t.Mul(Silu(t, gate), up); }
 
@@ -178,6 +199,8 @@ std::vector<SymKernel> ElementwiseSymKernels() {
       {OpKind::kFill, Fill},
       {OpKind::kGelu, Unary<GeluFn>},
       {OpKind::kGeluGrad, Binary<GeluGradFn>},
+      {OpKind::kGeluExact, Unary<GeluExactFn>},
+      {OpKind::kGeluExactGrad, Binary<GeluExactGradFn>},
       {OpKind::kLog, Unary<LogFn>},
       {OpKind::kMul, Binary<MulFn>},
       {OpKind::kMulScalar, MulScalar},

@@ -47,6 +47,19 @@ __device__ double GeluDerivative(double x) {
   return Add(Mul(0.5, Add(1.0, t)), Mul(Mul(Mul(0.5, x), Sub(1.0, Mul(t, t))), du));
 }
 
+constexpr double kSqrtHalf = 0.7071067811865476;     // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+
+// The exact gelu 0.5 x (1 + erf(x / sqrt 2)) and its derivative
+// 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
+__device__ double GeluExact(double x) {
+  return Mul(Mul(0.5, x), Add(1.0, erf(Mul(x, kSqrtHalf))));
+}
+__device__ double GeluExactDerivative(double x) {
+  const double cdf = Mul(0.5, Add(1.0, erf(Mul(x, kSqrtHalf))));
+  return Add(cdf, Mul(Mul(x, exp(Mul(Mul(-0.5, x), x))), kInvSqrt2Pi));
+}
+
 __device__ double Sigmoid(double x) { return Div(1.0, Add(1.0, exp(-x))); }
 __device__ double Silu(double x) { return Mul(x, Sigmoid(x)); }
 // s (1 + x (1 - s)) with s = sigmoid(x).
@@ -71,6 +84,9 @@ struct RsqrtFn {
 };
 struct GeluFn {
   __device__ double operator()(double x) const { return Gelu(x); }
+};
+struct GeluExactFn {
+  __device__ double operator()(double x) const { return GeluExact(x); }
 };
 struct SiluFn {
   __device__ double operator()(double x) const { return Silu(x); }
@@ -98,6 +114,11 @@ struct MulFn {
 };
 struct GeluGradFn {
   __device__ double operator()(double x, double dy) const { return Mul(dy, GeluDerivative(x)); }
+};
+struct GeluExactGradFn {
+  __device__ double operator()(double x, double dy) const {
+    return Mul(dy, GeluExactDerivative(x));
+  }
 };
 struct SiluGradFn {
   __device__ double operator()(double x, double dy) const { return Mul(dy, SiluDerivative(x)); }
@@ -328,6 +349,8 @@ cudaError_t LaunchUnary(UnaryFn fn, const DeviceTensor& x, const DeviceTensor& o
       return DispatchMap1(x, out, RsqrtFn{}, stream);
     case UnaryFn::kGelu:
       return DispatchMap1(x, out, GeluFn{}, stream);
+    case UnaryFn::kGeluExact:
+      return DispatchMap1(x, out, GeluExactFn{}, stream);
     case UnaryFn::kSilu:
       return DispatchMap1(x, out, SiluFn{}, stream);
     case UnaryFn::kIdentity:
@@ -347,6 +370,8 @@ cudaError_t LaunchBinary(BinaryFn fn, const DeviceTensor& a, const DeviceTensor&
       return DispatchMap2(a, b, out, MulFn{}, stream);
     case BinaryFn::kGeluGrad:
       return DispatchMap2(a, b, out, GeluGradFn{}, stream);
+    case BinaryFn::kGeluExactGrad:
+      return DispatchMap2(a, b, out, GeluExactGradFn{}, stream);
     case BinaryFn::kSiluGrad:
       return DispatchMap2(a, b, out, SiluGradFn{}, stream);
     case BinaryFn::kSwiGlu:

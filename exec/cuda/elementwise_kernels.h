@@ -33,6 +33,7 @@ enum class UnaryFn {
   kLog,       // log(x)
   kRsqrt,     // 1 / sqrt(x)
   kGelu,      // tanh approximation
+  kGeluExact,  // x Phi(x), with erf
   kSilu,      // x * sigmoid(x)
   kIdentity,  // x (stop_gradient)
 };
@@ -45,6 +46,7 @@ enum class BinaryFn {
   kSub,       // a - b
   kMul,       // a * b
   kGeluGrad,  // a = x, b = dy: dy * gelu'(x)
+  kGeluExactGrad,  // a = x, b = dy: dy * gelu_exact'(x)
   kSiluGrad,  // a = x, b = dy: dy * silu'(x)
   kSwiGlu,    // a = gate, b = up: silu(gate) * up
 };

@@ -69,6 +69,8 @@ std::optional<UnaryFn> UnaryFor(OpKind kind) {
       return UnaryFn::kRsqrt;
     case OpKind::kGelu:
       return UnaryFn::kGelu;
+    case OpKind::kGeluExact:
+      return UnaryFn::kGeluExact;
     case OpKind::kSilu:
       return UnaryFn::kSilu;
     case OpKind::kStopGradient:
@@ -88,6 +90,8 @@ std::optional<BinaryFn> BinaryFor(OpKind kind) {
       return BinaryFn::kMul;
     case OpKind::kGeluGrad:
       return BinaryFn::kGeluGrad;
+    case OpKind::kGeluExactGrad:
+      return BinaryFn::kGeluExactGrad;
     case OpKind::kSiluGrad:
       return BinaryFn::kSiluGrad;
     case OpKind::kSwiGlu:

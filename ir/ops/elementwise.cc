@@ -19,6 +19,8 @@ using ops::FlopsPerOutputElement;
 
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluA = 0.044715;
+constexpr double kSqrtHalf = 0.7071067811865476;     // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 
 // ---- shared shape rules -----------------------------------------------------
 
@@ -169,6 +171,12 @@ double GeluDerivative(double x) {
   double du = kGeluC * (1.0 + 3.0 * kGeluA * x * x);
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
 }
+// The exact gelu: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), and its derivative
+// Phi(x) + x phi(x).
+double GeluExact(double x) { return 0.5 * x * (1.0 + std::erf(x * kSqrtHalf)); }
+double GeluExactDerivative(double x) {
+  return 0.5 * (1.0 + std::erf(x * kSqrtHalf)) + x * std::exp(-0.5 * x * x) * kInvSqrt2Pi;
+}
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double Silu(double x) { return x * Sigmoid(x); }
 double SiluDerivative(double x) {
@@ -242,6 +250,14 @@ absl::Status KernelGelu(absl::Span<const HostTensor* const> in, const AttrMap&,
 absl::Status KernelGeluGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
                             absl::Span<HostTensor> out) {
   return Map2(in, out, [](double x, double dy) { return dy * GeluDerivative(x); });
+}
+absl::Status KernelGeluExact(absl::Span<const HostTensor* const> in, const AttrMap&,
+                             absl::Span<HostTensor> out) {
+  return Map1(in, out, GeluExact);
+}
+absl::Status KernelGeluExactGrad(absl::Span<const HostTensor* const> in, const AttrMap&,
+                                 absl::Span<HostTensor> out) {
+  return Map2(in, out, [](double x, double dy) { return dy * GeluExactDerivative(x); });
 }
 absl::Status KernelSilu(absl::Span<const HostTensor* const> in, const AttrMap&,
                         absl::Span<HostTensor> out) {
@@ -464,6 +480,10 @@ void RegisterElementwiseOps(SchemaTable& table) {
       GradActivation<OpKind::kGeluGrad>, "gelu(x), tanh approximation");
   reg(OpKind::kGeluGrad, InferSameType, SignatureAll, KernelGeluGrad, Flops<12>, nullptr,
       "gelu_grad(x, dy) -> dx");
+  reg(OpKind::kGeluExact, InferUnary, SignatureAll, KernelGeluExact, Flops<8>,
+      GradActivation<OpKind::kGeluExactGrad>, "gelu_exact(x) -> 0.5 x (1 + erf(x / sqrt 2))");
+  reg(OpKind::kGeluExactGrad, InferSameType, SignatureAll, KernelGeluExactGrad, Flops<12>,
+      nullptr, "gelu_exact_grad(x, dy) -> dx");
   reg(OpKind::kLog, InferUnary, SignatureAll, KernelLog, Flops<4>, GradLog,
       "log(x) -> natural logarithm");
   reg(OpKind::kMul, InferBroadcast, SignatureBroadcast, KernelMul, Flops<1>, GradMul,

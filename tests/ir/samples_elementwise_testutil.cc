@@ -28,6 +28,8 @@ void AddElementwiseSamples(std::mt19937_64& rng, std::vector<OpSample>& out) {
   out.push_back({"unary", OpKind::kSilu, {t}});
   out.push_back({"pair", OpKind::kSwiGlu, {t, t}});
   out.push_back({"pair", OpKind::kGeluGrad, {t, t}});
+  out.push_back({"unary", OpKind::kGeluExact, {t}});
+  out.push_back({"pair", OpKind::kGeluExactGrad, {t, t}});
   out.push_back({"pair", OpKind::kSiluGrad, {t, t}});
   out.push_back({"triple", OpKind::kSwiGluGrad, {t, t, t}});
   out.push_back({"constant", OpKind::kFill, {},

@@ -30,7 +30,7 @@ const std::vector<OpKind>& FamilyKinds() {
   static const auto* kinds = new std::vector<OpKind>{
       // elementwise
       OpKind::kAccumulate, OpKind::kAdd, OpKind::kDivScalar, OpKind::kExp, OpKind::kFill,
-      OpKind::kGelu, OpKind::kGeluGrad, OpKind::kLog, OpKind::kMul, OpKind::kMulScalar,
+      OpKind::kGelu, OpKind::kGeluGrad, OpKind::kGeluExact, OpKind::kGeluExactGrad, OpKind::kLog, OpKind::kMul, OpKind::kMulScalar,
       OpKind::kNeg, OpKind::kPow, OpKind::kRsqrt, OpKind::kScale, OpKind::kSilu, OpKind::kSiluGrad,
       OpKind::kStopGradient, OpKind::kSub, OpKind::kSwiGlu, OpKind::kSwiGluGrad,
       // shape
