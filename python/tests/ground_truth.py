@@ -52,6 +52,11 @@ NOT_YET = {
                                 "than the step on one device runs",
     "ddp_accumulation_not_divided": "a micro-batch loop over another number of micro-batches "
                                     "than the step on one device runs",
+    "bug_pp_grad_accum_scale_grads": "a train_step driving a pipeline schedule is not captured "
+                                     "(CaptureError)",
+    "bug_zero2_accumulation_boundary_reset": "post-accumulate-grad hooks that free .grad between "
+                                             "micro-batches: UnsupportedOp index_put_ in the loss's "
+                                             "backward",
 }
 
 

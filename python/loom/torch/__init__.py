@@ -7,9 +7,9 @@ launcher's own parallelize function and proves them equivalent to that step.
 """
 
 from loom.torch.api import Failure, Report, verify
-from loom.torch.errors import CaptureError
+from loom.torch.errors import CaptureError, LauncherError
 from loom.torch.lower import UnsupportedOp
 from loom.torch.spec import KeepFloat64, Spec, capture_step
 
-__all__ = ["CaptureError", "Failure", "KeepFloat64", "Report", "Spec", "UnsupportedOp",
-           "capture_step", "verify"]
+__all__ = ["CaptureError", "Failure", "KeepFloat64", "LauncherError", "Report", "Spec",
+           "UnsupportedOp", "capture_step", "verify"]

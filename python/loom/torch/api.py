@@ -8,8 +8,10 @@ program as torch.distributed runs it after the launcher's own `parallelize(modul
 mesh)` (the plan), and proves the plan equivalent to the spec with Loom's verifier.
 """
 
+import collections.abc
 import dataclasses
 import math
+import os
 import re
 import time
 
@@ -19,8 +21,9 @@ import loom
 from loom.torch import claims as C
 from loom.torch.distributed import PIPELINE_DIM, coordinate_of, mesh_shape, trace_rank
 from loom.torch.errors import CaptureError
-from loom.torch.plan import build_plan
-from loom.torch.spec import capture_step
+from loom.torch.launcher import Guard, check_timeout, timeouts_paused
+from loom.torch.plan import AnotherModel, build_plan
+from loom.torch.spec import _maybe_fake, capture_step
 from loom.torch.symmetry import (RankReads, representatives, stand_in, uneven_layout,
                                  unsliced_group)
 
@@ -114,6 +117,79 @@ def data_claim_for(mesh_names, mesh_sizes):
             box[0] = [index * rows, (index + 1) * rows]
         return C.Claim(tensor=tensor, box=tuple(tuple(b) for b in box), part=C.FULL)
     return claim
+
+
+def check_mesh(mesh):
+    """(names, sizes) of a mesh given as {"dp": 2, "tp": 2}, outermost dim first;
+    CaptureError for anything else: not a dict, no dims, a name that is not a
+    non-empty string without spaces, ',' or '=', a size that is not an integer >= 1."""
+    if not isinstance(mesh, dict) or not mesh:
+        raise CaptureError(f"mesh must be a dict of dim name -> size, such as "
+                           f"{{'dp': 2, 'tp': 2}}, not {mesh!r}")
+    for name, size in mesh.items():
+        if not isinstance(name, str) or not name or any(c.isspace() or c in ",="
+                                                        for c in name):
+            raise CaptureError(f"mesh dim name {name!r} is not a name such as 'dp' (a "
+                               "non-empty string without spaces, ',' or '=')")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise CaptureError(f"mesh dim {name!r}: size {size!r} is not an integer >= 1")
+    return mesh_shape(mesh)
+
+
+def check_cache_dir(path):
+    """Makes the proof cache directory `path` if it is missing; CaptureError where it
+    cannot be one (a file, not creatable, not writable). "" is no cache."""
+    if not isinstance(path, str):
+        raise CaptureError(f"the proof cache must be a directory's path, not {path!r}")
+    if not path:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CaptureError(f"proof cache {path}: not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise CaptureError(f"proof cache {path}: cannot create it: {e.strerror or e}") from e
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CaptureError(f"proof cache {path}: not writable")
+
+
+def _check_arguments(functions, fake, every_rank, timeout_ms):
+    for name, fn in functions.items():
+        if fn is not None and not callable(fn):
+            raise CaptureError(f"{name} must be a function, not a {type(fn).__name__}")
+    for name, value in (("fake", fake), ("every_rank", every_rank)):
+        if not isinstance(value, bool):
+            raise CaptureError(f"{name} must be True or False, not {value!r}")
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1:
+        raise CaptureError(f"timeout_ms must be an integer >= 1, not {timeout_ms!r}")
+
+
+def check_batch(inputs, mesh_names, mesh_sizes, fake):
+    """Refuses, before any tracing, a batch the mesh cannot split: `inputs()` must
+    give a tuple of positional arguments or a dict of keyword arguments, and the
+    data-parallel dims' ranks must share the rows (dim 0) of its every tensor
+    equally, at least one each."""
+    with _maybe_fake(fake):
+        batch = inputs()
+    if not isinstance(batch, (tuple, list, collections.abc.Mapping)):
+        raise CaptureError(f"inputs() gave a {type(batch).__name__}; it must give one batch: "
+                           "a tuple of positional arguments or a dict of keyword arguments "
+                           "of the model's forward")
+    data_dims = [i for i, n in enumerate(mesh_names) if n in DATA_PARALLEL_DIMS]
+    if not data_dims:
+        return
+    from loom.torch.capture import batch_leaves
+    parts = math.prod(mesh_sizes[i] for i in data_dims)
+    dims = " x ".join(f"{mesh_names[i]}={mesh_sizes[i]}" for i in data_dims)
+    for name, x in batch_leaves(batch).items():
+        if x.dim() == 0:
+            continue
+        rows = x.shape[0]
+        if rows < parts or rows % parts:
+            raise CaptureError(f"the batch's '{name}' has {rows} rows, which the {parts} "
+                               f"data-parallel ranks of the mesh ({dims}) cannot share "
+                               f"equally: give a batch of a multiple of {parts} rows, or "
+                               "fewer data-parallel ranks")
 
 
 def batch_for(inputs, mesh_names, mesh_sizes):
@@ -346,7 +422,7 @@ def _traced_once_per_pipeline_rank(traced, sizes, pp, done, batch=None):
 
 def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step=None,
            train_context=None, fake=False, name=None, timeout_ms=10000, threads=0,
-           cache_dir="", every_rank=False):
+           cache_dir="", every_rank=False, capture_timeout=None):
     """Proves that the programs torch runs on the ranks of `mesh` after
     `parallelize(module, device_mesh)` compute the training step of `model()`.
 
@@ -372,15 +448,68 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
     every_rank: trace every rank's program. By default one rank per pipeline rank is
         traced and stands for the others, unless its program reads its rank outside
         torch.distributed's own code or its shards are uneven (docs/torch.md).
+    capture_timeout: seconds the capture (the launcher's code, torch's tracing, the
+        lowering) may take before it is stopped (None: no limit); from the main
+        thread only (a SIGALRM timer).
 
     Returns a Report (.verdict, .exit_code 0/1/2, .failures with .module and .source).
-    CaptureError (a ValueError) for a program or model Loom cannot capture.
+    CaptureError (a ValueError) for a program or model Loom cannot capture or
+    arguments it cannot use (checked before any tracing, as is a batch the mesh's
+    data-parallel ranks cannot share); LauncherError (a CaptureError) where the
+    launcher's own code failed: raised, called sys.exit, or ran past
+    capture_timeout, naming its function and line.
     """
     if (loss is None) == (train_step is None):
         raise CaptureError("give the loss (loss(output) -> scalar) or the whole step "
                            "(train_step(model, optimizer, batch)), one of the two")
+    functions = {"model": model, "parallelize": parallelize, "inputs": inputs,
+                 "optimizer": optimizer, "loss": loss, "train_step": train_step,
+                 "train_context": train_context}
+    _check_arguments(functions, fake, every_rank, timeout_ms)
+    capture_timeout = check_timeout(capture_timeout, "capture_timeout")
+    names, sizes = check_mesh(mesh)
+    check_cache_dir(cache_dir)
+    guard = Guard({k: fn for k, fn in functions.items() if fn is not None},
+                  timeout=capture_timeout)
+    with guard:
+        guard.stage = "checking the batch"
+        check_batch(inputs, names, sizes, fake)
+        captured = _capture(model, parallelize, mesh, inputs, optimizer, loss, train_step,
+                            train_context, fake, name, every_rank, names, sizes, guard)
+    spec, doc, text, plan, step, times, capture = captured
+    if plan is None:  # refuted while lowering (AnotherModel): nothing to prove
+        return Report(verdict="not equivalent", exit_code=1, failures=_plan_failures(doc),
+                      undecided=[], loom_report=None, spec=spec, step=None, plan=None,
+                      plan_json="", times=times, capture=capture)
+    t0 = time.perf_counter()
+    try:
+        with timeouts_paused():  # a caller's (the command's) capture timeout
+            report = loom.verify(step, plan, timeout_ms=timeout_ms, threads=threads,
+                                 cache_dir=cache_dir)
+    except ValueError:
+        if not doc.failures:
+            raise
+        report = None  # a plan the capture refuted already, whose pieces do not fit
+    if report is None:
+        return Report(verdict="not equivalent", exit_code=1, failures=_plan_failures(doc),
+                      undecided=[], loom_report=None, spec=spec, step=step, plan=plan,
+                      plan_json=text, times=times, capture=capture)
+    times["verify"] = time.perf_counter() - t0
+    failures = _plan_failures(doc) + _failures(report, doc, spec)
+    verdict, exit_code = report.verdict, report.exit_code
+    if doc.failures:
+        verdict, exit_code = "not equivalent", 1
+    return Report(verdict=verdict, exit_code=exit_code, failures=failures,
+                  undecided=[(u.item, u.reason) for u in report.undecided],
+                  loom_report=report, spec=spec, step=step, plan=plan, plan_json=text,
+                  times=times, capture=capture)
+
+
+def _capture(model, parallelize, mesh, inputs, optimizer, loss, train_step, train_context,
+             fake, name, every_rank, names, sizes, guard):
+    """The spec, the ranks' traces and the plan of verify; `guard.stage` says which
+    is under way."""
     times = {}
-    names, sizes = mesh_shape(mesh)
     t0 = time.perf_counter()
     batch = batch_for(inputs, names, sizes)
     # Pipeline stages in order: a stage learns from its sender what it receives.
@@ -390,6 +519,7 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
     boundary = {}
 
     def traced(r):
+        guard.stage = f"tracing rank {r}"
         return trace_rank(r, mesh, model, parallelize, batch, loss, optimizer, fake=fake,
                           context=train_context, boundary=boundary, train_step=train_step)
     ranks, capture, done = None, "every rank traced", {}
@@ -406,28 +536,32 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
     moe_groups = math.prod(sizes[i] for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS)
     if pipe is not None:
         moe_groups *= pipe.microbatches
+    guard.stage = "tracing the single-device step"
     spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name,
-                        train_step=train_step, moe_groups=moe_groups)
+                        train_step=train_step,
+                        moe_groups=moe_groups)
     times = {"spec": time.perf_counter() - t0, **times}
     t0 = time.perf_counter()
+    guard.stage = "lowering the plan"
     data_dims = [i for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS]
-    doc, lowerings = build_plan(spec, ranks, names, sizes, data_claim_for(names, sizes),
-                               name or spec.trace.model_class, data_dims=data_dims)
+    try:
+        doc, lowerings = build_plan(spec, ranks, names, sizes, data_claim_for(names, sizes),
+                                   name or spec.trace.model_class, data_dims=data_dims)
+    except AnotherModel as e:
+        times["plan"] = time.perf_counter() - t0
+        return spec, e.doc, "", None, None, times, capture
     if doc.lowered is not None:
         capture += f"; {len(doc.lowered)} lowered, the others' plans written from theirs"
     text = doc.json()
-    plan = loom.parse_plan(text, origin="<captured plan>")
+    try:
+        plan = loom.parse_plan(text, origin="<captured plan>")
+    except ValueError:
+        if not doc.failures:
+            raise
+        # Refuted while capturing (a value claiming a piece of no tensor of the
+        # model's): the failures say why; there is no plan to prove.
+        times["plan"] = time.perf_counter() - t0
+        return spec, doc, "", None, None, times, capture
     step = spec.step if doc.loss_output else spec.step_without_loss()
     times["plan"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    report = loom.verify(step, plan, timeout_ms=timeout_ms, threads=threads,
-                         cache_dir=cache_dir)
-    times["verify"] = time.perf_counter() - t0
-    failures = _plan_failures(doc) + _failures(report, doc, spec)
-    verdict, exit_code = report.verdict, report.exit_code
-    if doc.failures:
-        verdict, exit_code = "not equivalent", 1
-    return Report(verdict=verdict, exit_code=exit_code, failures=failures,
-                  undecided=[(u.item, u.reason) for u in report.undecided],
-                  loom_report=report, spec=spec, step=step, plan=plan, plan_json=text,
-                  times=times, capture=capture)
+    return spec, doc, text, plan, step, times, capture

@@ -25,6 +25,7 @@ import traceback
 import torch
 import torch.fx.traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils import _pytree as pytree
 
 from loom.torch import cross_entropy
@@ -74,6 +75,8 @@ class _ModuleTagger:
         self._paths = {m: n for n, m in root.named_modules()}
         self._stack = []
         self._handles = []
+        self._recomputes = 0
+        self._recompute_depth = None
         for m in root.modules():
             self._handles.append(m.register_forward_pre_hook(self._enter))
             self._handles.append(m.register_forward_hook(self._leave))
@@ -82,12 +85,22 @@ class _ModuleTagger:
         return fx_traceback.get_current_meta().setdefault("custom", {})
 
     def _enter(self, module, args):
+        meta = self._meta()
+        if meta.get("phase") == "backward" and "recompute" not in meta:
+            # A module that runs its forward during the backward: activation
+            # checkpointing recomputing it. Its ops are tagged with this recompute.
+            self._recomputes += 1
+            meta["recompute"] = self._recomputes
+            self._recompute_depth = len(self._stack)
         self._stack.append(self._paths.get(module, ""))
-        self._meta()["module"] = self._stack[-1]
+        meta["module"] = self._stack[-1]
 
     def _leave(self, module, args, output):
         self._stack.pop()
         meta = self._meta()
+        if len(self._stack) == self._recompute_depth:
+            meta.pop("recompute", None)
+            self._recompute_depth = None
         if self._stack:
             meta["module"] = self._stack[-1]
         else:
@@ -367,8 +380,11 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
                 return step_fn(*flat)
     try:
         from loom.torch.moe import routed_as_loom_ops
+        # A checkpointed module's recompute runs its whole forward (no early stop),
+        # so that its ops are known as the recompute's (_ModuleTagger).
+        from torch.utils.checkpoint import set_checkpoint_early_stop
         with fx_traceback.preserve_node_meta(), _no_autograd_threads(), _quiet_fake_tensors(), \
-                _whole_stacks(), routed_as_loom_ops(moe_groups):
+                _whole_stacks(), routed_as_loom_ops(moe_groups), set_checkpoint_early_stop(False):
             module = make_fx(traced_fn, cross_entropy.decompositions(notes),
                              record_stack_traces=True)(*inputs)
     except CaptureError:
@@ -395,12 +411,15 @@ def _single_forward(model, loss_fn):
     """The default Body: the model on the batch, the loss, its backward (into the
     parameters' .grad, running their hooks as torch does)."""
     def run(weights, ps, args, kwargs, extra):
-        output = torch.func.functional_call(model, weights, args, kwargs)
-        if takes_batch(loss_fn):
-            loss = compute_loss(loss_fn, output, kwargs if kwargs or not args else args)
-        else:
-            loss = compute_loss(loss_fn, output)
-        backward_into_grads(loss)
+        # The weights stay in the module through the backward: a checkpointed
+        # module's forward runs again there, on them.
+        with _reparametrize_module(model, weights, tie_weights=True):
+            output = model(*args, **kwargs)
+            if takes_batch(loss_fn):
+                loss = compute_loss(loss_fn, output, kwargs if kwargs or not args else args)
+            else:
+                loss = compute_loss(loss_fn, output)
+            backward_into_grads(loss)
         return loss, [p.grad for p in ps], []
     return run
 

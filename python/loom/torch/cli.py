@@ -5,19 +5,25 @@ The launcher file is Python that defines what loom.torch.verify takes, by name:
 `train_context` and `fake`. The command prints the verdict, writes the report files
 (--report: the JSON of `loom verify --report`, each failure with the user's module
 and source line; --junit: JUnit XML) and exits as `loom verify` does: 0 proved
-equivalent, 1 not equivalent, 2 undecided or an error (a launcher that does not
-load, a program Loom cannot capture).
+equivalent, 1 not equivalent, 2 undecided or an error (a bad option, a launcher
+whose own code fails, exits or runs past --timeout, a batch the mesh cannot split, a
+program Loom cannot capture): then one error line says why and where, and the report
+files say "undecided".
 """
 
 import argparse
 import json
+import math
 import os
+import re
 import runpy
 import sys
 import tempfile
+import traceback
 from xml.sax.saxutils import escape, quoteattr
 
 from loom.torch.errors import CaptureError
+from loom.torch.launcher import Guard, exception_text, one_line
 
 REQUIRED = ("model", "parallelize", "mesh", "inputs", "optimizer")
 
@@ -31,19 +37,20 @@ _CLASS_WORDS = {
 
 
 class UsageError(Exception):
-    pass
+    """A command line the command cannot run: a bad option, a missing launcher."""
 
 
 def load_launcher(path):
-    """The names the launcher file defines (REQUIRED, train_context, fake)."""
+    """The names the launcher file defines (REQUIRED, train_context, fake).
+    LauncherError where its own code fails or exits."""
     if not os.path.isfile(path):
         raise UsageError(f"{path}: no such file")
     # As `python launcher.py` would: its directory first on the import path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
+    guard = Guard(files=[path], subject="the launcher")
+    with guard:
+        guard.stage = "loading it"
         names = runpy.run_path(path, run_name="__loom_torch_launcher__")
-    except Exception as e:  # the launcher's own error, with its place
-        raise UsageError(f"{path}: loading it failed: {type(e).__name__}: {e}") from e
     missing = [n for n in REQUIRED if n not in names]
     if "loss" not in names and "train_step" not in names:
         missing.append("loss (or train_step)")
@@ -51,25 +58,97 @@ def load_launcher(path):
         raise UsageError(f"{path}: defines no {', '.join(missing)} (it must define "
                          f"{', '.join(REQUIRED)} and loss or train_step; train_context and "
                          "fake are optional)")
+    if "fake" in names and not isinstance(names["fake"], bool):
+        raise UsageError(f"{path}: fake = {names['fake']!r}: it must be True or False")
     return names
 
 
 def parse_mesh(text):
-    """"dp=2,tp=2" -> {"dp": 2, "tp": 2}."""
+    """"dp=2,tp=2" -> {"dp": 2, "tp": 2}; UsageError for an empty or repeated dim,
+    a size that is not an integer >= 1."""
     mesh = {}
     for item in text.split(","):
-        name, _, size = item.partition("=")
-        if not name or not size.isdigit() or int(size) < 1:
-            raise UsageError(f"--mesh {text!r}: expected name=size pairs such as dp=2,tp=2")
-        mesh[name.strip()] = int(size)
+        name, equals, size = (part.strip() for part in item.partition("="))
+        if not equals or not re.fullmatch(r"[^\s,=]+", name) or \
+                not re.fullmatch(r"[0-9]+", size) or int(size) < 1:
+            raise UsageError(f"--mesh {text!r}: {item.strip()!r} is not name=size (a size "
+                             ">= 1); expected pairs such as dp=2,tp=2")
+        if name in mesh:
+            raise UsageError(f"--mesh {text!r}: dim {name!r} given twice")
+        mesh[name] = int(size)
     return mesh
+
+
+def check_report_paths(args):
+    """Refuses, before any work, report files that cannot be written or would
+    overwrite each other or the launcher."""
+    paths = [(flag, path) for flag, path in (("--report", args.report),
+                                             ("--junit", args.junit)) if path is not None]
+    for flag, path in paths:
+        directory = os.path.dirname(os.path.abspath(path))
+        if not path or os.path.isdir(path):
+            raise UsageError(f"{flag} {path!r}: not a file's path")
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise UsageError(f"{flag} {path}: cannot write there ({directory} is not a "
+                             "writable directory)")
+        if os.path.realpath(path) == os.path.realpath(args.launcher):
+            raise UsageError(f"{flag} {path}: that is the launcher")
+    if len(paths) == 2 and os.path.realpath(args.report) == os.path.realpath(args.junit):
+        raise UsageError(f"--report and --junit are the same file ({args.report}); give "
+                         "each its own")
+
+
+def _positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _positive_int(text):
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return int(text)
+
+
+def _jsonable(mesh):
+    try:
+        json.dumps(mesh)
+        return mesh
+    except (TypeError, ValueError):
+        return repr(mesh)
+
+
+def error_line(e):
+    """One line for any failure of a run: a CaptureError's (a LauncherError's) own
+    message; for another failure, loom.torch's, with what it was doing and where."""
+    if isinstance(e, CaptureError):
+        return one_line(e, limit=2400)
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = ""
+    if tb is not None:
+        from loom.torch.lower import short_path
+        where = f" at {short_path(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+    stage = getattr(e, "loom_stage", None)
+    return (f"loom.torch failed{f' ({stage})' if stage else ''}{where}: "
+            f"{exception_text(e)} (--traceback prints its traceback)")
 
 
 def report_json(report, launcher, mesh):
     """The report as `loom verify --report` writes it, each failure with the user's
     module path, source line, code and ATen op, and the capture's own failures."""
-    doc = json.loads(report.loom_report.to_json(report.spec.trace.model_class,
-                                                "<captured plan>"))
+    if report.loom_report is None:  # refuted while capturing: no proof was run
+        doc = undecided_json(launcher, mesh, "")
+        doc.update(model=report.spec.trace.model_class, undecided=[])
+        doc["counts"]["undecided"] = 0
+    else:
+        doc = json.loads(report.loom_report.to_json(report.spec.trace.model_class,
+                                                    "<captured plan>"))
     loom_failures = doc["failures"]
     failures = []
     for f in report.failures:
@@ -197,7 +276,8 @@ def verify_command(argv):
     parser = argparse.ArgumentParser(
         prog="python -m loom.torch verify",
         description="Prove that the programs torch.distributed runs after the launcher's "
-                    "parallelize compute its model's training step.")
+                    "parallelize compute its model's training step. Exit 0 proved "
+                    "equivalent, 1 not equivalent, 2 undecided or an error.")
     parser.add_argument("launcher", help="Python file defining model, parallelize, mesh, "
                                          "inputs, optimizer, loss or train_step (and "
                                          "train_context, fake)")
@@ -210,32 +290,72 @@ def verify_command(argv):
                              "for the others where that is sound; docs/torch.md)")
     parser.add_argument("--report", help="write the JSON report here")
     parser.add_argument("--junit", help="write JUnit XML here")
-    parser.add_argument("--timeout-ms", type=int, default=10000,
+    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                        help="stop loading the launcher and capturing its program after "
+                             "SECONDS (default: no limit)")
+    parser.add_argument("--timeout-ms", type=_positive_int, default=10000,
                         help="solver timeout per proof (default 10000)")
     parser.add_argument("--cache", default="", help="proof cache directory")
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an error, print its Python traceback too")
     args = parser.parse_args(argv)
-    import loom.torch
     try:
-        names = load_launcher(args.launcher)
-        mesh = parse_mesh(args.mesh) if args.mesh else names["mesh"]
-        report = loom.torch.verify(
-            model=names["model"], parallelize=names["parallelize"], mesh=mesh,
-            inputs=names["inputs"], loss=names.get("loss"), optimizer=names["optimizer"],
-            train_step=names.get("train_step"), train_context=names.get("train_context"),
-            fake=bool(args.fake or names.get("fake", False)),
-            timeout_ms=args.timeout_ms, cache_dir=args.cache, every_rank=args.every_rank)
+        check_report_paths(args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except CaptureError as e:
-        # Never a pass: the verdict is undecided, with the reason and its place.
-        print("verdict:   undecided")
-        print(f"error: {e}", file=sys.stderr)
-        doc = undecided_json(args.launcher, mesh, str(e))
-        report = None
-    if report is not None:
+    mesh, doc = None, None
+
+    def undecided(e):
+        """Says why (one line) and gives the undecided report."""
+        if args.traceback:
+            traceback.print_exception(e)
+        if not isinstance(e, UsageError):
+            print("verdict:   undecided")
+        line = str(e) if isinstance(e, UsageError) else error_line(e)
+        print(f"error: {line}", file=sys.stderr)
+        return undecided_json(args.launcher, _jsonable(mesh), line)
+
+    def stuck(e):
+        # The launcher's code swallows the timeout and runs on: end the process here.
+        code = finish(args, undecided(e))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    try:
+        mesh = parse_mesh(args.mesh) if args.mesh else None
+        import loom.torch
+        from loom.torch.api import check_cache_dir, check_mesh
+        try:
+            check_cache_dir(args.cache)
+        except CaptureError as e:
+            raise UsageError(f"--cache: {e}") from e
+        # One timeout for loading the launcher and capturing its program.
+        with Guard(files=[args.launcher], timeout=args.timeout, subject="the launcher",
+                   stuck=stuck):
+            names = load_launcher(args.launcher)
+            if mesh is None:
+                mesh = names["mesh"]
+                try:
+                    check_mesh(mesh)
+                except CaptureError as e:
+                    raise UsageError(f"{args.launcher}: mesh = {mesh!r}: {e}") from e
+            report = loom.torch.verify(
+                model=names["model"], parallelize=names["parallelize"], mesh=mesh,
+                inputs=names["inputs"], loss=names.get("loss"), optimizer=names["optimizer"],
+                train_step=names.get("train_step"), train_context=names.get("train_context"),
+                fake=True if args.fake else names.get("fake", False),
+                timeout_ms=args.timeout_ms, cache_dir=args.cache, every_rank=args.every_rank)
         print(report.summary())
         doc = report_json(report, args.launcher, mesh)
+    except BaseException as e:  # never a pass: undecided, with the reason and its place
+        doc = undecided(e)
+    return finish(args, doc)
+
+
+def finish(args, doc):
+    """Writes the report files of `doc`; the exit code."""
     try:
         if args.report:
             _write(args.report, json.dumps(doc, indent=2) + "\n")
@@ -253,6 +373,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "verify":
         print("usage: python -m loom.torch verify LAUNCHER.py [--mesh dp=2,tp=2] [--fake] "
-              "[--every-rank] [--report FILE] [--junit FILE]", file=sys.stderr)
+              "[--every-rank] [--report FILE] [--junit FILE] [--timeout SECONDS] "
+              "[--cache DIR] [--traceback]", file=sys.stderr)
         return 2
     return verify_command(argv[1:])

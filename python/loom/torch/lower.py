@@ -31,6 +31,8 @@ DTYPES = {
     torch.int64: "i64", torch.int32: "i32", torch.bool: "bool",
 }
 FLOAT = ("f64", "f32", "bf16", "f16")
+# Complex tensors are held as their real views (_dims), of the parts' dtype.
+COMPLEX = {torch.complex64: "f32", torch.complex128: "f64"}
 
 
 class UnsupportedOp(CaptureError):
@@ -219,11 +221,14 @@ class Origins:
 # The lowering.
 
 def _dims(val):
-    return tuple(int(d) for d in val.shape)
+    """A tensor's dims as Loom holds it: a complex tensor as its real view
+    (torch.view_as_real: its real and imaginary parts along a last dim of 2)."""
+    dims = tuple(int(d) for d in val.shape)
+    return dims + (2,) if val.dtype in COMPLEX else dims
 
 
 def _dtype(val, origin=None):
-    dt = DTYPES.get(val.dtype)
+    dt = DTYPES.get(val.dtype) or COMPLEX.get(val.dtype)
     if dt is None:
         raise UnsupportedOp(f"dtype {val.dtype} has no Loom dtype", origin)
     return dt
@@ -558,6 +563,10 @@ class Lowering:
             if not isinstance(seq, (list, tuple)):
                 self.unsupported("getitem of a single tensor")
             return seq[i]
+        if is_complex(node) or any(is_complex(a) for a in node.all_input_nodes):
+            check_complex(self, node)
+            if target is aten.mul.Tensor:
+                return complex_mul(self, node, *args)
         rule = RULES.get(target)
         if rule is None:
             rule = RULES.get(getattr(target, "overloadpacket", None))
@@ -949,20 +958,18 @@ def _pow(L, node, x, exponent):
 
 @rule(aten.gelu.default)
 def _gelu(L, node, x, approximate="none"):
-    """torch's gelu with its tanh approximation is Loom's gelu; the exact one (erf) has
-    no Loom op yet."""
-    if approximate != "tanh":
-        L.unsupported("gelu with approximate='none' (the erf form; the tanh approximation "
-                      "is supported)")
+    """torch's gelu: the exact one (erf) is Loom's gelu_exact, the tanh approximation
+    Loom's gelu."""
     dtype, dims = _out(node)
-    return L.emit("gelu", [L.cast(x, dtype)], {}, (dtype, dims))
+    return L.emit(_GELU[approximate][0], [L.cast(x, dtype)], {}, (dtype, dims))
 
 
 @rule(aten.gelu_backward.default)
 def _gelu_backward(L, node, dy, x, approximate="none"):
-    if approximate != "tanh":
-        L.unsupported("gelu backward with approximate='none'")
-    return L.emit("gelu_grad", [x, dy], {}, _out(node))
+    return L.emit(_GELU[approximate][1], [x, dy], {}, _out(node))
+
+
+_GELU = {"none": ("gelu_exact", "gelu_exact_grad"), "tanh": ("gelu", "gelu_grad")}
 
 
 @rule(aten.silu_backward.default)
@@ -1014,6 +1021,8 @@ def _foreach_rule(node):
     """The rule of the elementwise op a foreach op applies (`_foreach_addcdiv_` ->
     addcdiv's)."""
     base = node.target.__name__.split(".")[0][len("_foreach_"):].rstrip("_")
+    if base == "norm":  # _foreach_norm(tensors, ord): each tensor's vector norm
+        return RULES[aten.linalg_vector_norm.default]
     packet = getattr(aten, base, None)
     if packet is None:
         return None
@@ -1571,7 +1580,10 @@ def c10d_reduce_name(module, op_node):
 
 # Rules that take Merged operands (the others see them merged).
 _MERGE_AWARE = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-                aten.transpose.int, aten.bmm.default}
+                aten.transpose.int, aten.bmm.default,
+                # Copies and re-labels keep it as it is (a rank's lowering aliases them).
+                aten.detach.default, aten.alias.default, aten.clone.default,
+                aten.contiguous.default, aten.lift_fresh_copy.default, aten.lift_fresh.default}
 # Rules that take MaskedIds operands.
 _MASK_AWARE = {aten.embedding.default, aten.embedding_dense_backward.default,
                aten.gather.default, aten.index_put_.default, aten.index_put.default}
@@ -1603,3 +1615,81 @@ def lower_trace(trace, name):
                 L.g.roles[n] = "gradient"
     L.g.set_outputs(names)
     return L
+
+
+# ---- complex tensors ---------------------------------------------------------------
+# A complex tensor is held as its real view: torch.view_as_real's layout, its real and
+# imaginary parts along a last dim of 2 (_dims). The conversions between the two are
+# then re-labels, and complex arithmetic is written with real ops on the parts
+# (complex rotary embeddings: torch.polar's table times view_as_complex of the
+# queries and keys, and their backward by its conjugate).
+
+
+def is_complex(node):
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.dtype in COMPLEX
+
+
+def _parts(L, z):
+    """The real and imaginary parts of complex `z` (its real view), each [..., 1]."""
+    last = len(z.dims) - 1
+    dims = tuple(z.dims[:-1]) + (1,)
+    return [L.emit("slice", [z], {"dim": last, "begin": i, "end": i + 1}, (z.dtype, dims))
+            for i in (0, 1)]
+
+
+@rule(aten.view_as_complex.default, aten.view_as_real.default)
+def _complex_view(L, node, x):
+    return x
+
+
+@rule(aten._conj.default, aten.conj_physical.default, aten.conj.default)
+def _conj(L, node, z):
+    re, im = _parts(L, z)
+    neg = L.emit("neg", [im], {}, (im.dtype, im.dims))
+    return L.emit("concat", [re, neg], {"dim": len(z.dims) - 1}, _out(node))
+
+
+def complex_mul(L, node, a, b):
+    """a * b with a or b complex: (ar br - ai bi) + i (ar bi + ai br); a real factor
+    scales both parts."""
+    dtype, dims = _out(node)
+    complex_a, complex_b = (is_complex(x) for x in node.args[:2])
+    if not (complex_a and complex_b):
+        z, r = (a, b) if complex_a else (b, a)
+        if isinstance(r, Value):
+            r = L.reshape(L.cast(r, dtype), tuple(r.dims) + (1,))
+            return L.emit("mul", [L.cast(z, dtype), r], {}, (dtype, dims))
+        return L.emit("scale", [L.cast(z, dtype)], {"factor": float(r)}, (dtype, dims))
+    (ar, ai), (br, bi) = _parts(L, L.cast(a, dtype)), _parts(L, L.cast(b, dtype))
+    part = tuple(dims[:-1]) + (1,)
+
+    def mul(x, y):
+        return L.emit("mul", [x, y], {}, (dtype, part))
+    re = L.emit("sub", [mul(ar, br), mul(ai, bi)], {}, (dtype, part))
+    im = L.emit("add", [mul(ar, bi), mul(ai, br)], {}, (dtype, part))
+    return L.emit("concat", [re, im], {"dim": len(dims) - 1}, (dtype, dims))
+
+
+# What a complex tensor may go through: re-labels and views whose dims are the
+# complex tensor's (non-negative: the real view has one dim more), its
+# conversions, its conjugate and products.
+_COMPLEX_OPS = {aten.view_as_complex.default, aten.view_as_real.default, aten._conj.default,
+                aten.conj_physical.default, aten.conj.default, aten.mul.Tensor,
+                aten.detach.default, aten.alias.default, aten.clone.default,
+                aten.contiguous.default, aten.view.default, aten._unsafe_view.default,
+                aten.reshape.default, aten.unsqueeze.default, aten.squeeze.dim,
+                aten.slice.Tensor, aten.select.int, aten.expand.default}
+_COMPLEX_DIM_ARG = {aten.slice.Tensor, aten.select.int}
+
+
+def check_complex(L, node):
+    """Refuses what Loom does not write for complex tensors (the module comment)."""
+    if node.target is aten._to_copy.default and is_complex(node) and is_complex(node.args[0]):
+        return  # complex64 <-> complex128: a cast of the parts
+    if node.target not in _COMPLEX_OPS:
+        L.unsupported(f"'{node.target}' of a complex tensor (complex tensors are supported "
+                      "through view_as_complex, view_as_real, views, conj and products)")
+    if node.target in _COMPLEX_DIM_ARG and is_complex(node.args[0]) and len(node.args) > 1 \
+            and isinstance(node.args[1], int) and node.args[1] < 0:
+        L.unsupported(f"'{node.target}' of a complex tensor along a negative dim")

@@ -26,18 +26,20 @@ the module and the source line): the rank does not run the model's computation.
 import collections
 import dataclasses
 import json
+import operator
 from fractions import Fraction
 
 import torch
 
 import loom
 from loom.torch import claims as C
+from loom.torch import gradient_sums
 from loom.torch import norm_partial
 from loom.torch import pipeline_plan
 from loom.torch import plan_symmetry
 from loom.torch.errors import CaptureError
 from loom.torch.lower import (C10D_ALL_REDUCE, RULES, Lowering, MaskedIds, UnsupportedOp, Value,
-                              VocabMask, user_frame)
+                              VocabMask, _dims, user_frame)
 from loom.torch.pipeline import microbatch_of, microbatch_of_action
 
 aten = torch.ops.aten
@@ -122,10 +124,31 @@ def is_identity(node):
 
 
 def canonical(node):
-    """`node`'s operand chain followed through identity ops."""
-    while node is not None and is_identity(node):
-        node = node.args[0]
+    """`node`'s operand chain followed through identity ops (and, in the step on one
+    device, through an in-place all-reduce, which is the identity there)."""
+    while node is not None:
+        if is_identity(node):
+            node = node.args[0]
+            continue
+        source = _c10d_all_reduced(node)
+        if source is None:
+            return node
+        node = source
     return node
+
+
+def _c10d_all_reduced(node):
+    """The tensor an in-place c10d all-reduce read, where `node` is its result
+    (getitem(getitem(allreduce_(tensors, ...), 0), i)); else None."""
+    if not (isinstance(node, torch.fx.Node) and node.target is operator.getitem):
+        return None
+    inner = node.args[0]
+    if not (isinstance(inner, torch.fx.Node) and inner.target is operator.getitem and
+            inner.args[1] == 0 and isinstance(inner.args[0], torch.fx.Node) and
+            inner.args[0].target is C10D_ALL_REDUCE):
+        return None
+    tensors = inner.args[0].args[0]
+    return tensors[node.args[1]] if isinstance(tensors, (list, tuple)) else None
 
 
 def _ndim(node):
@@ -136,6 +159,31 @@ def _ndim(node):
 def _site(node):
     f = user_frame(node.meta.get("stack_trace"))
     return (f[0], f[1]) if f else None
+
+
+def _recomputed_alike(node, found):
+    """Of the spec nodes `found`, those computed as `node` is: in a checkpointed
+    module's recompute (in the module of the same name) or not. The step's recompute
+    is its forward's value where the two were merged (dedupe.py); where something
+    impure stands between them (a dropout), the step has its own recompute, which
+    the backward reads."""
+    custom = node.meta.get("custom") or {}
+    recompute = bool(custom.get("recompute"))
+    alike = [m for m in found if bool((m.meta.get("custom") or {}).get("recompute")) == recompute]
+    if recompute:
+        alike = [m for m in alike if (m.meta.get("custom") or {}).get("module") ==
+                 custom.get("module")] or alike
+    return alike or found
+
+
+class AnotherModel(Exception):
+    """The ranks' parameters are not pieces of the model's (RankLowering's
+    _another_model): the plan is refuted before it is lowered; `doc.failures` says
+    why."""
+
+    def __init__(self, doc):
+        super().__init__(doc.failures[-1]["message"])
+        self.doc = doc
 
 
 class SpecIndex:
@@ -224,6 +272,7 @@ class SpecIndex:
             found = every
         if not found:
             return None
+        found = _recomputed_alike(node, found)
         site = _site(node)
         same_site = [m for m in found if _site(m) == site]
         m = (same_site or found)[0]
@@ -267,6 +316,14 @@ class SpecIndex:
                 var.bound = spec_folded
         self.used.add(m)
         return m
+
+    def has_match(self, node, image):
+        """Whether the step has an op `node` may be matched to as it is (an op of its
+        target on its operands' images); True where the images leave it open."""
+        key = self.key(node, image)
+        if any(k is None or k is ANY or isinstance(k, FoldedVar) for k in key[1]):
+            return True
+        return bool(self.candidates.get(key))
 
     def match_but_one(self, node, image):
         """The one spec node with `node`'s target whose operands' images are
@@ -636,6 +693,7 @@ class RankLowering(Lowering):
         self.unbound = {}     # folded FX node -> FoldedVar, until an op reading it is matched
         self.unbound_origin = {}
         self.published = {}   # (device, name) -> (PValue, spec image) of what ranks send
+        self._op_by_op = False  # lowering a sum gradient_sums.py held back, as it is
 
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
@@ -741,8 +799,11 @@ class RankLowering(Lowering):
         # Each micro-batch's ops are pieces of the step's ops: matched anew.
         action = self.origin.get("action")
         self.microbatch = microbatch_of_action(action)
-        # A weight backward recomputes what the input backward computed before it.
-        self.S.used = self.used.setdefault((self.microbatch, (action or "")[:1] == "W"), set())
+        # A weight backward recomputes what the input backward computed before it; a
+        # checkpointed module's recompute what its forward computed.
+        recompute = (node.meta.get("custom") or {}).get("recompute")
+        self.S.used = self.used.setdefault((self.microbatch, (action or "")[:1] == "W",
+                                            recompute), set())
         if (node.meta.get("custom") or {}).get("accumulate") and \
                 node.target in (aten.add.Tensor, aten.add_.Tensor):
             self._accumulate(node)
@@ -866,7 +927,13 @@ class RankLowering(Lowering):
         sval = self.S.L.input_value[spec_node]
         tensor = self.S.tensor_id[sval.name]
         val = node.meta["val"]
-        dims = tuple(int(d) for d in val.shape)
+        dims = _dims(val)
+        if ph.kind != "input":
+            whole = dims
+            if ph.dtensor is not None:
+                whole = tuple(ph.dtensor.shape) + tuple(dims[len(val.shape):])
+            if whole != tuple(sval.dims):
+                self._another_model(ph, whole, sval)
         if ph.dtensor is not None:
             claim = C.from_dtensor_spec(ph.dtensor, tensor, self.device)
         elif ph.kind == "input":
@@ -878,6 +945,19 @@ class RankLowering(Lowering):
             claim = C.full_claim(tensor, sval.dims)
         self.env[node] = self.doc.value(self.device, claim, sval.dtype, dims)
         self.image[node] = spec_node
+
+    def _another_model(self, ph, whole, sval):
+        """A parameter (buffer, optimizer state) the rank holds as a piece of a tensor
+        of another shape than the model's (a vocabulary padded to a multiple of the
+        tensor-parallel degree, a resized embedding): the ranks train another model.
+        Refuted here; nothing the rank computes from it is a piece of the step's."""
+        self.doc.failures.append(dict(
+            cls="computation_differs", tensor=sval.name, devices=[self.device],
+            message=(f"rank {self.device} holds '{ph.name}' as a piece of a {list(whole)} "
+                     f"tensor where the model's is {list(sval.dims)}: the ranks train "
+                     "another model (a resized or padded parameter)"),
+            origin={"module": ph.fqn.rpartition(".")[0], "phase": "parameter"}))
+        raise AnotherModel(self.doc)
 
     def _microbatch_input(self, node, ph, base, m):
         """Micro-batch m of a pipelined rank's batch input: its rows of the rank's rows
@@ -1059,6 +1139,9 @@ class RankLowering(Lowering):
         if is_identity(node):  # the spec's identities are no candidates either
             self._alias(node, node.args[0].name)
             return
+        if not self._op_by_op and gradient_sums.is_gradient_add(node) and \
+                gradient_sums.lower(self, node, canonical):
+            return
         # What a second copy of a shared parameter computes is the spec's computation
         # of it a second time.
         again = node in self.second_copy
@@ -1110,6 +1193,18 @@ class RankLowering(Lowering):
             result = self._claimed(result, spec)
         self.env[node] = result
 
+    def lower_op(self, node):
+        """Lowers `node` (a model op) as it is, op by op (gradient_sums.py)."""
+        saved = self.current, self.origin
+        self.current = node
+        self.origin = self.origins.of(node, self.node_param.get(node))
+        self._op_by_op = True
+        try:
+            self._model_op(node)
+        finally:
+            self._op_by_op = False
+            self.current, self.origin = saved
+
     def _claimed(self, v, spec):
         """`v` claiming what DTensor says it holds. A DTensor of a sub-mesh (tensor
         parallelism inside data parallelism) speaks of the tensor its own mesh sees:
@@ -1117,6 +1212,20 @@ class RankLowering(Lowering):
         the batch. Along the dims it splits, and for the share of a sum over its own
         mesh, it says what the value holds; the rest comes from the data flow (the
         claim the value's op implies)."""
+        full = self.S.dims(self._tensor_name(v.claim.tensor))
+        dt_shape = tuple(int(d) for d in spec.shape)
+        if len(dt_shape) != len(full) or any(d > f for d, f in zip(dt_shape, full)):
+            # DTensor speaks of a tensor larger than the model's: the program labels
+            # the value as something it is not (a whole tensor as a piece of one
+            # twice its size). Refuted; the value keeps what its data flow says.
+            self.doc.failures.append(dict(
+                cls="wrong_claim", tensor=self._tensor_name(v.claim.tensor),
+                devices=[self.device],
+                message=(f"DTensor says rank {self.device}'s value is a piece of a "
+                         f"{list(dt_shape)} tensor {list(spec.placements)} where the "
+                         f"model's is {list(full)}"),
+                origin=self.origin))
+            return v
         claim = C.from_dtensor_spec(spec, v.claim.tensor, self.device)
         # The factor the value holds is the data flow's: DTensor speaks of pieces.
         claim = dataclasses.replace(claim, scale=v.claim.scale)
@@ -1135,8 +1244,6 @@ class RankLowering(Lowering):
                 self.doc.task(self.device, -1, "scale", {"factor": 1.0}, [v], [copy], phase,
                               -1, self.origin)
                 v = copy
-        full = self.S.dims(self._tensor_name(v.claim.tensor))
-        dt_shape = tuple(int(d) for d in spec.shape)
         if self._covers_launch_mesh(spec.mesh) and dt_shape == tuple(full):
             self.doc.values[v.id] = dataclasses.replace(v, claim=claim)
             return self.doc.values[v.id]

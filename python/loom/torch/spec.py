@@ -51,7 +51,10 @@ class Spec:
         for name, t in self.inputs.items():
             if t is None:
                 continue
-            out[name] = t.detach().to(torch.float64).numpy()
+            t = t.detach()
+            if t.is_complex():  # held as its real view (lower.py)
+                t = torch.view_as_real(t)
+            out[name] = t.to(torch.float64).numpy()
         return out
 
 

@@ -76,7 +76,7 @@ def _gathered_in_forward(model, leaves, views):
 
     def before(module, args):
         gathered = {fqn: view(leaves[fqn]) for fqn, view in views.items()}
-        ctx = _reparametrize_module(model, gathered)
+        ctx = _reparametrize_module(model, gathered, tie_weights=True)
         ctx.__enter__()
         stack.append(ctx)
 
@@ -99,7 +99,7 @@ def run_train_step(train_step, model, optimizer, weights, views, args, kwargs):
     batch given as it was (a tuple of positional arguments or a dict)."""
     batch = args if args else dict(kwargs)
     leaves = {fqn: w for fqn, w in weights.items() if fqn in views}
-    with _reparametrize_module(model, weights), _gathered_in_forward(model, leaves, views), \
+    with _reparametrize_module(model, weights, tie_weights=True), _gathered_in_forward(model, leaves, views), \
             _phases(model, optimizer):
         _set_phase("forward")
         train_step(model, optimizer, batch)

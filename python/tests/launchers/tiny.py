@@ -4,6 +4,8 @@ parallelisms they build on. Each launcher file is a program as a user writes it;
 `EXPECT` in it says what its real run shows (the test suite checks Loom's verdict
 against that run, and that the run shows what EXPECT says)."""
 
+import copy
+
 import torch
 import transformers
 
@@ -22,8 +24,11 @@ def builder(config=None, seed=0):
     config = config or llama_config()
 
     def model():
+        # A config of its own, as a launcher process has: what one model's
+        # parallelize changes in it (a resized vocabulary) is not the next one's.
         torch.manual_seed(seed)
-        return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float64)
+        return transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                             dtype=torch.float64)
     return model
 
 
