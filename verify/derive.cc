@@ -296,6 +296,11 @@ class Deriver {
   // (those `walked` accepts, when given).
   void CheckReplicas(const std::function<bool(ValueId)>* walked = nullptr);
 
+  // A local slice's result as the piece of a split's output it is, where the value
+  // claims that output (`claimed`) and the slice's positions of the split's input
+  // lie within it (a rank's micro-batch of its rows of the batch, which the spec
+  // splits into micro-batches of its own); nullopt otherwise.
+  std::optional<Fact> AsSplitPiece(const Fact& sliced, TensorId claimed, int64_t dim) const;
   // Sum (or max) of facts over one region; nullopt after recording a failure.
   // `zero_member` (optional) tells whether a member held zeros.
   std::optional<Fact> Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,
@@ -502,6 +507,10 @@ void Deriver::DeriveLocal(const ir::Task& t) {
         OutputsFromClaims(t.outputs);
         return;
       }
+      if (std::optional<Fact> piece = AsSplitPiece(out, plan_.values[t.outputs[0]].sub.tensor,
+                                                   *dim)) {
+        out = *std::move(piece);
+      }
       SetOutput(t.outputs[0], out, item, mb, "", kTaskRule);
       return;
     }
@@ -590,6 +599,37 @@ void Deriver::DeriveLocal(const ir::Task& t) {
         facts_[v].contrib = kBadContrib;
       }
   }
+}
+
+std::optional<Fact> Deriver::AsSplitPiece(const Fact& sliced, TensorId claimed,
+                                          int64_t dim) const {
+  if (claimed == sliced.tensor || claimed == ir::kNoId) return std::nullopt;
+  const ir::Tensor& tensor = spec_.tensor(claimed);
+  if (tensor.producer == ir::kNoId) return std::nullopt;
+  const ir::Op& split = spec_.op(tensor.producer);
+  if (split.kind != OpKind::kSplit || split.inputs.size() != 1 ||
+      split.inputs[0] != sliced.tensor) {
+    return std::nullopt;
+  }
+  auto split_dim = split.attrs.GetInt("dim");
+  auto sizes = split.attrs.GetInts("sizes");
+  if (!split_dim.ok() || *split_dim != dim || !sizes.ok() || tensor.output_index < 0 ||
+      tensor.output_index >= static_cast<int>(sizes->size())) {
+    return std::nullopt;
+  }
+  // Only values holding the whole of their positions (or zeros) move: a partial
+  // sum's chunks are of the op that made the split's input.
+  const ContribId base = contribs_.Unscale(sliced.contrib).base;
+  if (base != kFullContrib && base != kZeroContrib) return std::nullopt;
+  int64_t start = 0;
+  for (int k = 0; k < tensor.output_index; ++k) start += (*sizes)[k];
+  const int64_t size = (*sizes)[tensor.output_index];
+  const Interval iv = sliced.box[dim];
+  if (iv.begin < start || iv.end > start + size) return std::nullopt;
+  Fact out = sliced;
+  out.tensor = claimed;
+  out.box[dim] = Interval{iv.begin - start, iv.end - start};
+  return out;
 }
 
 std::optional<Fact> Deriver::Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,
