@@ -55,21 +55,18 @@ def _writes(node):
         a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-def _mutated_storages(graph):
-    """The nodes whose storage some op writes in place (through any view of it): their
-    values differ before and after, so reads of them are never merged."""
+def _storages(graph):
+    """(root, written): each node's storage (the node a chain of views and in-place
+    writes starts from) and the storages some op writes in place."""
     root = {}
-
-    def root_of(n):
-        return root.get(n, n)
     written = set()
     for node in graph.nodes:
         if node.op == "call_function" and (node.target in _VIEWS or _writes(node)) and \
                 node.args and isinstance(node.args[0], torch.fx.Node):
-            root[node] = root_of(node.args[0])
+            root[node] = root.get(node.args[0], node.args[0])
             if _writes(node):
                 written.add(root[node])
-    return {n for n in graph.nodes if root_of(n) in written}
+    return root, written
 
 
 def _freeze(x, rep):
@@ -87,6 +84,19 @@ def _freeze(x, rep):
     return ("object", id(x))  # anything else: its own value only
 
 
+def _scalar_constant(module, node):
+    """("constant", dtype, value) of a get_attr of a tensor of one element, or None."""
+    if node.op != "get_attr":
+        return None
+    t = getattr(module, node.target, None)
+    if not isinstance(t, torch.Tensor) or t.dim() != 0 or t.is_complex():
+        return None
+    value = t.item()
+    if isinstance(value, float) and value != value:
+        value = "nan"
+    return ("constant", t.dtype, value)
+
+
 def dedupe(module):
     """Merges `module`'s repeated pure computations in place; returns the name of
     each node removed -> the name of the node that stands for it."""
@@ -94,12 +104,35 @@ def dedupe(module):
     rep = {}
     seen = {}
     removed = {}
-    mutated = _mutated_storages(graph)
+    root, written = _storages(graph)
+    version = {}  # storage -> in-place writes to it so far
     for node in list(graph.nodes):
         rep[node] = node
-        if not _pure(node) or node in mutated or any(a in mutated for a in node.all_input_nodes):
+        if _writes(node) and node in root:
+            version[root[node]] = version.get(root[node], 0) + 1
+        scalar = _scalar_constant(module, node)
+        if scalar is not None and node not in written:
+            # A scalar constant a loop's copies each hold (a loss's -1 for its
+            # targets, in every micro-batch): one node per value.
+            first = seen.setdefault(scalar, node)
+            if first is not node:
+                node.replace_all_uses_with(first)
+                rep[node] = first
+                removed[node.name] = first.name
+                graph.erase_node(node)
             continue
-        key = (node.target, _freeze(node.args, rep), _freeze(node.kwargs, rep))
+        if not _pure(node):
+            continue
+        # A value whose own storage is written later is never merged (two copies
+        # are two tensors); one that reads a storage written somewhere is merged only
+        # with a read of the same version of it (no write between the two: a
+        # micro-batch loop's reads of the weights before the optimizer's update).
+        own = root.get(node, node)
+        if own in written and node.target not in _VIEWS:
+            continue
+        stamps = tuple(version.get(root.get(a, a), 0) for a in node.all_input_nodes
+                       if root.get(a, a) in written)
+        key = (node.target, _freeze(node.args, rep), _freeze(node.kwargs, rep), stamps)
         first = seen.get(key)
         if first is None:
             seen[key] = node

@@ -21,6 +21,7 @@ import re
 
 import torch
 
+from loom.torch import accumulation
 from loom.torch.errors import CaptureError
 from loom.torch.graph_text import GraphBuilder
 
@@ -351,6 +352,7 @@ class Lowering:
         output_node = graph.output_node()
         live = self._live(graph, output_node)
         self.folded, live = self.fold_constants(graph, live)
+        self.chains = accumulation.Chains(graph)
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.trace.placeholders):
             raise CaptureError("the trace's inputs do not match the step's")
@@ -381,8 +383,18 @@ class Lowering:
                 continue
             if node.op != "call_function":
                 self.unsupported(f"FX node '{node.op}' ({node.target})")
+            if node in self.chains.inner:
+                # A gradient accumulated further by the next backward call: the chain's
+                # last link lowers all of it (accumulation.py).
+                self.env[node] = None
+                self.node_ops[node] = []
+                self._track(node, mutated)
+                continue
             first = len(self.g.ops)
-            result = self._lower(node)
+            if node in self.chains.terms:
+                result = accumulation.lower_step_chain(self, node, self.chains.terms[node])
+            else:
+                result = self._lower(node)
             self.node_ops[node] = list(range(first, len(self.g.ops)))
             self.env[node] = result
             self._track(node, mutated)

@@ -32,6 +32,7 @@ from fractions import Fraction
 import torch
 
 import loom
+from loom.torch import accumulation
 from loom.torch import claims as C
 from loom.torch import gradient_sums
 from loom.torch import norm_partial
@@ -221,6 +222,11 @@ class SpecIndex:
                     self.open_folded[open_key].append((n, folded))
         self.used = set()
         self.signatures = {}
+        # The step's gradient accumulation chains (accumulation.py): each term's
+        # (chain's last link, position).
+        self.chains = accumulation.Chains(self.graph)
+        self.chain_term = {canonical(t): (last, p) for last, terms in self.chains.terms.items()
+                           for p, t in enumerate(terms)}
 
     def folded_of(self, node):
         """The spec's folded value `node` is (or re-labels), or None."""
@@ -694,6 +700,7 @@ class RankLowering(Lowering):
         self.unbound_origin = {}
         self.published = {}   # (device, name) -> (PValue, spec image) of what ranks send
         self._op_by_op = False  # lowering a sum gradient_sums.py held back, as it is
+        self.split_pieces = {}  # rank split node -> the step's piece each of its pieces is
 
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
@@ -706,6 +713,10 @@ class RankLowering(Lowering):
             self.unsupported(f"the rank lowers '{self.current.target}' to '{kind}' where the "
                              f"model's step has '{op['kind']}'")
         self.cursor += 1
+        if kind == "split":
+            pieces = self._split_of_a_piece(op, inputs[0], attrs)
+            if pieces is not None:
+                return pieces
         if len(outs) != len(op["outputs"]):
             self.unsupported(f"the rank's '{kind}' gives {len(outs)} values where the model's "
                              f"step's gives {len(op['outputs'])} (a loop over another number "
@@ -747,6 +758,53 @@ class RankLowering(Lowering):
                       op["layer"], self.origin)
         return outputs
 
+    def _split_of_a_piece(self, op, x, attrs):
+        """A split of a value the rank holds only some positions of along the split
+        dim (its rows of the batch cut into micro-batches): each of its pieces is a
+        region of one of the step's pieces, not necessarily the one of the same
+        index (on a data-parallel rank, micro-batch 0 of rows 4 to 7 is the step's
+        micro-batch 2). Lowered as local slices of the rank's positions, each
+        claiming the step's piece it lies in (the verifier moves a slice into the
+        split output that holds it); the getitems that read them take the step's
+        pieces (self.split_pieces). None where the rank holds every position."""
+        d = attrs["dim"]
+        whole = self.S.dims(op["inputs"][0])[d]
+        begin, end = x.claim.box[d]
+        if (begin, end) == (0, whole):
+            return None
+        theirs = list(op["attrs"]["sizes"])
+        starts = [sum(theirs[:k]) for k in range(len(theirs))]
+        pieces, where, at = [], [], begin
+        for size in attrs["sizes"]:
+            lo, hi = at, at + size
+            at = hi
+            inside = [k for k, s in enumerate(starts) if s <= lo and hi <= s + theirs[k]]
+            pieces.append((inside[0] if inside else None, lo, hi))
+            where.append(f"[{lo}:{hi}) " + (f"in the step's piece {inside[0]}" if inside
+                                            else "across the step's pieces"))
+        taken = [k for k, _, _ in pieces]
+        if None in taken or len(set(taken)) != len(taken):
+            self.unsupported(
+                f"the rank splits positions [{begin}:{end}) of dim {d} (the model's step "
+                f"splits all {whole}, into {theirs}) into {list(attrs['sizes'])}: its pieces "
+                f"hold {', '.join(where)}; a loop over pieces that are not each a whole piece "
+                "of the step's (micro-batches of another size) is not proved yet")
+        outs = []
+        for k, lo, hi in pieces:
+            box = list(x.claim.box)
+            box[d] = (lo - starts[k], hi - starts[k])
+            dims = list(x.dims)
+            dims[d] = hi - lo
+            claim = dataclasses.replace(x.claim, tensor=self.S.tensor_id[op["outputs"][k]],
+                                        box=tuple(box))
+            out = self.doc.value(self.device, claim, x.dtype, tuple(dims))
+            self.doc.task(self.device, -1, "slice", {"dim": d, "begin": lo - begin,
+                                                     "end": hi - begin},
+                          [x], [out], op["phase"], -1, self.origin)
+            outs.append(out)
+        self.split_pieces[self.current] = taken
+        return outs
+
     # ---- the walk ----------------------------------------------------------------------
     def run(self):
         """Lowers the rank's program alone (a rank that receives nothing)."""
@@ -778,6 +836,7 @@ class RankLowering(Lowering):
         sends = {n: name for n, (kind, name) in zip(output_node.args[0], self.trace.outputs)
                  if kind == "send"}
         self._name_outputs(output_node)  # the parameter each update belongs to
+        self.chains = accumulation.Chains(graph)
         for node in graph.nodes:
             if node.op in ("placeholder", "output") or node not in live:
                 continue
@@ -804,6 +863,12 @@ class RankLowering(Lowering):
         recompute = (node.meta.get("custom") or {}).get("recompute")
         self.S.used = self.used.setdefault((self.microbatch, (action or "")[:1] == "W",
                                             recompute), set())
+        if node in self.chains.inner:
+            return  # lowered with the chain's last link
+        if node in self.chains.terms:
+            self.env[node] = accumulation.lower_rank_chain(self, node, self.chains.terms[node],
+                                                           canonical)
+            return
         if (node.meta.get("custom") or {}).get("accumulate") and \
                 node.target in (aten.add.Tensor, aten.add_.Tensor):
             self._accumulate(node)
@@ -1139,13 +1204,18 @@ class RankLowering(Lowering):
         if is_identity(node):  # the spec's identities are no candidates either
             self._alias(node, node.args[0].name)
             return
+        if node.target is _getitem() and node.args[0] in self.split_pieces:
+            self._piece_of_split(node)
+            return
         if not self._op_by_op and gradient_sums.is_gradient_add(node) and \
                 gradient_sums.lower(self, node, canonical):
             return
         # What a second copy of a shared parameter computes is the spec's computation
         # of it a second time.
         again = node in self.second_copy
-        m = self.S.match(node, self._spec_image, again)
+        m = self._same_constant(node) if node.op == "get_attr" else None
+        if m is None:
+            m = self.S.match(node, self._spec_image, again)
         if m is None:
             # The spec's op on the same operands but one: the rank computes it on
             # another value (a gradient lacking a contribution, a stage sending the
@@ -1192,6 +1262,34 @@ class RankLowering(Lowering):
         if spec is not None and isinstance(result, PValue):
             result = self._claimed(result, spec)
         self.env[node] = result
+
+    def _same_constant(self, node):
+        """The step's scalar constant of the same dtype and value as the rank's
+        `node` (the step holds one node per value: dedupe.py), or None."""
+        from loom.torch.dedupe import _scalar_constant
+        mine = _scalar_constant(self.trace.module, node)
+        if mine is None:
+            return None
+        module = self.S.spec.trace.module
+        for m in self.S.candidates.get(("get_attr", ()), ()):
+            if _scalar_constant(module, m) == mine:
+                self.S.used.add(m)
+                return m
+        return None
+
+    def _piece_of_split(self, node):
+        """A getitem of a split of the rank's positions (_split_of_a_piece): the
+        step's getitem of the piece it is."""
+        source, j = node.args
+        k = self.split_pieces[source][j]
+        split = self.image.get(source)
+        m = next((u for u in (split.users if split is not None else ())
+                  if u.target is _getitem() and u.args[1] == k), None)
+        if m is None:
+            self.unsupported(f"the model's step never reads piece {k} of its split")
+        self.S.used.add(m)
+        self.image[node] = m
+        self.env[node] = self.env[source][j]
 
     def lower_op(self, node):
         """Lowers `node` (a model op) as it is, op by op (gradient_sums.py)."""

@@ -1,0 +1,129 @@
+"""Gradients accumulated over a training step's backward calls.
+
+A step that calls backward() more than once (a micro-batch loop: gradient
+accumulation) has autograd add each call's gradient into `.grad` in place: a
+parameter's gradient is the chain g0, g0 += g1, g0 += g2, ... On one device the
+model's step runs every micro-batch of the batch; a data-parallel rank runs those of
+its own rows, some of the step's (a loop over micro-batches of a fixed size runs
+fewer on a rank than on one device), and the ranks' sums are summed afterwards.
+
+The step's chain is therefore lowered as one `accumulate` of its terms, in order; a
+rank's chain as a piece of it: its own terms where the step has them, zeros (a fill
+claiming no share) for the terms other ranks add, the result claiming the share of
+the terms it holds (term k of n: [k/n, (k+1)/n)). A later sum over the ranks must
+complete it: the verifier checks that the shares meet once, in full. A rank whose
+terms are not terms of one chain of the step's is refused, never guessed.
+"""
+
+from fractions import Fraction
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _is_link(node):
+    """An in-place add of one gradient into another in the backward (autograd's
+    accumulation into `.grad`)."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "call_function" and
+            node.target is aten.add_.Tensor and len(node.args) == 2 and not node.kwargs and
+            all(isinstance(a, torch.fx.Node) for a in node.args) and
+            (node.meta.get("custom") or {}).get("phase") == "backward"):
+        return False
+    a, b = (x.meta.get("val") for x in node.args)
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+        a.shape == b.shape and a.dtype == b.dtype
+
+
+def _continued(link):
+    """The link that adds to `link`'s result, where nothing else reads it; or None."""
+    if len(link.users) != 1:
+        return None
+    (user,) = link.users
+    return user if _is_link(user) and user.args[0] is link else None
+
+
+class Chains:
+    """The accumulation chains of a graph: `terms[last link]` its terms in order,
+    `inner` the links a later link of their chain continues."""
+
+    def __init__(self, graph):
+        self.terms = {}
+        self.inner = set()
+        for node in graph.nodes:
+            if not _is_link(node):
+                continue
+            first = node.args[0]
+            if _is_link(first) and _continued(first) is node:
+                continue  # not the chain's first link
+            terms = [first, node.args[1]]
+            last = node
+            while _continued(last) is not None:
+                self.inner.add(last)
+                last = _continued(last)
+                terms.append(last.args[1])
+            self.terms[last] = terms
+
+
+def lower_step_chain(L, node, terms):
+    """The step's chain ending at `node`: one accumulate of its terms, in order."""
+    from loom.torch.lower import _out
+    values = [L.merge(L.env[t]) for t in terms]
+    return L.emit("accumulate", values, {}, _out(node))
+
+
+def lower_rank_chain(R, node, terms, canonical):
+    """A rank's chain ending at `node` (RankLowering R), as a piece of the step's chain
+    its terms are terms of (the module docstring)."""
+    from loom.torch import claims as C
+    from loom.torch.plan import implied_claims
+    S = R.S
+    images = [canonical(R._spec_image(t)) if R._spec_image(t) is not None else None
+              for t in terms]
+    found = {S.chain_term.get(i) for i in images}
+    if None in found or len({last for last, _ in found}) != 1 or len(found) != len(terms):
+        R.unsupported("the rank accumulates gradients over its backward calls that are not "
+                      "terms of one gradient the model's step accumulates")
+    last = next(iter(found))[0]
+    spec_terms = S.chains.terms[last]
+    index = S.L.node_ops[last][0]
+    op = S.g.ops[index]
+    held = {p: R.env[t] for (_, p), t in zip((S.chain_term[i] for i in images), terms)}
+    ref = held[min(held)]
+    if any(v.claim.box != ref.claim.box for v in held.values()):
+        R.unsupported("the rank accumulates gradients of different regions of a parameter")
+    R.S.used.add(last)
+    R.image[node] = last
+    R.template, R.cursor = [index], 0
+    if len(held) == len(spec_terms):
+        return R.emit("accumulate", [held[p] for p in range(len(spec_terms))], {},
+                      (ref.dtype, tuple(ref.dims)))
+    if any(v.claim.part != C.FULL for v in held.values()):
+        R.unsupported("the rank accumulates shares of gradients over some of the model's "
+                      "micro-batches")
+    inputs = []
+    for p, name in enumerate(op["inputs"]):
+        if p in held:
+            inputs.append(held[p])
+            continue
+        claim = C.Claim(tensor=S.tensor_id[name], box=ref.claim.box, part=C.EMPTY)
+        zero = R.doc.value(R.device, claim, ref.dtype, ref.dims)
+        R.doc.task(R.device, -1, "fill", {"shape": list(ref.dims), "value": 0.0,
+                                          "dtype": ref.dtype}, [], [zero],
+                   op["phase"], -1, R.origin)
+        inputs.append(zero)
+    n = len(spec_terms)
+    part = []
+    for p in sorted(held):
+        lo, hi = Fraction(p, n), Fraction(p + 1, n)
+        if part and part[-1][1] == lo:
+            part[-1] = (part[-1][0], hi)
+        else:
+            part.append((lo, hi))
+    claim = implied_claims(S, index, inputs, [S.tensor_id[op["outputs"][0]]])[0]
+    claim.part = tuple(part)
+    out = R.doc.value(R.device, claim, ref.dtype, ref.dims)
+    R.doc.task(R.device, index, "accumulate", {}, inputs, [out], op["phase"], op["layer"],
+               R.origin)
+    R.cursor = 1
+    return out
