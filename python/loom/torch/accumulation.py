@@ -50,6 +50,7 @@ class Chains:
     def __init__(self, graph):
         self.terms = {}
         self.inner = set()
+        self.links = set()
         for node in graph.nodes:
             if not _is_link(node):
                 continue
@@ -63,6 +64,7 @@ class Chains:
                 last = _continued(last)
                 terms.append(last.args[1])
             self.terms[last] = terms
+            self.links |= self.inner | {last}
 
 
 def lower_step_chain(L, node, terms):
@@ -70,6 +72,20 @@ def lower_step_chain(L, node, terms):
     from loom.torch.lower import _out
     values = [L.merge(L.env[t]) for t in terms]
     return L.emit("accumulate", values, {}, _out(node))
+
+
+def completes_a_term(R, node, canonical):
+    """Whether `node`, which no chain of the rank's adds up and which the rank's code
+    after its backward reads, is one term of a chain of the step's that nothing else
+    reads there (a rank that runs one micro-batch where the step runs several): what
+    reads it reads the rank's share of the sum."""
+    image = R.image.get(node)
+    if image is None or node in R.chains.links:
+        return False
+    term = canonical(image)
+    return term in R.S.chain_term and \
+        all(u in R.S.chains.links or u.users and all(w in R.S.chains.links for w in u.users)
+            for u in term.users)
 
 
 def lower_rank_chain(R, node, terms, canonical):

@@ -701,6 +701,7 @@ class RankLowering(Lowering):
         self.published = {}   # (device, name) -> (PValue, spec image) of what ranks send
         self._op_by_op = False  # lowering a sum gradient_sums.py held back, as it is
         self.split_pieces = {}  # rank split node -> the step's piece each of its pieces is
+        self.completed_terms = set()  # rank gradients lowered as their share of a step's sum
 
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
@@ -869,6 +870,14 @@ class RankLowering(Lowering):
             self.env[node] = accumulation.lower_rank_chain(self, node, self.chains.terms[node],
                                                            canonical)
             return
+        custom = node.meta.get("custom") or {}
+        after_backward = custom.get("own_site") or custom.get("phase") == "optimizer"
+        for a in node.all_input_nodes if after_backward and not is_identity(node) else ():
+            if a not in self.completed_terms and isinstance(self.env.get(a), PValue) and \
+                    accumulation.completes_a_term(self, a, canonical):
+                # The rank's only term of a gradient the step accumulates: its share.
+                self.completed_terms.add(a)
+                self.env[a] = accumulation.lower_rank_chain(self, a, [a], canonical)
         if (node.meta.get("custom") or {}).get("accumulate") and \
                 node.target in (aten.add.Tensor, aten.add_.Tensor):
             self._accumulate(node)
