@@ -92,7 +92,7 @@ def lower_rank_chain(R, node, terms, canonical):
     """A rank's chain ending at `node` (RankLowering R), as a piece of the step's chain
     its terms are terms of (the module docstring)."""
     from loom.torch import claims as C
-    from loom.torch.plan import implied_claims
+    from loom.torch.plan_document import implied_claims
     S = R.S
     images = [canonical(R._spec_image(t)) if R._spec_image(t) is not None else None
               for t in terms]

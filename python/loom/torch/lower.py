@@ -1340,7 +1340,7 @@ def _mask_is_causal(L, mask_node, s, t):
     """Whether an attention mask the program computed from shapes alone (folded:
     constants.py) is the causal one: True (bool) or 0 (additive) exactly where key j
     <= query i, for every batch row and head it broadcasts over."""
-    from loom.torch.plan import canonical
+    from loom.torch.spec_index import canonical
     node = canonical(mask_node) if isinstance(mask_node, torch.fx.Node) else None
     value = L.folded.get(node) if node is not None else None
     if value is None or value.dim() < 2 or tuple(value.shape[-2:]) != (s, t) or s != t:
@@ -1458,7 +1458,7 @@ def _gather(L, node, x, dim, index, sparse_grad=False):
 
 
 def _is_zeros(node):
-    from loom.torch.plan import canonical
+    from loom.torch.spec_index import canonical
     n = canonical(node) if isinstance(node, torch.fx.Node) else None
     if n is None or n.op != "call_function":
         return False
@@ -1471,7 +1471,7 @@ def _is_zeros(node):
 def _index_put(L, node, base, indices, values, accumulate=False):
     """-1 at (row i, column ids[i]) of a zero [rows, V] tensor (cross_entropy.py's and
     loss parallel's cross-entropy backward): Loom's pick_grad of -1s."""
-    from loom.torch.plan import canonical
+    from loom.torch.spec_index import canonical
     rows_node = node.args[1][0] if len(node.args[1]) == 2 else None
     rows = L.folded.get(canonical(rows_node)) if isinstance(rows_node, torch.fx.Node) else None
     if isinstance(values, VocabMask):
