@@ -23,7 +23,8 @@ from loom.torch.distributed import PIPELINE_DIM, coordinate_of, mesh_shape, trac
 from loom.torch.errors import CaptureError
 from loom.torch.launcher import Guard, check_timeout, timeouts_paused
 from loom.torch.plan import AnotherModel, build_plan
-from loom.torch.spec import _maybe_fake, capture_step
+from loom.torch.distributed import maybe_fake
+from loom.torch.spec import capture_step
 from loom.torch.symmetry import (RankReads, representatives, stand_in, uneven_layout,
                                  unsliced_group)
 
@@ -169,7 +170,7 @@ def check_batch(inputs, mesh_names, mesh_sizes, fake):
     give a tuple of positional arguments or a dict of keyword arguments, and the
     data-parallel dims' ranks must share the rows (dim 0) of its every tensor
     equally, at least one each."""
-    with _maybe_fake(fake):
+    with maybe_fake(fake):
         batch = inputs()
     if not isinstance(batch, (tuple, list, collections.abc.Mapping)):
         raise CaptureError(f"inputs() gave a {type(batch).__name__}; it must give one batch: "

@@ -20,7 +20,6 @@ from loom.torch.capture import site_of, trace_step
 from loom.torch.claims import coordinate_of
 from loom.torch.errors import CaptureError
 from loom.torch.rank_trace import Recorder
-from loom.torch.spec import _maybe_fake
 
 
 @dataclasses.dataclass
@@ -61,6 +60,17 @@ def _clear_dtensor_caches():
     prop = DTensor._op_dispatcher.sharding_propagator
     if hasattr(prop, "_propagate_tensor_meta_cached"):
         prop._propagate_tensor_meta_cached.cache_clear()
+
+
+@contextlib.contextmanager
+def maybe_fake(fake):
+    """Fake tensors throughout (real sizes, nothing allocated) where `fake`."""
+    if not fake:
+        yield None
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        yield mode
 
 
 @contextlib.contextmanager
@@ -195,7 +205,7 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         device_mesh = init_device_mesh("cpu", sizes, mesh_dim_names=names)
         # The model is fake (no memory); the launcher's parallelize runs outside fake
         # mode, so that the meshes it slices keep real tables of ranks.
-        with _maybe_fake(fake) as mode:
+        with maybe_fake(fake) as mode:
             module = model()
         in_fake = (lambda: mode) if mode is not None else contextlib.nullcontext
         if not isinstance(module, torch.nn.Module):

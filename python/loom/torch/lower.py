@@ -22,6 +22,7 @@ import re
 import torch
 
 from loom.torch import accumulation
+from loom.torch.identities import C10D_ALL_REDUCE, canonical
 from loom.torch.errors import CaptureError
 from loom.torch.graph_text import GraphBuilder
 
@@ -392,7 +393,8 @@ class Lowering:
                 continue
             first = len(self.g.ops)
             if node in self.chains.terms:
-                result = accumulation.lower_step_chain(self, node, self.chains.terms[node])
+                result = accumulation.lower_step_chain(self, self.chains.terms[node],
+                                                       _out(node))
             else:
                 result = self._lower(node)
             self.node_ops[node] = list(range(first, len(self.g.ops)))
@@ -1340,7 +1342,6 @@ def _mask_is_causal(L, mask_node, s, t):
     """Whether an attention mask the program computed from shapes alone (folded:
     constants.py) is the causal one: True (bool) or 0 (additive) exactly where key j
     <= query i, for every batch row and head it broadcasts over."""
-    from loom.torch.spec_index import canonical
     node = canonical(mask_node) if isinstance(mask_node, torch.fx.Node) else None
     value = L.folded.get(node) if node is not None else None
     if value is None or value.dim() < 2 or tuple(value.shape[-2:]) != (s, t) or s != t:
@@ -1458,7 +1459,6 @@ def _gather(L, node, x, dim, index, sparse_grad=False):
 
 
 def _is_zeros(node):
-    from loom.torch.spec_index import canonical
     n = canonical(node) if isinstance(node, torch.fx.Node) else None
     if n is None or n.op != "call_function":
         return False
@@ -1471,7 +1471,6 @@ def _is_zeros(node):
 def _index_put(L, node, base, indices, values, accumulate=False):
     """-1 at (row i, column ids[i]) of a zero [rows, V] tensor (cross_entropy.py's and
     loss parallel's cross-entropy backward): Loom's pick_grad of -1s."""
-    from loom.torch.spec_index import canonical
     rows_node = node.args[1][0] if len(node.args[1]) == 2 else None
     rows = L.folded.get(canonical(rows_node)) if isinstance(rows_node, torch.fx.Node) else None
     if isinstance(values, VocabMask):
@@ -1557,7 +1556,6 @@ def _profiler(L, node, *args, **kwargs):
     return None
 
 
-C10D_ALL_REDUCE = torch.ops.c10d.allreduce_.default
 
 
 @rule(C10D_ALL_REDUCE)

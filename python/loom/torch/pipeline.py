@@ -21,7 +21,7 @@ what the rank's trace runs (Body):
   schedule's input backward I(stage, m) takes the input's alone (sent back at once)
   and its weight backward W(stage, m) the parameters' later; an overlapped F and B
   (DualPipeV) runs both, in order. Parameter gradients accumulate over the
-  micro-batches in order (each sum marked, plan.py: partial sums of the step's
+  micro-batches in order (each sum marked, rank_collectives.py: partial sums of the step's
   gradient over the batch), and are divided by the micro-batches when the schedule
   scales them (scale_grads, its default);
 - then the optimizer's step.
@@ -269,7 +269,7 @@ def send_name(kind, stage, m):
 
 def _accumulate(total, grads):
     """Each parameter's gradient summed over the micro-batches in order; each sum is
-    marked as one (plan.py: a sum of partial sums of the step's gradient)."""
+    marked as one (rank_collectives.py: a sum of partial sums of the step's gradient)."""
     meta = fx_traceback.get_current_meta().setdefault("custom", {})
     meta["accumulate"] = True
     try:

@@ -37,15 +37,17 @@ from loom.torch import claims as C
 from loom.torch import gradient_sums
 from loom.torch import norm_partial
 from loom.torch import pipeline_plan
+from loom.torch import rank_accumulation
 from loom.torch import plan_symmetry
 from loom.torch.errors import CaptureError
-from loom.torch.lower import C10D_ALL_REDUCE, Lowering, VocabMask, _dims
+from loom.torch.identities import C10D_ALL_REDUCE, canonical, is_identity
+from loom.torch.lower import Lowering, VocabMask, _dims
 from loom.torch.pipeline import microbatch_of, microbatch_of_action
 from loom.torch.plan_document import PValue, PlanDocument, implied_claims
 from loom.torch.rank_collectives import (RankCollectives, _C10dResult, assemble_collectives,
                                          repair_sum_parts)
 from loom.torch.spec_index import (ANY, _FUNCTIONAL_COLLECTIVES, FoldedVar, SpecIndex, _getitem,
-                                   _ndim, canonical, is_identity)
+                                   _ndim)
 
 aten = torch.ops.aten
 
@@ -270,17 +272,17 @@ class RankLowering(RankCollectives, Lowering):
         if node in self.chains.inner:
             return  # lowered with the chain's last link
         if node in self.chains.terms:
-            self.env[node] = accumulation.lower_rank_chain(self, node, self.chains.terms[node],
-                                                           canonical)
+            terms = self.chains.terms[node]
+            self.env[node] = rank_accumulation.lower_rank_chain(self, node, terms, canonical)
             return
         custom = node.meta.get("custom") or {}
         after_backward = custom.get("own_site") or custom.get("phase") == "optimizer"
         for a in node.all_input_nodes if after_backward and not is_identity(node) else ():
             if a not in self.completed_terms and isinstance(self.env.get(a), PValue) and \
-                    accumulation.completes_a_term(self, a, canonical):
+                    rank_accumulation.completes_a_term(self, a, canonical):
                 # The rank's only term of a gradient the step accumulates: its share.
                 self.completed_terms.add(a)
-                self.env[a] = accumulation.lower_rank_chain(self, a, [a], canonical)
+                self.env[a] = rank_accumulation.lower_rank_chain(self, a, [a], canonical)
         if (node.meta.get("custom") or {}).get("accumulate") and \
                 node.target in (aten.add.Tensor, aten.add_.Tensor):
             self._accumulate(node)

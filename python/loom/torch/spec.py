@@ -9,6 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import loom
 from loom.torch.capture import site_of, trace_step
 from loom.torch.dedupe import dedupe
+from loom.torch.distributed import fake_process_group, maybe_fake
 from loom.torch.errors import CaptureError
 from loom.torch.lower import lower_trace
 
@@ -64,16 +65,6 @@ def _build(builder, fake):
     return builder()
 
 
-@contextlib.contextmanager
-def _maybe_fake(fake):
-    if not fake:
-        yield None
-        return
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        yield mode
-
-
 def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model_instance=None,
                  train_step=None, moe_groups=1):
     """Captures one training step of the model `model()` builds on the batch
@@ -83,7 +74,7 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
     the user's own step (train_step.py) on the whole batch, in a world of one process.
     `moe_groups`: the routing groups of its mixture-of-experts blocks (moe.py: the
     data-parallel ranks')."""
-    with _one_process_world(), _maybe_fake(fake):
+    with _one_process_world(), maybe_fake(fake):
         module = model_instance if model_instance is not None else model()
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
@@ -118,7 +109,6 @@ def _one_process_world():
     if dist.is_initialized():
         yield
         return
-    from loom.torch.distributed import fake_process_group
     with fake_process_group(0, 1):
         yield
 
