@@ -51,6 +51,8 @@ from loom.torch.spec_index import (ANY, _FUNCTIONAL_COLLECTIVES, FoldedVar, Spec
 
 aten = torch.ops.aten
 
+_FILLS_LIKE = (aten.ones_like.default, aten.zeros_like.default)
+
 
 class AnotherModel(Exception):
     """The ranks' parameters are not pieces of the model's (RankLowering's
@@ -344,7 +346,7 @@ class RankLowering(RankCollectives, Lowering):
                 cls="scaled", tensor=name, devices=[self.device],
                 message=(f"the rank reads '{x.name}' where the model's step reads it "
                          f"{'divided' if y.target is aten.div.Tensor else 'multiplied'} by "
-                         f"{c:g}: scaled by {factor:g}"),
+                         f"{c:g} (scaled by {factor:g})"),
                 origin=self.origin))
 
     def _extra_scale(self, node):
@@ -639,6 +641,11 @@ class RankLowering(RankCollectives, Lowering):
                 m = None  # no piece of it: an op of another rank (the same line)
             if m is not None:
                 self._explain_scale(node, m)
+        if m is None and node.target in _FILLS_LIKE:
+            # A tensor of ones (zeros) shaped like another: autograd's seed of a
+            # backward, which the step may start from another value (a loss the
+            # rank's schedule backwards before the division the step makes).
+            m = self.S.fill_alike(node)
         if m is None and self._extra_scale(node):
             return
         if m is None:

@@ -294,6 +294,32 @@ class SpecIndex:
         self.used.add(fresh[0])
         return fresh[0]
 
+    def fill_alike(self, node):
+        """The step's op of `node`'s kind (a ones_like, a zeros_like) that gives a
+        tensor of the same shape, dtype and value on any operand, at the same line
+        first; None if the step has none. Its value is the rank's whatever it was
+        computed from; what reads it says whether the step reads the same."""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return None
+        fits = []
+        for k, ms in self.candidates.items():
+            if k[0] != _target(node):
+                continue
+            for m in ms:
+                theirs = m.meta.get("val")
+                if isinstance(theirs, torch.Tensor) and theirs.shape == val.shape and \
+                        theirs.dtype == val.dtype and m.kwargs == node.kwargs and \
+                        m.args[1:] == node.args[1:]:
+                    fits.append(m)
+        fresh = [m for m in fits if m not in self.used]
+        site = _site(node)
+        chosen = [m for m in fresh if _site(m) == site] or fresh
+        if not chosen:
+            return None
+        self.used.add(chosen[0])
+        return chosen[0]
+
     def match_folded(self, node):
         """The spec's folded shape-only value a rank's folded one stands for: the one
         made by the same op at the same line, in order."""
