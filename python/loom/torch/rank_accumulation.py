@@ -4,10 +4,9 @@ claiming the share of the terms it holds (term k of n: [k/n, (k+1)/n)); a rank
 gradient that is one term of a step's chain, read after the rank's backward, as
 that share too."""
 
-from fractions import Fraction
-
 from loom.torch import claims as C
 from loom.torch.plan_document import implied_claims
+from loom.torch.rank_collectives import _union
 
 
 def completes_a_term(R, node, canonical):
@@ -62,16 +61,8 @@ def lower_rank_chain(R, node, terms, canonical):
                                           "dtype": ref.dtype}, [], [zero],
                    op["phase"], -1, R.origin)
         inputs.append(zero)
-    n = len(spec_terms)
-    part = []
-    for p in sorted(held):
-        lo, hi = Fraction(p, n), Fraction(p + 1, n)
-        if part and part[-1][1] == lo:
-            part[-1] = (part[-1][0], hi)
-        else:
-            part.append((lo, hi))
     claim = implied_claims(S, index, inputs, [S.tensor_id[op["outputs"][0]]])[0]
-    claim.part = tuple(part)
+    claim.part = _union([C.share(C.FULL, p, len(spec_terms)) for p in held])
     out = R.doc.value(R.device, claim, ref.dtype, ref.dims)
     R.doc.task(R.device, index, "accumulate", {}, inputs, [out], op["phase"], op["layer"],
                R.origin)
