@@ -48,8 +48,6 @@ def verify(names):
 # Launchers whose verdict Loom does not get right yet, with why: each must fail here
 # (strict), so that one that starts passing is moved out of this list.
 NOT_YET = {
-    "ddp_accumulation_chunks": "a rank's micro-batches that are pieces of one of the step's "
-                               "(micro-batches of another size than on one device)",
     "bug_pp_grad_accum_scale_grads": "a train_step driving a pipeline schedule is not captured "
                                      "(CaptureError)",
 }

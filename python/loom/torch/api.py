@@ -20,9 +20,9 @@ import torch
 import loom
 from loom.torch import claims as C
 from loom.torch.distributed import PIPELINE_DIM, coordinate_of, mesh_shape, trace_rank
-from loom.torch.errors import CaptureError
+from loom.torch.errors import CaptureError, RefutedWhileLowering
 from loom.torch.launcher import Guard, check_timeout, timeouts_paused
-from loom.torch.plan import AnotherModel, build_plan
+from loom.torch.plan import build_plan
 from loom.torch.distributed import maybe_fake
 from loom.torch.spec import capture_step
 from loom.torch.symmetry import (RankReads, representatives, stand_in, uneven_layout,
@@ -478,7 +478,7 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
         captured = _capture(model, parallelize, mesh, inputs, optimizer, loss, train_step,
                             train_context, fake, name, every_rank, names, sizes, guard)
     spec, doc, text, plan, step, times, capture = captured
-    if plan is None:  # refuted while lowering (AnotherModel): nothing to prove
+    if plan is None:  # refuted while lowering (RefutedWhileLowering): nothing to prove
         return Report(verdict="not equivalent", exit_code=1, failures=_plan_failures(doc),
                       undecided=[], loom_report=None, spec=spec, step=None, plan=None,
                       plan_json="", times=times, capture=capture)
@@ -548,7 +548,7 @@ def _capture(model, parallelize, mesh, inputs, optimizer, loss, train_step, trai
     try:
         doc, lowerings = build_plan(spec, ranks, names, sizes, data_claim_for(names, sizes),
                                    name or spec.trace.model_class, data_dims=data_dims)
-    except AnotherModel as e:
+    except RefutedWhileLowering as e:
         times["plan"] = time.perf_counter() - t0
         return spec, e.doc, "", None, None, times, capture
     if doc.lowered is not None:

@@ -26,3 +26,14 @@ class LauncherError(CaptureError):
         self.where = where
         self.stage = stage
         self.error = error
+
+
+class RefutedWhileLowering(Exception):
+    """What a rank computes is no piece of the step's, found while lowering it (its
+    parameters are pieces of another model's, _another_model; it adds pieces of one
+    of the step's gradients at different multiples, rank_accumulation.py): nothing is
+    left to prove; `doc.failures` says why."""
+
+    def __init__(self, doc):
+        super().__init__(doc.failures[-1]["message"])
+        self.doc = doc

@@ -38,8 +38,9 @@ from loom.torch import gradient_sums
 from loom.torch import norm_partial
 from loom.torch import pipeline_plan
 from loom.torch import rank_accumulation
+from loom.torch import rank_pieces
 from loom.torch import plan_symmetry
-from loom.torch.errors import CaptureError
+from loom.torch.errors import CaptureError, RefutedWhileLowering
 from loom.torch.identities import C10D_ALL_REDUCE, canonical, is_identity
 from loom.torch.lower import Lowering, VocabMask, _dims
 from loom.torch.pipeline import microbatch_of, microbatch_of_action
@@ -52,16 +53,6 @@ from loom.torch.spec_index import (ANY, _FUNCTIONAL_COLLECTIVES, FoldedVar, Spec
 aten = torch.ops.aten
 
 _FILLS_LIKE = (aten.ones_like.default, aten.zeros_like.default)
-
-
-class AnotherModel(Exception):
-    """The ranks' parameters are not pieces of the model's (RankLowering's
-    _another_model): the plan is refuted before it is lowered; `doc.failures` says
-    why."""
-
-    def __init__(self, doc):
-        super().__init__(doc.failures[-1]["message"])
-        self.doc = doc
 
 
 # ---------------------------------------------------------------------------------
@@ -107,7 +98,12 @@ class RankLowering(RankCollectives, Lowering):
         self.unbound_origin = {}
         self.published = {}   # (device, name) -> (PValue, spec image) of what ranks send
         self._op_by_op = False  # lowering a sum gradient_sums.py held back, as it is
-        self.split_pieces = {}  # rank split node -> the step's piece each of its pieces is
+        self.split_pieces = {}  # rank split node -> per piece: (step piece, again, rows); rank_pieces.py
+        # Rank node -> (again, rows): computed from a piece of a split that lies inside
+        # one of the step's pieces, the again-th such piece of it (0: the first), and the
+        # piece's rows of the step's piece, (its size, first row, rows).
+        self.piece_of = {}
+        self.piece = None  # the same, of the node being lowered
         self.completed_terms = set()  # rank gradients lowered as their share of a step's sum
 
     # ---- tasks -----------------------------------------------------------------------
@@ -122,7 +118,7 @@ class RankLowering(RankCollectives, Lowering):
                              f"model's step has '{op['kind']}'")
         self.cursor += 1
         if kind == "split":
-            pieces = self._split_of_a_piece(op, inputs[0], attrs)
+            pieces = rank_pieces.split_of_a_piece(self, op, inputs[0], attrs)
             if pieces is not None:
                 return pieces
         if len(outs) != len(op["outputs"]):
@@ -166,53 +162,6 @@ class RankLowering(RankCollectives, Lowering):
                       op["layer"], self.origin)
         return outputs
 
-    def _split_of_a_piece(self, op, x, attrs):
-        """A split of a value the rank holds only some positions of along the split
-        dim (its rows of the batch cut into micro-batches): each of its pieces is a
-        region of one of the step's pieces, not necessarily the one of the same
-        index (on a data-parallel rank, micro-batch 0 of rows 4 to 7 is the step's
-        micro-batch 2). Lowered as local slices of the rank's positions, each
-        claiming the step's piece it lies in (the verifier moves a slice into the
-        split output that holds it); the getitems that read them take the step's
-        pieces (self.split_pieces). None where the rank holds every position."""
-        d = attrs["dim"]
-        whole = self.S.dims(op["inputs"][0])[d]
-        begin, end = x.claim.box[d]
-        if (begin, end) == (0, whole):
-            return None
-        theirs = list(op["attrs"]["sizes"])
-        starts = [sum(theirs[:k]) for k in range(len(theirs))]
-        pieces, where, at = [], [], begin
-        for size in attrs["sizes"]:
-            lo, hi = at, at + size
-            at = hi
-            inside = [k for k, s in enumerate(starts) if s <= lo and hi <= s + theirs[k]]
-            pieces.append((inside[0] if inside else None, lo, hi))
-            where.append(f"[{lo}:{hi}) " + (f"in the step's piece {inside[0]}" if inside
-                                            else "across the step's pieces"))
-        taken = [k for k, _, _ in pieces]
-        if None in taken or len(set(taken)) != len(taken):
-            self.unsupported(
-                f"the rank splits positions [{begin}:{end}) of dim {d} (the model's step "
-                f"splits all {whole}, into {theirs}) into {list(attrs['sizes'])}: its pieces "
-                f"hold {', '.join(where)}; a loop over pieces that are not each a whole piece "
-                "of the step's (micro-batches of another size) is not proved yet")
-        outs = []
-        for k, lo, hi in pieces:
-            box = list(x.claim.box)
-            box[d] = (lo - starts[k], hi - starts[k])
-            dims = list(x.dims)
-            dims[d] = hi - lo
-            claim = dataclasses.replace(x.claim, tensor=self.S.tensor_id[op["outputs"][k]],
-                                        box=tuple(box))
-            out = self.doc.value(self.device, claim, x.dtype, tuple(dims))
-            self.doc.task(self.device, -1, "slice", {"dim": d, "begin": lo - begin,
-                                                     "end": hi - begin},
-                          [x], [out], op["phase"], -1, self.origin)
-            outs.append(out)
-        self.split_pieces[self.current] = taken
-        return outs
-
     # ---- the walk ----------------------------------------------------------------------
     def run(self):
         """Lowers the rank's program alone (a rank that receives nothing)."""
@@ -233,6 +182,7 @@ class RankLowering(RankCollectives, Lowering):
         output_node = graph.output_node()
         live = self._live(graph, output_node)
         self.folded, live = self.fold_constants(graph, live)
+        live |= rank_pieces.folded_per_piece(graph, self.folded)
         rec = self.rank.recorder
         redistributions = {r.output_node: r for r in rec.redistributions if r.nodes}
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -269,8 +219,18 @@ class RankLowering(RankCollectives, Lowering):
         # A weight backward recomputes what the input backward computed before it; a
         # checkpointed module's recompute what its forward computed.
         recompute = (node.meta.get("custom") or {}).get("recompute")
+        # A second piece of one of the step's pieces (a rank's smaller micro-batch)
+        # is a piece of the same ops of the step's as the first.
+        pieces = [self.piece_of[a] for a in node.all_input_nodes if a in self.piece_of]
+        self.piece = max(pieces, key=lambda p: p[0]) if pieces else None
+        if self.piece is not None:
+            self.piece_of[node] = self.piece
+            for a in node.all_input_nodes:
+                if a in self.unbound:  # a shape-only value, of the piece's rows
+                    self.unbound[a].preferred = {0: self.piece[1][1]}
         self.S.used = self.used.setdefault((self.microbatch, (action or "")[:1] == "W",
-                                            recompute), set())
+                                            recompute, self.piece[0] if self.piece else 0),
+                                           set())
         if node in self.chains.inner:
             return  # lowered with the chain's last link
         if node in self.chains.terms:
@@ -438,7 +398,7 @@ class RankLowering(RankCollectives, Lowering):
                      f"tensor where the model's is {list(sval.dims)}: the ranks train "
                      "another model (a resized or padded parameter)"),
             origin={"module": ph.fqn.rpartition(".")[0], "phase": "parameter"}))
-        raise AnotherModel(self.doc)
+        raise RefutedWhileLowering(self.doc)
 
     def _microbatch_input(self, node, ph, base, m):
         """Micro-batch m of a pipelined rank's batch input: its rows of the rank's rows
@@ -462,7 +422,7 @@ class RankLowering(RankCollectives, Lowering):
         """A rank's folded shape-only value: bound to the spec's when an op reads it
         (SpecIndex._match_open), a plan input claiming the region of the spec's value
         it equals (constants.py)."""
-        rows_of = self.batch_rows_of.get(self.microbatch) or self.batch_rows
+        rows_of = self.rows()
         preferred = {0: rows_of[1]} if rows_of else None
         self.unbound[node] = FoldedVar(node, self.folded[node], preferred, nodes=[node])
         self.unbound_origin[node] = self.origin
@@ -574,11 +534,21 @@ class RankLowering(RankCollectives, Lowering):
             v = out
         return [v]
 
+    def rows(self):
+        """(the step's rows, the first the node being lowered computes from, how many):
+        of its micro-batch, of the piece of one of the step's it computes from, else of
+        the rank's batch; None where the rank has no batch rows."""
+        if self.microbatch in self.batch_rows_of:
+            return self.batch_rows_of[self.microbatch]
+        if self.piece is not None:
+            return self.piece[1]
+        return self.batch_rows
+
     def free_box(self, extent, size):
         """Where a rank's `size` positions of a dim of `extent` lie when nothing but
         the rank's own shape says: broadcast over the batch (an expand to the batch
         size), they are the rank's rows of the batch; otherwise the first ones."""
-        rows_of = self.batch_rows_of.get(self.microbatch) or self.batch_rows
+        rows_of = self.rows()
         if rows_of is not None:
             total, begin, rows = rows_of
             # The same fraction of the dim as of the batch (the batch, or the batch
@@ -621,7 +591,7 @@ class RankLowering(RankCollectives, Lowering):
             self._alias(node, node.args[0].name)
             return
         if node.target is _getitem() and node.args[0] in self.split_pieces:
-            self._piece_of_split(node)
+            rank_pieces.piece_of_split(self, node)
             return
         if not self._op_by_op and gradient_sums.is_gradient_add(node) and \
                 gradient_sums.lower(self, node, canonical):
@@ -697,20 +667,6 @@ class RankLowering(RankCollectives, Lowering):
                 self.S.used.add(m)
                 return m
         return None
-
-    def _piece_of_split(self, node):
-        """A getitem of a split of the rank's positions (_split_of_a_piece): the
-        step's getitem of the piece it is."""
-        source, j = node.args
-        k = self.split_pieces[source][j]
-        split = self.image.get(source)
-        m = next((u for u in (split.users if split is not None else ())
-                  if u.target is _getitem() and u.args[1] == k), None)
-        if m is None:
-            self.unsupported(f"the model's step never reads piece {k} of its split")
-        self.S.used.add(m)
-        self.image[node] = m
-        self.env[node] = self.env[source][j]
 
     def lower_op(self, node):
         """Lowers `node` (a model op) as it is, op by op (gradient_sums.py)."""

@@ -5,6 +5,7 @@ gradient that is one term of a step's chain, read after the rank's backward, as
 that share too."""
 
 from loom.torch import claims as C
+from loom.torch.errors import RefutedWhileLowering
 from loom.torch.plan_document import implied_claims
 from loom.torch.rank_collectives import _union
 
@@ -30,14 +31,17 @@ def lower_rank_chain(R, node, terms, canonical):
     images = [canonical(R._spec_image(t)) if R._spec_image(t) is not None else None
               for t in terms]
     found = {S.chain_term.get(i) for i in images}
-    if None in found or len({last for last, _ in found}) != 1 or len(found) != len(terms):
+    if None in found or len({last for last, _ in found}) != 1:
         R.unsupported("the rank accumulates gradients over its backward calls that are not "
                       "terms of one gradient the model's step accumulates")
     last = next(iter(found))[0]
     spec_terms = S.chains.terms[last]
     index = S.L.node_ops[last][0]
     op = S.g.ops[index]
-    held = {p: R.env[t] for (_, p), t in zip((S.chain_term[i] for i in images), terms)}
+    groups = {}
+    for i, t in zip(images, terms):
+        groups.setdefault(S.chain_term[i][1], []).append(R.env[t])
+    held = {p: _sum_of_pieces(R, vs, op) for p, vs in groups.items()}
     ref = held[min(held)]
     if any(v.claim.box != ref.claim.box for v in held.values()):
         R.unsupported("the rank accumulates gradients of different regions of a parameter")
@@ -68,3 +72,40 @@ def lower_rank_chain(R, node, terms, canonical):
                R.origin)
     R.cursor = 1
     return out
+
+
+def _sum_of_pieces(R, values, op):
+    """Rank terms that are pieces of one term of the step's (micro-batches that are
+    pieces of one of the step's), added: a local sum claiming the union of their
+    shares. One value as it is."""
+    if len(values) == 1:
+        return values[0]
+    ref = values[0]
+    if any(v.claim.box != ref.claim.box or v.claim.tensor != ref.claim.tensor for v in values):
+        R.unsupported("the rank adds pieces of one micro-batch's gradient that hold different "
+                      "regions of it")
+    scales = [v.claim.scale for v in values]
+    if len(set(scales)) > 1:
+        # Every row of the step's micro-batch is the rank's alone and enters its sum
+        # once: pieces at different multiples make no multiple of the whole.
+        R.doc.failures.append(dict(
+            cls="scaled", tensor=op["outputs"][0], devices=[R.device],
+            message=(f"rank {R.device} adds {len(values)} pieces of one micro-batch's "
+                     f"gradient of the model's step scaled by "
+                     f"{', '.join(_text(x) for x in scales)}: their sum is no multiple of "
+                     "it (its smaller micro-batches weigh their rows unlike the step's, "
+                     "such as a mean over each one's own tokens)"),
+            origin=R.origin))
+        raise RefutedWhileLowering(R.doc)
+    out = ref
+    for v in values[1:]:
+        claim = C.Claim(tensor=ref.claim.tensor, box=ref.claim.box,
+                        part=_union([out.claim.part, v.claim.part]), scale=ref.claim.scale)
+        total = R.doc.value(R.device, claim, ref.dtype, ref.dims)
+        R.doc.task(R.device, -1, "accumulate", {}, [out, v], [total], op["phase"], -1, R.origin)
+        out = total
+    return out
+
+
+def _text(x):
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
