@@ -119,7 +119,7 @@ def _rank_main(names, rank, world, port, out_dir, mesh_names, mesh_sizes):
         if isinstance(result, _PipelineSchedule):
             schedule = result
             stages = getattr(result, "_stages", None) or [result._stage]
-            module = StageModules([st.submod for st in stages])
+            module = StageModules([st.submod for st in stages], schedule)
         elif isinstance(result, torch.nn.Module):
             module = result
         named = list(module.named_parameters())

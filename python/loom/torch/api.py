@@ -441,7 +441,10 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
         batch) runs the forward, the loss, backward(), whatever the trainer does
         before the update (gradient synchronisation by hand, clipping, a micro-batch
         loop) and optimizer.step(); traced whole on one device (a world of one
-        process: its collectives are the identity) and on every rank.
+        process: its collectives are the identity) and on every rank. Where
+        parallelize returns a pipeline schedule, a rank's model is its stage modules
+        as one module and model.schedule that schedule, whose step(**inputs,
+        target=..., losses=...) the train_step calls on the batch's own tensors.
     train_context: train_context() gives a context manager each rank enters around
         its forward, loss and backward, as torchtitan's train context does (e.g.
         torch.distributed.tensor.parallel.loss_parallel).

@@ -208,10 +208,13 @@ class Body:
     values the model computes with (fqn -> tensor, parameters and buffers), the traced
     parameters, the batch and the values of `extra` (Placeholders of what the rank
     receives) and gives (the loss or None, a gradient or None per parameter, the
-    tensors it sends, named by `sends`)."""
+    tensors it sends, named by `sends`). `drive(weights, ps, batch, extra)`, where the
+    launcher's train_step drives the body (a pipeline schedule's step): a context
+    manager, entered around the train_step, that yields the tensors sent by name."""
     run: object
     extra: list = dataclasses.field(default_factory=list)
     sends: list = dataclasses.field(default_factory=list)
+    drive: object = None
 
 
 def _parameter_leaf(local, spec, param):
@@ -339,9 +342,15 @@ def trace_step(model, batch, loss_fn, optimizer, *, fake, recorder=None, param_v
                     weights = dict(zip(param_names, ps))
                     weights.update(zip(buffer_names, bs))
                     views = {fqn: param_views[fqn] for fqn in param_views}
-                    with (context() if context is not None else contextlib.nullcontext()):
+                    computed = {fqn: param_views[fqn](w) if fqn in param_views else w
+                                for fqn, w in weights.items()}
+                    drive = body.drive(computed, ps, call_kwargs, extra) \
+                        if body.drive is not None else contextlib.nullcontext({})
+                    with (context() if context is not None else contextlib.nullcontext()), \
+                            drive as sent:
                         run_train_step(train_step, model, optimizer, weights, views,
                                        tuple(call_args), call_kwargs)
+                    sends = [sent[n] for n in body.sends]
                 else:
                     with (context() if context is not None else contextlib.nullcontext()):
                         _set_phase("forward")

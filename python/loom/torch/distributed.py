@@ -41,6 +41,9 @@ def batch_data(batch, pipe=None):
     names its inputs (a pipelined rank's split into the schedule's micro-batches)."""
     from loom.torch import pipeline
     from loom.torch.capture import batch_leaves
+    if pipe is not None and pipe.driven:
+        return {**batch_leaves(batch),
+                **batch_leaves(pipeline.microbatches(batch, pipe.microbatches))}
     if pipe is not None:
         batch = pipeline.microbatches(batch, pipe.microbatches)
     return batch_leaves(batch)
@@ -213,7 +216,8 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         result = parallelize(module, device_mesh)
         pipe = pipeline.schedule_of(result)
         if pipe is not None:
-            module = pipeline.StageModules([st.submod for st in pipe.stages])
+            module = pipeline.StageModules([st.submod for st in pipe.stages], pipe.schedule)
+            pipe.driven = train_step is not None
         elif isinstance(result, torch.nn.Module):
             module = result
         from loom.torch import fsdp
@@ -224,21 +228,21 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         batch = batch_of_rank(rank, device_mesh)
         body = None
         if pipe is not None:
-            batch = pipeline.microbatches(batch, pipe.microbatches)
+            microbatches = pipeline.microbatches(batch, pipe.microbatches)
+            if not pipe.driven:
+                batch = microbatches
             boundary = {} if boundary is None else boundary
             chain = tuple(c for i, c in enumerate(coordinate_of(rank, sizes))
                           if names[i] != PIPELINE_DIM)
             with in_fake():
-                _stage_inputs(pipe, batch, boundary, chain, views)
+                _stage_inputs(pipe, microbatches, boundary, chain, views)
             weight_names = {st.stage_index: [n for n, _ in st.submod.named_parameters()] +
                             [n for n, _ in st.submod.named_buffers()] for st in pipe.stages}
             param_names = [n for n, _ in module.named_parameters()]
             body = pipeline.pipeline_body(pipe, weight_names, param_names,
-                                          lambda s: boundary[(chain, s)])
+                                          lambda s: boundary[(chain, s)],
+                                          microbatches if pipe.driven else None)
         with in_fake():
-            if train_step is not None and pipe is not None:
-                raise CaptureError("a train_step with a pipeline schedule is not supported yet "
-                                   "(the schedule runs the forward and backward)")
             trace = trace_step(module, batch, loss, opt, fake=fake, recorder=recorder,
                                param_views=views, context=context,
                                optimizer_site=site_of(optimizer), body=body,

@@ -39,6 +39,7 @@ loss with scale_grads=False; torchtitan's loss over the whole batch's tokens wit
 scale_grads=True) is refuted, class scaled.
 """
 
+import contextlib
 import dataclasses
 
 import torch
@@ -46,6 +47,7 @@ import torch.fx.traceback as fx_traceback
 
 from loom.torch.capture import Body, Placeholder, backward, compute_loss
 from loom.torch.errors import CaptureError
+from loom.torch.train_step import _set_phase
 
 TARGET = "labels"   # the batch entry a pipelined job's loss function takes as target
 COMPUTE = ("F", "B", "I", "W")
@@ -68,6 +70,9 @@ class Pipeline:
     # it ((kind, stage, mb), kind in COMPUTE or COMMS), or None where the runtime
     # batches each action's sends with the next one's receives (single-stage).
     program: list = None
+    # The launcher's train_step calls the schedule's step (driven_step): the batch
+    # reaches the trace whole, its micro-batches as inputs of their own beside it.
+    driven: bool = False
 
     def rank_of(self, stage):
         """The global rank holding `stage`."""
@@ -173,11 +178,13 @@ def _program(schedule, actions):
 class StageModules(torch.nn.Module):
     """A rank's stage modules as one module whose parameters, buffers and submodules
     keep the names they have in the model (each stage is the model with the other
-    stages' parts taken out)."""
+    stages' parts taken out). `schedule`: the schedule `parallelize` returned, which a
+    launcher's train_step drives (its step runs the rank's stages on the batch)."""
 
-    def __init__(self, stages):
+    def __init__(self, stages, schedule=None):
         super().__init__()
         object.__setattr__(self, "_stage_list", list(stages))
+        object.__setattr__(self, "schedule", schedule)
 
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         seen = set()
@@ -288,13 +295,16 @@ def _scaled(total, count, scale):
     return [g / count if g is not None else None for g in total]
 
 
-def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
+def pipeline_body(pipe, names_of_stage, param_names, meta_of_input, microbatch_inputs=None):
     """The Body of a pipelined rank (the module docstring). `names_of_stage[i]`: the
     weight names stage i's module reads; `param_names`: the rank's parameters in the
     trace's order; `meta_of_input(stage)`: (shape, dtype) of what the stage
-    receives."""
+    receives; `microbatch_inputs` (a driven schedule's: pipe.driven): the batch's
+    micro-batches, name (`input_ids.mb0`) -> tensor, inputs of the trace."""
     by_index = {st.stage_index: st for st in pipe.stages}
     extra, sends = [], []
+    for name, value in (microbatch_inputs or {}).items():
+        extra.append(Placeholder("input", name, "", value, None))
     for kind, s, m in pipe.actions:
         st = by_index[s]
         if kind == "F" and not st.is_first and not pipe.local(s - 1):
@@ -310,21 +320,22 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
         if kind in ("B", "I") and not st.is_first and not pipe.local(s - 1):
             sends.append(send_name("B", s, m))
 
-    def run(weights, ps, args, kwargs, extra_values):
-        received = {ph.name: v for ph, v in zip(extra, extra_values)}
+    def run_actions(weights, ps, microbatch, received, out, losses):
+        """The rank's actions on micro-batch m's inputs microbatch(m) (a dict, with the
+        target as TARGET); what it sends goes to `out`, the last stage's losses to
+        `losses`. Gives each parameter's gradient summed over the micro-batches."""
         index = {id(p): i for i, p in enumerate(ps)}
         total = [None] * len(ps)
         state = {}       # (stage, mb) -> (input leaf, output, loss)
         handed = {}      # (stage, mb) -> the input gradient a stage hands the one before
         outputs = {}     # (stage, mb) -> what a stage's forward gave (for the next one here)
-        out = {}
         for kind, s, m in pipe.actions:
             st = by_index[s]
             stage_weights = {k: weights[k] for k in names_of_stage[s]}
             stage_params = [p for p, n in zip(ps, param_names) if n in stage_weights]
             _tag(kind, s, m)
             if kind == "F":
-                mb = _microbatch(kwargs, m)
+                mb = microbatch(m)
                 target = mb.pop(TARGET, None)
                 if st.is_first:
                     x = None
@@ -338,6 +349,8 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
                     raise CaptureError(f"stage {s} gives a {type(output).__name__}; a pipeline "
                                        "stage's output must be one tensor")
                 loss = compute_loss(pipe.loss_fn, output, target) if st.is_last else None
+                if loss is not None:
+                    losses.append(loss)
                 state[(s, m)] = (x, output, loss)
                 if not st.is_last:
                     if pipe.local(s + 1):
@@ -370,7 +383,90 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input):
                 else:
                     out[send_name("B", s, m)] = grads[-1]
         _tag(None, 0, 0)
+        return total
+
+    def run(weights, ps, args, kwargs, extra_values):
+        received = {ph.name: v for ph, v in zip(extra, extra_values)}
+        out = {}
+        total = run_actions(weights, ps, lambda m: _microbatch(kwargs, m), received, out, [])
         return None, _scaled(total, pipe.microbatches, pipe.scale_grads), \
             [out[n] for n in sends]
 
-    return Body(run=run, extra=extra, sends=sends)
+    @contextlib.contextmanager
+    def drive(weights, ps, batch, extra_values):
+        """The launcher's train_step drives the schedule: while it runs, the
+        schedule's step runs the rank's actions (driven_step); yields the values
+        the rank sends, by name, once the step has run."""
+        received = {ph.name: v for ph, v in zip(extra, extra_values)}
+        out = {}
+        with driven_step(pipe, lambda mb, losses: run_actions(weights, ps, mb, received, out,
+                                                              losses),
+                         ps, batch, received):
+            yield out
+
+    return Body(run=run, extra=extra, sends=sends, drive=drive if pipe.driven else None)
+
+
+def driven_step(pipe, run, ps, batch, received):
+    """A context in which `pipe.schedule.step(**kwargs, target=..., losses=...)`, called
+    by the launcher's train_step, runs the rank's actions as its runtime would
+    (run(microbatch, losses) -> each parameter's gradient summed over the micro-batches)
+    and leaves in each parameter's .grad what torch leaves there: the sum, divided by
+    the micro-batches where the schedule scales its gradients. The step must be given
+    the batch's own tensors (the rank's micro-batches are inputs of the trace,
+    `received` by name) and be called once, before any other backward."""
+    schedule = pipe.schedule
+    calls = []
+    by_identity = {id(v): k for k, v in batch.items() if isinstance(v, torch.Tensor)}
+
+    def microbatches_of(name, value):
+        key = by_identity.get(id(value))
+        if key is None:
+            raise CaptureError(f"the train_step gives the schedule's step a '{name}' that is "
+                               "not one of the batch's tensors as the batch holds it; the "
+                               "step is captured on the batch's own tensors")
+        return [received[f"{key}.mb{m}"] for m in range(pipe.microbatches)]
+
+    def step(*args, target=None, losses=None, **kwargs):
+        if args:
+            raise CaptureError("the train_step gives the schedule's step positional inputs; "
+                               "give the first stage's inputs by keyword")
+        if calls:
+            raise CaptureError("the train_step calls the schedule's step more than once "
+                               "before the optimizer's step (gradient accumulation over "
+                               "schedule steps), which is not captured yet")
+        calls.append(1)
+        if any(p.grad is not None for p in ps):
+            raise CaptureError("the train_step runs a backward before the schedule's step; "
+                               "the capture takes the schedule's as the only one")
+        inputs = {k: microbatches_of(k, v) for k, v in kwargs.items()
+                  if isinstance(v, torch.Tensor)}
+        if target is not None:
+            inputs[TARGET] = microbatches_of("target", target)
+        others = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+
+        def microbatch(m):
+            return {**others, **{k: v[m] for k, v in inputs.items()}}
+        got = []
+        total = run(microbatch, got)
+        for p, g in zip(ps, _scaled(total, pipe.microbatches, pipe.scale_grads)):
+            if g is not None:
+                p.grad = g
+        _set_phase("backward", own_site=True)  # what follows the schedule's backward
+        if losses is not None:
+            losses.extend(got)
+        return None
+
+    original = schedule.__dict__.get("step")
+    schedule.step = step
+
+    @contextlib.contextmanager
+    def installed():
+        try:
+            yield
+        finally:
+            if original is None:
+                del schedule.step
+            else:
+                schedule.step = original
+    return installed()

@@ -93,13 +93,30 @@ def _gathered_in_forward(model, leaves, views):
             stack.pop().__exit__(None, None, None)
 
 
+@contextlib.contextmanager
+def _reparametrized(model, weights):
+    """The model computing with `weights`; a pipelined rank's stage modules
+    (pipeline.StageModules) each with its own."""
+    stages = getattr(model, "_stage_list", None)
+    if stages is None:
+        with _reparametrize_module(model, weights, tie_weights=True):
+            yield
+        return
+    with contextlib.ExitStack() as stack:
+        for st in stages:
+            names = [n for n, _ in st.named_parameters()] + [n for n, _ in st.named_buffers()]
+            stack.enter_context(_reparametrize_module(
+                st, {n: weights[n] for n in names if n in weights}, tie_weights=True))
+        yield
+
+
 def run_train_step(train_step, model, optimizer, weights, views, args, kwargs):
     """Runs the user's `train_step(model, optimizer, batch)` on the step's leaves
     (`weights`: fqn -> parameter leaf or buffer; `views`: fqn -> FSDP's view), the
     batch given as it was (a tuple of positional arguments or a dict)."""
     batch = args if args else dict(kwargs)
     leaves = {fqn: w for fqn, w in weights.items() if fqn in views}
-    with _reparametrize_module(model, weights, tie_weights=True), _gathered_in_forward(model, leaves, views), \
+    with _reparametrized(model, weights), _gathered_in_forward(model, leaves, views), \
             _phases(model, optimizer):
         _set_phase("forward")
         train_step(model, optimizer, batch)

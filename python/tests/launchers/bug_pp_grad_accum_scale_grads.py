@@ -12,7 +12,6 @@ computes (g1 + g2) / 4. Here: GPipe over two ranks, 2 accumulation steps of 8 ro
 split into 4 micro-batches of 2 rows. In the real run every gradient differs from the
 model's step (the first half of the batch counts 4 times less than the second)."""
 
-import torch
 from torch.distributed.pipelining import ScheduleGPipe
 
 import tiny
@@ -35,10 +34,8 @@ def parallelize(module, device_mesh):
         # torchtitan's rescale_accumulated_loss: each loss divided by the steps.
         return base(logits, labels) / ACCUMULATION
 
-    schedule = tiny.pipelined(module, device_mesh, ScheduleGPipe, microbatches=MICROBATCHES,
-                              loss_fn=rescaled, scale_grads=True)
-    schedule._stage.submod.schedule = schedule   # for train_step to drive
-    return schedule
+    return tiny.pipelined(module, device_mesh, ScheduleGPipe, microbatches=MICROBATCHES,
+                          loss_fn=rescaled, scale_grads=True)
 
 
 def _split(batch, parts):
@@ -46,15 +43,14 @@ def _split(batch, parts):
 
 
 def train_step(model, optimizer, batch):
-    stage = next((m for m in getattr(model, "_stage_list", []) if hasattr(m, "schedule")), None)
+    schedule = getattr(model, "schedule", None)   # a pipelined rank's: the one parallelize gave
     for step_batch in _split(batch, ACCUMULATION):
-        if stage is None:
+        if schedule is None:
             # The step on one device: each micro-batch's mean loss over the micro-batches
             # of every accumulation step.
             for mb in _split(step_batch, MICROBATCHES):
                 tiny.forward_backward(model, mb, scale=1.0 / (ACCUMULATION * MICROBATCHES))
             continue
-        schedule = stage.schedule
         kwargs = {"input_ids": step_batch["input_ids"]} if schedule._stage.is_first else {}
         target = step_batch["labels"] if schedule._stage.is_last else None
         schedule.step(**kwargs, target=target, losses=[] if schedule._stage.is_last else None)
