@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "exec/backend.h"
 #include "exec/training.h"
+#include "ir/collective_semantics.h"
 #include "ir/graph.h"
 #include "ir/host_tensor.h"
 #include "ir/interpreter.h"
@@ -192,6 +193,54 @@ void DefineCaptureFunctions(py::module_& m, void (*raise)(const absl::Status&)) 
       "given factors ((num, den); `zeros`: inputs holding zeros): {'factor': (num, den)}, "
       "or {'operand': i, 'why': ...} where the op is not proportional to scaled input i "
       "(verify/homogeneity.h).");
+  m.def(
+      "collective_meaning",
+      [check](const std::string& kind_name, const std::string& reduce_name, int64_t members,
+              int dim, int dim2, const std::vector<int64_t>& input_dims) {
+        const ir::CollectiveKind kind = check(ir::ParseCollectiveKind(kind_name));
+        ir::ReduceOp reduce;
+        if (reduce_name == "sum") {
+          reduce = ir::ReduceOp::kSum;
+        } else if (reduce_name == "max") {
+          reduce = ir::ReduceOp::kMax;
+        } else if (reduce_name == "avg") {
+          reduce = ir::ReduceOp::kAvg;
+        } else {
+          throw py::value_error(absl::StrCat("unknown reduce op '", reduce_name,
+                                             "' (sum, max or avg)"));
+        }
+        const ir::CollectiveMeaning meaning =
+            check(ir::MeaningOf(kind, reduce, members, dim, dim2, input_dims));
+        auto box = [](const ir::Box& b) {
+          py::list out;
+          for (const ir::Interval& i : b) out.append(py::make_tuple(i.begin, i.end));
+          return out;
+        };
+        py::list moves;
+        for (const ir::CollectiveMove& mv : meaning.moves) {
+          py::dict d;
+          d["target"] = mv.target;
+          d["to"] = box(mv.to);
+          d["source"] = mv.source;
+          d["from"] = box(mv.from);
+          moves.append(d);
+        }
+        py::dict out;
+        out["reduce"] = meaning.reduce.has_value()
+                            ? py::object(py::str(std::string(ir::ReduceOpName(*meaning.reduce))))
+                            : py::object(py::none());
+        out["scale"] = py::make_tuple(meaning.scale.num, meaning.scale.den);
+        out["output_dims"] = meaning.output_dims;
+        out["outputs"] = meaning.outputs;
+        out["moves"] = moves;
+        return out;
+      },
+      py::arg("kind"), py::arg("reduce"), py::arg("members"), py::arg("dim"), py::arg("dim2"),
+      py::arg("input_dims"),
+      "What a collective of `kind` over `members` ranks computes, from ir's one "
+      "definition (ir/collective_semantics.h): {'reduce': 'sum' | 'max' | None, 'scale': "
+      "(num, den), 'output_dims': [...], 'outputs': n, 'moves': [{'target': i, 'to': "
+      "[(begin, end)], 'source': j, 'from': [(begin, end)]}]}.");
   m.def(
       "evaluate",
       [check, raise](const ir::Graph& step, const py::dict& feeds, bool fp64,

@@ -324,3 +324,22 @@ def test_plan_copy_is_independent(example):
     duplicate = copy.deepcopy(plan)
     duplicate.search(step, node_limit=100000)
     assert duplicate.scheduled and not plan.scheduled
+
+
+def test_collective_meaning_is_ir_s():
+    """What the front end reads a collective's claims from (loom.collective_meaning):
+    the moves, reduce op and scale ir gives each kind."""
+    gather = loom.collective_meaning("all_gather", "sum", 2, 1, -1, [4, 3])
+    assert gather["reduce"] is None and gather["output_dims"] == [4, 6]
+    own = [m for m in gather["moves"] if m["target"] == 1 and m["source"] == 1]
+    assert own == [{"target": 1, "to": [(0, 4), (3, 6)], "source": 1, "from": [(0, 4), (0, 3)]}]
+    scatter = loom.collective_meaning("reduce_scatter", "avg", 2, 0, -1, [4, 3])
+    assert scatter["reduce"] == "sum" and scatter["scale"] == (1, 2)
+    assert scatter["output_dims"] == [2, 3]
+    into_1 = [m["from"] for m in scatter["moves"] if m["target"] == 1]
+    assert into_1 == [[(2, 4), (0, 3)], [(2, 4), (0, 3)]]
+    assert loom.collective_meaning("all_reduce", "max", 4, -1, -1, [5])["reduce"] == "max"
+    with pytest.raises(ValueError, match="equal"):
+        loom.collective_meaning("reduce_scatter", "sum", 2, 0, -1, [3, 3])
+    with pytest.raises(ValueError, match="reduce op"):
+        loom.collective_meaning("all_reduce", "mean", 2, -1, -1, [3])

@@ -7,9 +7,11 @@ reduction's result claiming the union of its members' shares."""
 
 import collections
 import dataclasses
+from fractions import Fraction
 
 import torch
 
+import loom
 from loom.torch import claims as C
 from loom.torch import norm_partial
 from loom.torch.errors import CaptureError
@@ -38,18 +40,37 @@ def _reduce_of(partial):
     raise CaptureError(f"a reduction by {op} has no Loom collective")
 
 
-def reduced_scale(claim, reduce, members):
-    """The factor the result of a `reduce` over `members` values claiming `claim`
-    holds: shares of a sum add to the value at their own factor, copies of a complete
-    value to `members` times it; an average divides by the members."""
+def collective_output(kind, reduce, group, device, claim, dims, dim=-1, dim2=-1):
+    """What `device`'s output of a collective of `kind` over `group` (global ranks, in
+    member order) holds, its input claiming `claim` with local dims `dims`: (the
+    claim, the dims), from the collective's one definition in ir
+    (loom.collective_meaning, ir/collective_semantics.h). The region is the input's,
+    moved as the collective moves the member's own input; a reduction's result is
+    complete, at the factor its combination makes: shares of a sum add to the value
+    at their own factor, copies of a complete value to len(group) times it, times the
+    collective's own scale (1/n for an average); a maximum of either is the value."""
+    try:
+        meaning = loom.collective_meaning(kind, reduce or "sum", len(group), dim, dim2,
+                                          list(dims))
+    except ValueError as e:
+        raise CaptureError(f"a {kind} over ranks {list(group)} of a {list(dims)} value: {e}")
+    out_dims = tuple(meaning["output_dims"])
+    index = list(group).index(device)
+    own = next(m for m in meaning["moves"] if m["target"] == index and m["source"] == index)
+    box = []
+    for (begin, _), (moved_from, _), (moved_to, _), size in zip(claim.box, own["from"],
+                                                               own["to"], out_dims):
+        first = begin + moved_from - moved_to
+        box.append((first, first + size))
+    if meaning["reduce"] is None:
+        return dataclasses.replace(claim, box=tuple(box)), out_dims
     scale = claim.scale
-    if reduce == "max":
-        return scale
-    if claim.part == C.FULL:
-        scale = scale * members
-    if reduce == "avg":
-        scale = scale / members
-    return scale
+    if meaning["reduce"] == "sum":
+        if claim.part == C.FULL:
+            scale = scale * len(group)
+        scale = scale * Fraction(*meaning["scale"])
+    return dataclasses.replace(claim, box=tuple(box), part=C.FULL, combine="sum",
+                               scale=scale), out_dims
 
 
 class RankCollectives:
@@ -83,32 +104,19 @@ class RankCollectives:
             if isinstance(a, Partial) and isinstance(b, Replicate):
                 reduce = _reduce_of(a)
                 v = self._collective(key, group, "all_reduce", {"reduce": reduce}, v,
-                                     dataclasses.replace(v.claim, part=C.FULL,
-                                                         scale=reduced_scale(v.claim, reduce, n)),
-                                     v.dims)
+                                     *collective_output("all_reduce", reduce, group,
+                                                        self.device, v.claim, v.dims))
             elif isinstance(a, Partial) and isinstance(b, Shard):
-                d = b.dim
-                box = list(v.claim.box)
-                begin, end = box[d]
-                lo, hi = C.chunk(end - begin, n, coord[mesh_dim])
-                box[d] = (begin + lo, begin + hi)
-                dims = list(v.dims)
-                dims[d] = hi - lo
                 reduce = _reduce_of(a)
                 v = self._collective(key, group, "reduce_scatter",
-                                     {"reduce": reduce, "dim": d}, v,
-                                     dataclasses.replace(v.claim, part=C.FULL, box=tuple(box),
-                                                         scale=reduced_scale(v.claim, reduce, n)),
-                                     dims)
+                                     {"reduce": reduce, "dim": b.dim}, v,
+                                     *collective_output("reduce_scatter", reduce, group,
+                                                        self.device, v.claim, v.dims,
+                                                        dim=b.dim))
             elif isinstance(a, Shard) and isinstance(b, Replicate):
-                d = a.dim
-                full = self.S.g.types[self._tensor_name(v.claim.tensor)][1]
-                box = list(v.claim.box)
-                box[d] = (0, full[d])
-                dims = list(v.dims)
-                dims[d] = full[d]
-                v = self._collective(key, group, "all_gather", {"dim": d}, v,
-                                     dataclasses.replace(v.claim, box=tuple(box)), dims)
+                v = self._collective(key, group, "all_gather", {"dim": a.dim}, v,
+                                     *collective_output("all_gather", None, group, self.device,
+                                                        v.claim, v.dims, dim=a.dim))
             elif type(a).__name__ == "_StridedShard" or type(b).__name__ == "_StridedShard":
                 self.unsupported(f"redistribution from {a} to {b} along one mesh dim")
             elif isinstance(a, Replicate) and type(b).__name__ == "_MaskPartial":
@@ -167,10 +175,8 @@ class RankCollectives:
                 group = _group_in(r.source.mesh, mesh_dim, self.device)
                 key = (r.index, step, next(count))
                 v = self._collective(key, group, "all_reduce", {"reduce": "sum"}, v,
-                                     dataclasses.replace(v.claim, part=C.FULL,
-                                                         scale=reduced_scale(v.claim, "sum",
-                                                                             len(group))),
-                                     v.dims)
+                                     *collective_output("all_reduce", "sum", group,
+                                                        self.device, v.claim, v.dims))
             return v
         return norm_partial.complete(self, marker, reduce_squares)
 
@@ -196,7 +202,8 @@ class RankCollectives:
         self._masked_sums += 1
         group = _group_in(w.mesh, w.mesh_dim, self.device)
         self.env[node] = self._collective(key, group, "all_reduce", {"reduce": "sum"}, v,
-                                          dataclasses.replace(v.claim, part=C.FULL), v.dims)
+                                          *collective_output("all_reduce", "sum", group,
+                                                             self.device, v.claim, v.dims))
 
     def _vocab_mask_op(self, node):
         """torch's loss-parallel backward turns the mask into the update it writes:
@@ -232,10 +239,9 @@ class RankCollectives:
             self.unsupported(f"an all-reduce by {reduce}")
         key = ("functional", self._functionals)
         self._functionals += 1
-        claim = dataclasses.replace(v.claim, part=C.FULL, combine="sum",
-                                    scale=reduced_scale(v.claim, reduce, len(ranks)))
         self.env[node] = self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce},
-                                          v, claim, v.dims)
+                                          v, *collective_output("all_reduce", reduce, ranks,
+                                                                self.device, v.claim, v.dims))
         self.image[node] = self.image.get(src)
 
     def _accumulate(self, node):
@@ -270,10 +276,9 @@ class RankCollectives:
             v = self.env[t]
             key = ("c10d", self._functionals)
             self._functionals += 1
-            claim = dataclasses.replace(v.claim, part=C.FULL, combine="sum",
-                                        scale=reduced_scale(v.claim, reduce, len(ranks)))
             outs.append(self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce},
-                                         v, claim, v.dims))
+                                         v, *collective_output("all_reduce", reduce, ranks,
+                                                               self.device, v.claim, v.dims)))
         self.env[node] = _C10dResult([_C10dResult(outs), None])
         self.image[node] = self.image.get(tensors[0]) if tensors else None
 
