@@ -301,6 +301,11 @@ class Deriver {
   // lie within it (a rank's micro-batch of its rows of the batch, which the spec
   // splits into micro-batches of its own); nullopt otherwise.
   std::optional<Fact> AsSplitPiece(const Fact& sliced, TensorId claimed, int64_t dim) const;
+  // A local concat of values each holding the whole of one of consecutive inputs of
+  // a spec concat along the same dim, as the region of its output they make (a
+  // pipeline stage's stack of its own parameters' norms, where the spec stacks every
+  // parameter's); nullopt otherwise.
+  std::optional<Fact> AsConcatRegion(const std::vector<Fact>& in, int64_t dim) const;
   // Sum (or max) of facts over one region; nullopt after recording a failure.
   // `zero_member` (optional) tells whether a member held zeros.
   std::optional<Fact> Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,
@@ -529,6 +534,10 @@ void Deriver::DeriveLocal(const ir::Task& t) {
         facts_[t.outputs[0]].contrib = kBadContrib;
         return;
       }
+      if (std::optional<Fact> region = AsConcatRegion(in, *dim)) {
+        SetOutput(t.outputs[0], *std::move(region), item, mb, "", kTaskRule);
+        return;
+      }
       auto joined = Gather(in, static_cast<int>(*dim), names,
                            plan_.values[t.outputs[0]].sub.part.IsFull(), item, {dev}, mb,
                            t.outputs[0]);
@@ -630,6 +639,40 @@ std::optional<Fact> Deriver::AsSplitPiece(const Fact& sliced, TensorId claimed,
   out.tensor = claimed;
   out.box[dim] = Interval{iv.begin - start, iv.end - start};
   return out;
+}
+
+std::optional<Fact> Deriver::AsConcatRegion(const std::vector<Fact>& in, int64_t dim) const {
+  if (in.empty()) return std::nullopt;
+  for (const Fact& f : in) {
+    if (!f.known || f.contrib != kFullContrib || f.tensor == ir::kNoId ||
+        !(f.box == ir::FullBox(spec_.tensor(f.tensor).shape))) {
+      return std::nullopt;
+    }
+  }
+  for (ir::OpId id : spec_.consumers(in[0].tensor)) {
+    const ir::Op& concat = spec_.op(id);
+    auto concat_dim = concat.attrs.GetInt("dim");
+    if (concat.kind != OpKind::kConcat || !concat_dim.ok() || *concat_dim != dim) continue;
+    for (size_t first = 0; first + in.size() <= concat.inputs.size(); ++first) {
+      bool consecutive = true;
+      for (size_t k = 0; k < in.size() && consecutive; ++k) {
+        consecutive = concat.inputs[first + k] == in[k].tensor;
+      }
+      if (!consecutive) continue;
+      int64_t begin = 0;
+      for (size_t k = 0; k < first; ++k) begin += spec_.tensor(concat.inputs[k]).shape.dim(dim);
+      int64_t end = begin;
+      for (const Fact& f : in) end += spec_.tensor(f.tensor).shape.dim(dim);
+      Fact out;
+      out.known = true;
+      out.tensor = concat.outputs[0];
+      out.box = ir::FullBox(spec_.tensor(out.tensor).shape);
+      out.box[dim] = Interval{begin, end};
+      out.contrib = kFullContrib;
+      return out;
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<Fact> Deriver::Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,

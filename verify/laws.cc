@@ -189,19 +189,30 @@ std::optional<LawProof> BuildGoals(
       if (kind_it->second == ir::DimKind::kMaxReduction) is_max = true;
     }
   }
-  // Every sibling chunk assignment of the reduced labels (equal chunks).
+  // Every sibling chunk assignment of the reduced labels: equal chunks where the
+  // piece's interval divides the extent, else the piece's interval and what lies
+  // before and after it (a pipeline stage's rows of a stack of every parameter's
+  // norm): any partition of a reduction adds up to it.
   std::vector<std::map<std::string, std::pair<Interval, int64_t>>> siblings = {at};
   if (!reduced.empty()) {
     siblings.clear();
     std::vector<std::map<std::string, std::pair<Interval, int64_t>>> acc = {at};
     for (const std::string& l : reduced) {
       const auto [iv, e] = at[l];
-      if (iv.size() <= 0 || e % iv.size() != 0) return Unknown("uneven reduction chunks");
+      if (iv.size() <= 0) return Unknown("an empty reduction chunk");
+      std::vector<Interval> chunks;
+      if (e % iv.size() == 0 && iv.begin % iv.size() == 0) {
+        for (int64_t b = 0; b < e; b += iv.size()) chunks.push_back(Interval{b, b + iv.size()});
+      } else {
+        if (iv.begin > 0) chunks.push_back(Interval{0, iv.begin});
+        chunks.push_back(iv);
+        if (iv.end < e) chunks.push_back(Interval{iv.end, e});
+      }
       std::vector<std::map<std::string, std::pair<Interval, int64_t>>> next;
       for (const auto& a : acc) {
-        for (int64_t b = 0; b < e; b += iv.size()) {
+        for (const Interval& chunk : chunks) {
           auto c = a;
-          c[l] = {Interval{b, b + iv.size()}, e};
+          c[l] = {chunk, e};
           next.push_back(std::move(c));
         }
       }

@@ -51,10 +51,6 @@ NOT_YET = {
     "bug_pp_grad_accum_scale_grads": "a train_step that calls the schedule's step on pieces "
                                      "of the batch, once per accumulation step, is not "
                                      "captured (CaptureError)",
-    "pp_train_step_clip": "clipping under pipeline parallelism: each stage's norm over its own "
-                          "parameters, completed by an all-reduce over the pipeline group, is "
-                          "not lowered (UnsupportedOp: a foreach norm over some of the step's "
-                          "gradients)",
 }
 
 

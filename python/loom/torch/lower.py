@@ -266,6 +266,8 @@ class Lowering:
         self.current = None  # the FX node being lowered
         self.origin = None
         self.node_ops = {}  # fx node -> indices of the Loom ops lowering it emitted
+        # foreach fx node -> per element, (first, end) of the ops_made() its ops span
+        self.foreach_elements = {}
         self.decisions = {}  # fx node -> the shape-dependent choices its rule made
         self.folded = {}     # fx node -> the value of a folded shape-only node
         self.folded_origin = {}  # Loom input name of a folded value -> its op's origin
@@ -593,6 +595,11 @@ class Lowering:
     def rebind(self, node, value):
         """`node`'s tensor updated in place by a foreach op: its value from now on."""
         self.env[node] = value
+
+    def ops_made(self):
+        """How many Loom ops the lowering has emitted (a foreach op's elements are
+        told apart by it: foreach_elements)."""
+        return len(self.g.ops)
 
 
 def _is_fake(t):
@@ -1057,6 +1064,7 @@ def lower_foreach(L, node, args, kwargs):
     update = is_foreach_update(node)
     vals = node.meta.get("val")
     out = []
+    marks = []
     for i in range(count):
         def pick(x):
             return x[i] if isinstance(x, (list, tuple)) and len(x) == count else x
@@ -1064,7 +1072,10 @@ def lower_foreach(L, node, args, kwargs):
         element_kwargs = {k: pick(v) for k, v in kwargs.items()}
         source = node.args[0][i]
         val = vals[i] if isinstance(vals, (list, tuple)) and not update else source.meta["val"]
+        start = L.ops_made()
         out.append(rule_of(L, _Element(node, i, val), *element_args, **element_kwargs))
+        marks.append((start, L.ops_made()))
+    L.foreach_elements[node] = marks
     if update:
         for source, value in zip(node.args[0], out):
             L.rebind(source, value)

@@ -39,6 +39,7 @@ from loom.torch import norm_partial
 from loom.torch import pipeline_plan
 from loom.torch import rank_accumulation
 from loom.torch import rank_pieces
+from loom.torch import stage_norms
 from loom.torch import plan_symmetry
 from loom.torch.errors import CaptureError, RefutedWhileLowering
 from loom.torch.identities import C10D_ALL_REDUCE, canonical, is_identity
@@ -104,6 +105,9 @@ class RankLowering(RankCollectives, Lowering):
         # piece's rows of the step's piece, (its size, first row, rows).
         self.piece_of = {}
         self.piece = None  # the same, of the node being lowered
+        self.sub_foreach = {}  # rank foreach node -> (step's node, its elements'): stage_norms
+        self.foreach_elements = {}  # as Lowering's, in the step's ops of the matched node
+        self.stage_partials = set()  # norm nodes of a stage's rows (stage_norms.py)
         self.completed_terms = set()  # rank gradients lowered as their share of a step's sum
 
     # ---- tasks -----------------------------------------------------------------------
@@ -534,6 +538,10 @@ class RankLowering(RankCollectives, Lowering):
             v = out
         return [v]
 
+    def ops_made(self):
+        """Where the lowering is in the step's ops of the matched node."""
+        return self.cursor
+
     def rows(self):
         """(the step's rows, the first the node being lowered computes from, how many):
         of its micro-batch, of the piece of one of the step's it computes from, else of
@@ -593,6 +601,12 @@ class RankLowering(RankCollectives, Lowering):
         if node.target is _getitem() and node.args[0] in self.split_pieces:
             rank_pieces.piece_of_split(self, node)
             return
+        if node.target is _getitem() and node.args[0] in self.sub_foreach:
+            stage_norms.element_of(self, node)
+            return
+        if stage_norms.power(self, node):
+            return
+        stage_norms.read_unreduced(self, node)
         if not self._op_by_op and gradient_sums.is_gradient_add(node) and \
                 gradient_sums.lower(self, node, canonical):
             return
@@ -602,6 +616,9 @@ class RankLowering(RankCollectives, Lowering):
         m = self._same_constant(node) if node.op == "get_attr" else None
         if m is None:
             m = self.S.match(node, self._spec_image, again)
+        if m is None and (stage_norms.sub_foreach(self, node) or
+                          stage_norms.stack_rows(self, node)):
+            return  # some of the elements of one of the step's (a pipeline stage's)
         if m is None:
             # The spec's op on the same operands but one: the rank computes it on
             # another value (a gradient lacking a contribution, a stage sending the
@@ -627,11 +644,17 @@ class RankLowering(RankCollectives, Lowering):
         self.template = self.S.L.node_ops.get(m, [])
         self.cursor = 0
         self.dcursor = 0
-        if norm_partial.is_partial_norm(self.rank.recorder.specs.get(node.name)):
-            # The norm of the rank's shard, which DTensor completes later (norm_partial.py).
-            if node.target is aten.linalg_vector_norm.default:
-                self.env[node] = norm_partial.lower_norm(self, node, m)
-                return
+        partial = norm_partial.is_partial_norm(self.rank.recorder.specs.get(node.name))
+        rows = node.target is aten.linalg_vector_norm.default and not partial and \
+            stage_norms.holds_rows(self, node.args[0])
+        if node.target is aten.linalg_vector_norm.default and (partial or rows):
+            # The norm of the rank's shard, which DTensor (or the program's all-reduce
+            # over the pipeline group: stage_norms.py) completes later.
+            self.env[node] = norm_partial.lower_norm(self, node, m)
+            if rows:
+                self.stage_partials.add(node)
+            return
+        if partial:
             if node.target is aten.stack.default:
                 self.env[node] = norm_partial.stack(self, node, m,
                                                     [self.env[a] for a in node.args[0]])

@@ -14,6 +14,7 @@ import torch
 import loom
 from loom.torch import claims as C
 from loom.torch import norm_partial
+from loom.torch import stage_norms
 from loom.torch.errors import CaptureError
 from loom.torch.lower import MaskedIds, VocabMask
 from loom.torch.spec_index import _ALL_REDUCE, _WAIT
@@ -274,11 +275,17 @@ class RankCollectives:
         outs = []
         for t in tensors:
             v = self.env[t]
+            # A pipeline stage's squared norm: its sum of squares, summed (stage_norms.py).
+            squared = v if isinstance(v, stage_norms.SquaredNorm) else None
+            if squared is not None:
+                v = squared.partial.squares
             key = ("c10d", self._functionals)
             self._functionals += 1
-            outs.append(self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce},
-                                         v, *collective_output("all_reduce", reduce, ranks,
-                                                               self.device, v.claim, v.dims)))
+            out = self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce}, v,
+                                   *collective_output("all_reduce", reduce, ranks, self.device,
+                                                      v.claim, v.dims))
+            outs.append(out if squared is None else stage_norms.ReducedSquares(squared.partial,
+                                                                               out))
         self.env[node] = _C10dResult([_C10dResult(outs), None])
         self.image[node] = self.image.get(tensors[0]) if tensors else None
 

@@ -132,6 +132,12 @@ class SpecIndex:
         self.chain_term = {canonical(t): (last, p) for last, terms in self.chains.terms.items()
                            for p, t in enumerate(terms)}
 
+    def candidates_of(self, target):
+        """The step's nodes of `target`, in order."""
+        want = _CANONICAL_TARGET.get(target, target)
+        found = {m for k, ms in self.candidates.items() if k[0] == want for m in ms}
+        return [n for n in self.graph.nodes if n in found]
+
     def folded_of(self, node):
         """The spec's folded value `node` is (or re-labels), or None."""
         while isinstance(node, torch.fx.Node):
