@@ -8,7 +8,7 @@ launcher's own parallelize function and proves them equivalent to that step.
 
 from loom.torch.api import Failure, Report, verify
 from loom.torch.errors import CaptureError, LauncherError
-from loom.torch.lower import UnsupportedOp
+from loom.torch.lowered_values import UnsupportedOp
 from loom.torch.spec import KeepFloat64, Spec, capture_step
 
 __all__ = ["CaptureError", "Failure", "KeepFloat64", "LauncherError", "Report", "Spec",

@@ -40,7 +40,7 @@ def is_partial_norm(spec):
 def lower_norm(L, node, m):
     """The rank's norm `node` of its shard, matched to the step's `m`: its sum of
     squares, kept as a PartialNorm."""
-    from loom.torch.lower import vector_norm_squares
+    from loom.torch.rules.arithmetic import vector_norm_squares
     args = [L._arg(a) for a in node.args]
     squares = vector_norm_squares(L, node, *args)
     return PartialNorm(squares, node, m, tuple(L.template), L.cursor, L.dcursor)
@@ -56,7 +56,8 @@ def complete(L, marker, reduce_squares):
     """The whole norm (or stack of norms) from a partial one: each sum of squares
     through `reduce_squares` (the redistribution's all-reduces), then the step's own
     square root, and its stack."""
-    from loom.torch.lower import RULES, vector_norm_from_squares
+    from loom.torch.rules import RULES
+    from loom.torch.rules.arithmetic import vector_norm_from_squares
     import torch
     norms = marker.norms if isinstance(marker, StackedNorms) else (marker,)
     values = []

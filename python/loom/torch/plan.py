@@ -43,7 +43,8 @@ from loom.torch import stage_norms
 from loom.torch import plan_symmetry
 from loom.torch.errors import CaptureError, RefutedWhileLowering
 from loom.torch.identities import C10D_ALL_REDUCE, canonical, is_identity
-from loom.torch.lower import Lowering, VocabMask, _dims
+from loom.torch.lower import Lowering
+from loom.torch.lowered_values import VocabMask, _dims
 from loom.torch.pipeline import microbatch_of, microbatch_of_action
 from loom.torch.plan_document import PValue, PlanDocument, implied_claims
 from loom.torch.rank_collectives import (RankCollectives, _C10dResult, assemble_collectives,
@@ -777,7 +778,7 @@ class RankLowering(RankCollectives, Lowering):
 
     def _constant(self, node):
         t = getattr(self.trace.module, node.target)
-        from loom.torch.lower import _dtype, _scalar_value
+        from loom.torch.lowered_values import _dtype, _scalar_value
         dtype = _dtype(t, self.origin)
         if t.dim() != 0:
             self.unsupported("a tensor constant in a rank's program")

@@ -10,7 +10,7 @@ from fractions import Fraction
 import torch
 
 from loom.torch import claims as C
-from loom.torch.lower import Value
+from loom.torch.lowered_values import Value
 
 aten = torch.ops.aten
 

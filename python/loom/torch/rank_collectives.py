@@ -16,7 +16,7 @@ from loom.torch import claims as C
 from loom.torch import norm_partial
 from loom.torch import stage_norms
 from loom.torch.errors import CaptureError
-from loom.torch.lower import MaskedIds, VocabMask
+from loom.torch.lowered_values import MaskedIds, VocabMask
 from loom.torch.spec_index import _ALL_REDUCE, _WAIT
 
 aten = torch.ops.aten
@@ -262,7 +262,7 @@ class RankCollectives:
         """An in-place all-reduce the rank's code calls itself (`dist.all_reduce(t)`,
         in a training step or a gradient hook): each tensor's result is the same piece
         of the same tensor, combined over the process group as its reduce op says."""
-        from loom.torch.lower import c10d_group_name, c10d_reduce_name
+        from loom.torch.rules.collectives import c10d_group_name, c10d_reduce_name
         tensors = node.args[0]
         name = c10d_group_name(self.trace.module, node.args[1])
         ranks = self.rank.groups.get(name) if name is not None else None

@@ -53,7 +53,7 @@ class Spec:
             if t is None:
                 continue
             t = t.detach()
-            if t.is_complex():  # held as its real view (lower.py)
+            if t.is_complex():  # held as its real view (lowered_values._dims)
                 t = torch.view_as_real(t)
             out[name] = t.to(torch.float64).numpy()
         return out

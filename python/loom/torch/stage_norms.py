@@ -28,7 +28,7 @@ import torch
 from loom.torch import claims as C
 from loom.torch import norm_partial
 from loom.torch.identities import canonical
-from loom.torch.lower import _out
+from loom.torch.rules import _out
 from loom.torch.spec_index import _getitem
 
 aten = torch.ops.aten

@@ -1,0 +1,88 @@
+"""Scaled dot-product attention and its backward."""
+
+import math
+
+import torch
+
+from loom.torch.identities import canonical
+from loom.torch.rules import _out_n, rule
+
+aten = torch.ops.aten
+
+
+# ---- scaled dot-product attention ----------------------------------------------------
+
+_SDPA = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
+_SDPA_BACKWARD = (aten._scaled_dot_product_flash_attention_for_cpu_backward.default,)
+
+
+def _heads_second(L, x):
+    """[b, h, s, d] (torch's layout) <-> [b, s, h, d] (Loom's attention's)."""
+    b, h, s, d = x.dims
+    return L.emit("transpose", [x], {"perm": [0, 2, 1, 3]}, (x.dtype, (b, s, h, d)),
+                  hint=f"{L.current.name}.heads")
+
+
+def _mask_is_causal(L, mask_node, s, t):
+    """Whether an attention mask the program computed from shapes alone (folded:
+    constants.py) is the causal one: True (bool) or 0 (additive) exactly where key j
+    <= query i, for every batch row and head it broadcasts over."""
+    node = canonical(mask_node) if isinstance(mask_node, torch.fx.Node) else None
+    value = L.folded.get(node) if node is not None else None
+    if value is None or value.dim() < 2 or tuple(value.shape[-2:]) != (s, t) or s != t:
+        return False
+    causal = torch.ones(s, t, dtype=torch.bool).tril()
+    if value.dtype == torch.bool:
+        return bool((value == causal).all())
+    return bool(((value == 0) == causal).all()) and bool(torch.isinf(value[..., ~causal]).all())
+
+
+def _arg_node(node, position, name):
+    if len(node.args) > position:
+        return node.args[position]
+    return node.kwargs.get(name)
+
+
+def _attention_attrs(L, mask_node, q, k, dropout_p, is_causal, attn_mask, scale):
+    if dropout_p:
+        L.unsupported(f"attention with dropout {dropout_p} (a random mask no proof covers)")
+    if attn_mask is not None:
+        # A mask computed from shapes alone is a constant: the causal one is causal
+        # attention (Hugging Face passes it rather than is_causal).
+        if is_causal or not _mask_is_causal(L, mask_node, q.dims[-2], k.dims[-2]):
+            L.unsupported("attention with a mask other than the causal one (Loom's attention "
+                          "is causal or full)")
+        is_causal = True
+    d = q.dims[-1]
+    return {"causal": int(bool(is_causal)),
+            "scale": float(scale) if scale is not None else 1.0 / math.sqrt(d)}
+
+
+@rule(*_SDPA)
+def _sdpa(L, node, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None,
+          **kwargs):
+    """torch's scaled dot-product attention on the CPU ([b, h, s, d] operands, GQA when
+    q has more heads than k and v): Loom's attention on the heads-second layout; its
+    log-sum-exp only feeds the backward, which recomputes it."""
+    attrs = _attention_attrs(L, _arg_node(node, 5, "attn_mask"), q, k, dropout_p, is_causal,
+                             attn_mask, scale)
+    dtype, dims = _out_n(node, 0)
+    b, h, s, dv = dims
+    out = L.emit("attention", [_heads_second(L, q), _heads_second(L, k), _heads_second(L, v)],
+                 attrs, (dtype, (b, s, h, dv)))
+    o = L.emit("transpose", [out], {"perm": [0, 2, 1, 3]}, (dtype, dims))
+    return [o, ("attention_stat", node)]
+
+
+@rule(*_SDPA_BACKWARD)
+def _sdpa_backward(L, node, dout, q, k, v, out, logsumexp, dropout_p=0.0, is_causal=False,
+                   attn_mask=None, scale=None, **kwargs):
+    if not (isinstance(logsumexp, tuple) and logsumexp[0] == "attention_stat"):
+        L.unsupported("attention backward of statistics not from the attention's forward")
+    attrs = _attention_attrs(L, _arg_node(node, 8, "attn_mask"), q, k, dropout_p, is_causal,
+                             attn_mask, scale)
+    qs, ks, vs, ds = (_heads_second(L, x) for x in (q, k, v, dout))
+    grads = L.emit_n("attention_grad", [qs, ks, vs, ds], attrs,
+                     [(qs.dtype, qs.dims), (ks.dtype, ks.dims), (vs.dtype, vs.dims)])
+    return [L.emit("transpose", [g], {"perm": [0, 2, 1, 3]}, _out_n(node, i))
+            for i, g in enumerate(grads)]
