@@ -25,8 +25,5 @@ def train_step(model, optimizer, batch):
     if schedule is None:  # one device
         model(**batch).loss.backward()
     else:
-        stage = schedule._stage
-        kwargs = {"input_ids": batch["input_ids"]} if stage.is_first else {}
-        target = batch["labels"] if stage.is_last else None
-        schedule.step(**kwargs, target=target, losses=[] if stage.is_last else None)
+        tiny.schedule_step(schedule, batch)
     optimizer.step()

@@ -241,3 +241,27 @@ def pipelined(model, device_mesh, schedule, microbatches=4, stages_per_rank=1, l
     if issubclass(schedule, PipelineScheduleSingle):
         return schedule(stages[0], microbatches, loss_fn=fn, **options)
     return schedule(stages, microbatches, loss_fn=fn, **options)
+
+
+def schedule_step(schedule, batch):
+    """A pipeline schedule's step on `batch` as torchtitan's trainer calls it: the
+    first stage given the inputs, the last the target (and a list for the losses)."""
+    stage = schedule._stage
+    kwargs = {"input_ids": batch["input_ids"]} if stage.is_first else {}
+    target = batch["labels"] if stage.is_last else None
+    schedule.step(**kwargs, target=target, losses=[] if stage.is_last else None)
+
+
+def clip_grad_norm_(parameters, max_norm, pp_group=None):
+    """torchtitan's dist_utils.clip_grad_norm_ for plain tensors, norm type 2: the norm
+    of the gradients, each pipeline stage's squared and summed over `pp_group` where
+    one is given, then every gradient scaled by max_norm over it (at most 1)."""
+    import torch.distributed as dist
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = torch.nn.utils.get_total_norm(grads, 2.0)
+    if pp_group is not None:
+        total_norm **= 2.0
+        dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=pp_group)
+        total_norm **= 1.0 / 2.0
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm)
+    return total_norm
