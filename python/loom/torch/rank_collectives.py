@@ -7,6 +7,7 @@ reduction's result claiming the union of its members' shares."""
 
 import collections
 import dataclasses
+import functools
 from fractions import Fraction
 
 import torch
@@ -41,6 +42,18 @@ def _reduce_of(partial):
     raise CaptureError(f"a reduction by {op} has no Loom collective")
 
 
+@functools.lru_cache(maxsize=None)
+def _meaning(kind, reduce, members, dim, dim2, dims):
+    """loom.collective_meaning, read once per kind, group size and dims (its moves are
+    members squared): (its combining op or None, its scale, the output dims, and per
+    member the region of its own input it moves and where in its output)."""
+    meaning = loom.collective_meaning(kind, reduce, members, dim, dim2, list(dims))
+    own = {m["target"]: (m["from"], m["to"]) for m in meaning["moves"]
+           if m["target"] == m["source"]}
+    return (meaning["reduce"], Fraction(*meaning["scale"]), tuple(meaning["output_dims"]),
+            own)
+
+
 def collective_output(kind, reduce, group, device, claim, dims, dim=-1, dim2=-1):
     """What `device`'s output of a collective of `kind` over `group` (global ranks, in
     member order) holds, its input claiming `claim` with local dims `dims`: (the
@@ -51,25 +64,21 @@ def collective_output(kind, reduce, group, device, claim, dims, dim=-1, dim2=-1)
     at their own factor, copies of a complete value to len(group) times it, times the
     collective's own scale (1/n for an average); a maximum of either is the value."""
     try:
-        meaning = loom.collective_meaning(kind, reduce or "sum", len(group), dim, dim2,
-                                          list(dims))
+        combine, factor, out_dims, own = _meaning(kind, reduce or "sum", len(group), dim, dim2,
+                                                  tuple(dims))
     except ValueError as e:
         raise CaptureError(f"a {kind} over ranks {list(group)} of a {list(dims)} value: {e}")
-    out_dims = tuple(meaning["output_dims"])
-    index = list(group).index(device)
-    own = next(m for m in meaning["moves"] if m["target"] == index and m["source"] == index)
+    moved_from, moved_to = own[list(group).index(device)]
     box = []
-    for (begin, _), (moved_from, _), (moved_to, _), size in zip(claim.box, own["from"],
-                                                               own["to"], out_dims):
-        first = begin + moved_from - moved_to
-        box.append((first, first + size))
-    if meaning["reduce"] is None:
+    for (begin, _), (a, _), (b, _), size in zip(claim.box, moved_from, moved_to, out_dims):
+        box.append((begin + a - b, begin + a - b + size))
+    if combine is None:
         return dataclasses.replace(claim, box=tuple(box)), out_dims
     scale = claim.scale
-    if meaning["reduce"] == "sum":
+    if combine == "sum":
         if claim.part == C.FULL:
             scale = scale * len(group)
-        scale = scale * Fraction(*meaning["scale"])
+        scale = scale * factor
     return dataclasses.replace(claim, box=tuple(box), part=C.FULL, combine="sum",
                                scale=scale), out_dims
 
