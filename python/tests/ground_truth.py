@@ -47,11 +47,7 @@ def verify(names):
 
 # Launchers whose verdict Loom does not get right yet, with why: each must fail here
 # (strict), so that one that starts passing is moved out of this list.
-NOT_YET = {
-    "bug_pp_grad_accum_scale_grads": "a train_step that calls the schedule's step on pieces "
-                                     "of the batch, once per accumulation step, is not "
-                                     "captured (CaptureError)",
-}
+NOT_YET = {}
 
 
 def cases(select):

@@ -539,7 +539,7 @@ def _capture(model, parallelize, mesh, inputs, optimizer, loss, train_step, trai
     # ranks (and their micro-batches) route theirs in (moe.py).
     moe_groups = math.prod(sizes[i] for i, n in enumerate(names) if n in DATA_PARALLEL_DIMS)
     if pipe is not None:
-        moe_groups *= pipe.microbatches
+        moe_groups *= pipe.total_microbatches
     guard.stage = "tracing the single-device step"
     spec = capture_step(model, inputs, loss, optimizer, fake=fake, name=name,
                         train_step=train_step,

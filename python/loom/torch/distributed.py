@@ -43,9 +43,9 @@ def batch_data(batch, pipe=None):
     from loom.torch.capture import batch_leaves
     if pipe is not None and pipe.driven:
         return {**batch_leaves(batch),
-                **batch_leaves(pipeline.microbatches(batch, pipe.microbatches))}
+                **batch_leaves(pipeline.microbatches(batch, pipe.total_microbatches))}
     if pipe is not None:
-        batch = pipeline.microbatches(batch, pipe.microbatches)
+        batch = pipeline.microbatches(batch, pipe.total_microbatches)
     return batch_leaves(batch)
 
 
@@ -197,7 +197,38 @@ def _user_input_meta(stage):
 def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake,
                context=None, boundary=None, train_step=None):
     """The rank's trace. `boundary` (shared by the ranks, traced in pipeline order):
-    what each pipeline stage receives (_stage_inputs)."""
+    what each pipeline stage receives (_stage_inputs), and the schedule steps a
+    driven train_step runs (`steps`: a rank whose train_step runs more is traced
+    again, for that number, and so are the ranks after it)."""
+    from loom.torch import pipeline
+    boundary = {} if boundary is None else boundary
+    try:
+        return _trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer,
+                           fake=fake, context=context, boundary=boundary,
+                           train_step=train_step)
+    except pipeline.MoreSteps as e:
+        if boundary.get("steps", 1) != 1:
+            raise CaptureError(
+                f"rank {rank}: the train_step calls the pipeline schedule's step {e.steps} "
+                f"times where the ranks traced before call it {boundary['steps']} times; "
+                "captured: step k of K given the k-th of K equal consecutive pieces of the "
+                "batch's rows (or the whole batch, once), the same K on every rank") from None
+        boundary.clear()   # what the stages receive, learnt anew with the smaller micro-batches
+        boundary["steps"] = e.steps
+    try:
+        return _trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer,
+                           fake=fake, context=context, boundary=boundary,
+                           train_step=train_step)
+    except pipeline.MoreSteps as e:
+        raise CaptureError(
+            f"rank {rank}: the train_step calls the pipeline schedule's step {e.steps} times "
+            f"where its first calls said {boundary['steps']}; captured: step k of K given "
+            "the k-th of K equal consecutive pieces of the batch's rows, or the whole batch "
+            "once") from None
+
+
+def _trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *, fake,
+                context, boundary, train_step):
     from loom.torch import pipeline
     names, sizes = mesh_shape(mesh)
     world = math.prod(sizes)
@@ -218,6 +249,7 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         if pipe is not None:
             module = pipeline.StageModules([st.submod for st in pipe.stages], pipe.schedule)
             pipe.driven = train_step is not None
+            pipe.repeat(boundary.get("steps", 1) if pipe.driven else 1)
         elif isinstance(result, torch.nn.Module):
             module = result
         from loom.torch import fsdp
@@ -228,10 +260,9 @@ def trace_rank(rank, mesh, model, parallelize, batch_of_rank, loss, optimizer, *
         batch = batch_of_rank(rank, device_mesh)
         body = None
         if pipe is not None:
-            microbatches = pipeline.microbatches(batch, pipe.microbatches)
+            microbatches = pipeline.microbatches(batch, pipe.total_microbatches)
             if not pipe.driven:
                 batch = microbatches
-            boundary = {} if boundary is None else boundary
             chain = tuple(c for i, c in enumerate(coordinate_of(rank, sizes))
                           if names[i] != PIPELINE_DIM)
             with in_fake():

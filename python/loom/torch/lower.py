@@ -125,8 +125,11 @@ class Origins:
             source, code = self._optimizer_site
         elif frame:
             source, code = f"{short_path(frame[0])}:{frame[1]}", frame[2]
-        return dict(node=node.name, target=str(node.target), phase=phase, module=module,
-                    source=source, code=code, action=custom.get("action"))
+        out = dict(node=node.name, target=str(node.target), phase=phase, module=module,
+                   source=source, code=code, action=custom.get("action"))
+        if custom.get("schedule_step") is not None:
+            out["schedule_step"] = custom["schedule_step"]  # pipeline.driven_step's
+        return out
 
 
 # ---------------------------------------------------------------------------------

@@ -73,6 +73,43 @@ class Pipeline:
     # The launcher's train_step calls the schedule's step (driven_step): the batch
     # reaches the trace whole, its micro-batches as inputs of their own beside it.
     driven: bool = False
+    # Schedule steps a driven train_step runs before the optimizer's step (gradient
+    # accumulation over steps): step k runs micro-batches k * microbatches, ...; the
+    # rank's actions and program are those of every step in turn.
+    steps: int = 1
+
+    @property
+    def total_microbatches(self):
+        """The micro-batches of all the rank's schedule steps."""
+        return self.steps * self.microbatches
+
+    def repeat(self, steps):
+        """The rank's actions and program over `steps` schedule steps, each step's
+        micro-batches numbered after the step before's."""
+        if steps == self.steps:
+            return
+        one = len(self.actions) // self.steps
+        base = self.actions[:one]
+        n = self.microbatches
+
+        def over(actions):
+            return [(kind, s, m + k * n) for k in range(steps) for kind, s, m in actions]
+        self.actions = over(base)
+        if self.program is not None:
+            self.program = over(self.program[:len(self.program) // self.steps])
+        self.steps = steps
+
+    def step_actions(self, k):
+        """The actions of schedule step k."""
+        one = len(self.actions) // self.steps
+        return self.actions[k * one:(k + 1) * one]
+
+    def step_program(self, k):
+        """The program of schedule step k (None where the pipeline has none)."""
+        if self.program is None:
+            return None
+        one = len(self.program) // self.steps
+        return self.program[k * one:(k + 1) * one]
 
     def rank_of(self, stage):
         """The global rank holding `stage`."""
@@ -274,6 +311,15 @@ def send_name(kind, stage, m):
     return f"send.{'activation' if kind == 'F' else 'gradient'}.stage{stage}.mb{m}"
 
 
+def _after_step(k):
+    """Marks what the trace runs next as run after schedule step k (None: unmarked)."""
+    meta = fx_traceback.get_current_meta().setdefault("custom", {})
+    if k is None:
+        meta.pop("schedule_step", None)
+    else:
+        meta["schedule_step"] = k
+
+
 def _accumulate(total, grads):
     """Each parameter's gradient summed over the micro-batches in order; each sum is
     marked as one (rank_collectives.py: a sum of partial sums of the step's gradient)."""
@@ -320,16 +366,17 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input, microbatch_i
         if kind in ("B", "I") and not st.is_first and not pipe.local(s - 1):
             sends.append(send_name("B", s, m))
 
-    def run_actions(weights, ps, microbatch, received, out, losses):
-        """The rank's actions on micro-batch m's inputs microbatch(m) (a dict, with the
-        target as TARGET); what it sends goes to `out`, the last stage's losses to
-        `losses`. Gives each parameter's gradient summed over the micro-batches."""
+    def run_actions(weights, ps, microbatch, received, out, losses, step=0, initial=None):
+        """The rank's actions of schedule step `step` on micro-batch m's inputs
+        microbatch(m) (a dict, with the target as TARGET); what it sends goes to `out`,
+        the last stage's losses to `losses`. Gives each parameter's gradient summed
+        over the micro-batches, after `initial` (what .grad holds before) where given."""
         index = {id(p): i for i, p in enumerate(ps)}
-        total = [None] * len(ps)
+        total = list(initial) if initial is not None else [None] * len(ps)
         state = {}       # (stage, mb) -> (input leaf, output, loss)
         handed = {}      # (stage, mb) -> the input gradient a stage hands the one before
         outputs = {}     # (stage, mb) -> what a stage's forward gave (for the next one here)
-        for kind, s, m in pipe.actions:
+        for kind, s, m in pipe.step_actions(step):
             st = by_index[s]
             stage_weights = {k: weights[k] for k in names_of_stage[s]}
             stage_params = [p for p, n in zip(ps, param_names) if n in stage_weights]
@@ -399,56 +446,104 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input, microbatch_i
         the rank sends, by name, once the step has run."""
         received = {ph.name: v for ph, v in zip(extra, extra_values)}
         out = {}
-        with driven_step(pipe, lambda mb, losses: run_actions(weights, ps, mb, received, out,
-                                                              losses),
-                         ps, batch, received):
+        with driven_step(pipe, lambda mb, losses, k, initial: run_actions(
+                weights, ps, mb, received, out, losses, k, initial), ps, batch, received):
             yield out
 
     return Body(run=run, extra=extra, sends=sends, drive=drive if pipe.driven else None)
 
 
+class MoreSteps(CaptureError):
+    """A driven train_step called the schedule's step `steps` times, on as many pieces
+    of the batch, where the rank was traced for another number: traced again for
+    these (distributed.trace_rank)."""
+
+    def __init__(self, steps):
+        super().__init__(f"the train_step runs {steps} schedule steps")
+        self.steps = steps
+
+
 def driven_step(pipe, run, ps, batch, received):
     """A context in which `pipe.schedule.step(**kwargs, target=..., losses=...)`, called
     by the launcher's train_step, runs the rank's actions as its runtime would
-    (run(microbatch, losses) -> each parameter's gradient summed over the micro-batches)
-    and leaves in each parameter's .grad what torch leaves there: the sum, divided by
-    the micro-batches where the schedule scales its gradients. The step must be given
-    the batch's own tensors (the rank's micro-batches are inputs of the trace,
-    `received` by name) and be called once, before any other backward."""
+    (run(microbatch, losses, k, initial) -> each parameter's gradient summed over
+    step k's micro-batches after `initial`) and leaves in each parameter's .grad what
+    torch leaves there: what .grad held before (the steps before, accumulated), plus
+    the step's sum, all divided by the micro-batches where the schedule scales its
+    gradients. Each step is given the batch's own tensors, or (gradient accumulation
+    over pipeline steps, as torchtitan's trainer does it) step k of K is given the
+    k-th of K equal consecutive pieces of their rows; the rank's micro-batches are
+    inputs of the trace (`received` by name), pipe.steps * pipe.microbatches of
+    them. A train_step that runs another number of steps than pipe.steps raises
+    MoreSteps (at once where its pieces tell the number, else once it ends), so that
+    the rank is traced again for that number. The first step comes before any other
+    backward."""
     schedule = pipe.schedule
-    calls = []
+    calls = []      # per call: whether the rank ran it (False: more steps than pipe.steps)
     by_identity = {id(v): k for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
-    def microbatches_of(name, value):
+    def rows_of(name, value, k):
+        """(batch entry, micro-batches of step k) of a tensor given to the step, or
+        None where its rows are not step k's of pipe.steps."""
         key = by_identity.get(id(value))
-        if key is None:
+        if key is not None:
+            return key, 0, 1
+        base = getattr(value, "_base", None)
+        key = by_identity.get(id(base)) if base is not None else None
+        if key is None or base.dim() == 0 or tuple(value.shape[1:]) != tuple(base.shape[1:]) \
+                or value.stride() != base.stride() or not value.shape[0]:
             raise CaptureError(f"the train_step gives the schedule's step a '{name}' that is "
-                               "not one of the batch's tensors as the batch holds it; the "
-                               "step is captured on the batch's own tensors")
-        return [received[f"{key}.mb{m}"] for m in range(pipe.microbatches)]
+                               "neither one of the batch's tensors nor a piece of its rows; "
+                               "the step is captured on the batch's own tensors or on "
+                               "consecutive equal pieces of their rows")
+        offset = value.storage_offset() - base.storage_offset()
+        rows, total = value.shape[0], base.shape[0]
+        if offset % base.stride(0) or total % rows or offset // base.stride(0) % rows:
+            raise CaptureError(f"the train_step gives the schedule's step rows of '{name}' "
+                               "that are not one of equal consecutive pieces of the batch")
+        return key, offset // base.stride(0) // rows, total // rows
 
     def step(*args, target=None, losses=None, **kwargs):
         if args:
             raise CaptureError("the train_step gives the schedule's step positional inputs; "
                                "give the first stage's inputs by keyword")
-        if calls:
-            raise CaptureError("the train_step calls the schedule's step more than once "
-                               "before the optimizer's step (gradient accumulation over "
-                               "schedule steps), which is not captured yet")
-        calls.append(1)
-        if any(p.grad is not None for p in ps):
+        k = len(calls)
+        if k == 0 and any(p.grad is not None for p in ps):
             raise CaptureError("the train_step runs a backward before the schedule's step; "
-                               "the capture takes the schedule's as the only one")
-        inputs = {k: microbatches_of(k, v) for k, v in kwargs.items()
-                  if isinstance(v, torch.Tensor)}
+                               "the capture takes the schedule's as the only ones")
+        given = {k_: v for k_, v in kwargs.items() if isinstance(v, torch.Tensor)}
         if target is not None:
-            inputs[TARGET] = microbatches_of("target", target)
-        others = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+            given[TARGET] = target
+        pieces = {name: rows_of(name, v, k) for name, v in given.items()}
+        counts = {count for _, _, count in pieces.values()}
+        if len(counts) > 1:
+            raise CaptureError("the train_step gives the schedule's step pieces of the batch's "
+                               "tensors of different sizes")
+        if counts and counts != {pipe.steps}:
+            raise MoreSteps(counts.pop())   # K pieces: traced again for K steps
+        for _, index, count in pieces.values():
+            if index != k:
+                what = "the whole batch" if count == 1 else \
+                    f"piece {index + 1} of {count} of the batch's rows"
+                raise CaptureError(f"the train_step gives the schedule's step {what} at its "
+                                   f"call {k + 1}; captured: the k-th of K equal consecutive "
+                                   "pieces of the batch's rows at call k, or the whole batch "
+                                   "once")
+        if k >= pipe.steps:
+            calls.append(False)   # more steps (a stage given no inputs): traced again
+            return None
+        calls.append(True)
+        _after_step(None)
+        n = pipe.microbatches
+        inputs = {name: [received[f"{key}.mb{k * n + m}"] for m in range(n)]
+                  for name, (key, _, _) in pieces.items()}
+        others = {k_: v for k_, v in kwargs.items() if not isinstance(v, torch.Tensor)}
 
         def microbatch(m):
-            return {**others, **{k: v[m] for k, v in inputs.items()}}
+            return {**others, **{name: v[m - k * n] for name, v in inputs.items()}}
         got = []
-        total = run(microbatch, got)
+        total = run(microbatch, got, k, [p.grad for p in ps])
+        _after_step(k)   # what the train_step runs until the next step (pipeline_plan.py)
         for p, g in zip(ps, _scaled(total, pipe.microbatches, pipe.scale_grads)):
             if g is not None:
                 p.grad = g
@@ -464,9 +559,12 @@ def driven_step(pipe, run, ps, batch, received):
     def installed():
         try:
             yield
+            _after_step(None)
         finally:
             if original is None:
                 del schedule.step
             else:
                 schedule.step = original
+        if calls and len(calls) != pipe.steps:
+            raise MoreSteps(len(calls))
     return installed()

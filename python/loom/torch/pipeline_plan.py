@@ -77,10 +77,20 @@ def pipeline_order(doc, lowerings, p2p):
         update = steps[d].pop(None, [])
         before = [st for st in update if _before_actions(doc, st)]
         after = [st for st in update if not _before_actions(doc, st)]
-        if pipe.program is not None:
-            program = before + _posted(doc, d, pipe, steps[d], p2p)
-        else:
-            program = before + _batched(doc, d, pipe, steps[d], p2p)
+        # A driven train_step's code between its schedule steps (pipeline.driven_step).
+        between = collections.defaultdict(list)
+        for st in list(after):
+            k = _origin(doc, st).get("schedule_step")
+            if k is not None and k < pipe.steps - 1:
+                between[k].append(st)
+                after.remove(st)
+        program = before
+        for k in range(pipe.steps):
+            if pipe.program is not None:
+                program += _posted(doc, d, pipe.step_program(k), steps[d], p2p)
+            else:
+                program += _batched(doc, d, pipe, pipe.step_actions(k), steps[d], p2p)
+            program += between[k]
         for rest in steps[d].values():  # actions the schedule does not list: none expected
             program += rest
         order.append(program + after)
@@ -91,11 +101,11 @@ def _collective(cid):
     return {"collective": True, "id": cid}
 
 
-def _posted(doc, d, pipe, steps, p2p):
-    """A multi-stage schedule's program: its actions and its sends and receives where
-    its runtime posts them."""
+def _posted(doc, d, actions, steps, p2p):
+    """A multi-stage schedule's program (`actions`, a step's): its actions and its
+    sends and receives where its runtime posts them."""
     program = []
-    for kind, s, m in pipe.program:
+    for kind, s, m in actions:
         if kind in COMPUTE:
             program += steps.pop(f"{kind}{s}.{m}", [])
         elif kind == "RECV_F":
@@ -109,12 +119,12 @@ def _posted(doc, d, pipe, steps, p2p):
     return program
 
 
-def _batched(doc, d, pipe, steps, p2p):
-    """A single-stage schedule's program: a send and the receives of the next action
-    form one batch, as its runtime posts them."""
+def _batched(doc, d, pipe, actions, steps, p2p):
+    """A single-stage schedule's program (`actions`, a step's): a send and the
+    receives of the next action form one batch, as its runtime posts them."""
     program, pending = [], []
     stage_of = {st.stage_index: st for st in pipe.stages}
-    for kind, s, m in pipe.actions:
+    for kind, s, m in actions:
         st = stage_of[s]
         receives = []
         if kind == "F" and not st.is_first:
@@ -129,6 +139,12 @@ def _batched(doc, d, pipe, steps, p2p):
         if kind in ("B", "I") and not st.is_first:
             pending.append(_sent(doc, d, send_name("B", s, m), p2p))
     return program + [_collective(i) for i in sorted(pending)]
+
+
+def _origin(doc, step):
+    if step["collective"]:
+        return doc.origin_of_collective.get(step["id"]) or {}
+    return doc.origin_of_task[step["id"]] or {}
 
 
 def _before_actions(doc, step):

@@ -28,6 +28,7 @@ program and lowers all ranks together.
 """
 
 import dataclasses
+import operator
 from fractions import Fraction
 
 import torch
@@ -59,6 +60,40 @@ _FILLS_LIKE = (aten.ones_like.default, aten.zeros_like.default)
 
 # ---------------------------------------------------------------------------------
 # One rank's program.
+
+
+def _factor_of(node):
+    """The rational a multiplication (division) by a number multiplies by."""
+    c = C.rational_of(node.args[1])
+    return 1 / c if node.target in (aten.div.Tensor, aten.div_.Tensor) else c
+
+
+def _row_pieces(node):
+    """(piece node, first row, end row) of each piece `node` cuts off the rows of its
+    input, all of its other dims whole: the outputs of a split along dim 0 (chunk's
+    too; the verifier knows a local slice as a piece of a split's output)."""
+    if node.op != "call_function" or not node.args:
+        return []
+    source = node.args[0]
+    val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if val is None or not val.dim():
+        return []
+    rows = int(val.shape[0])
+    if node.target in (aten.split.Tensor, aten.split_with_sizes.default):
+        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+        if dim % val.dim() != 0:
+            return []
+        split = node.args[1]
+        sizes = [split] * (rows // split) + ([rows % split] if rows % split else []) \
+            if isinstance(split, int) else list(split)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        out = []
+        for u in node.users:
+            if u.target is operator.getitem and isinstance(u.args[1], int):
+                i = u.args[1]
+                out.append((u, starts[i], starts[i] + sizes[i]))
+        return out
+    return []
 
 class RankLowering(RankCollectives, Lowering):
     """Lowers a rank's matched ops with the spec's rules; each Loom op becomes a task
@@ -252,7 +287,7 @@ class RankLowering(RankCollectives, Lowering):
                 self.env[a] = rank_accumulation.lower_rank_chain(self, a, [a], canonical)
         if (node.meta.get("custom") or {}).get("accumulate") and \
                 node.target in (aten.add.Tensor, aten.add_.Tensor):
-            self._accumulate(node)
+            self.env[node] = rank_accumulation.add_microbatch_gradients(self, node, canonical)
             return
         if self.second_copy and any(a in self.second_copy for a in node.all_input_nodes):
             self.second_copy.add(node)
@@ -329,9 +364,22 @@ class RankLowering(RankCollectives, Lowering):
         v = self.env[source]
         if image is None or not isinstance(v, PValue) or node.args[1] == 0:
             return False
-        c = C.rational_of(node.args[1])
-        factor = C.rational_of(float(1 / c)) if node.target in (aten.div.Tensor, aten.div_.Tensor) \
-            else c
+        factor = _factor_of(node)
+        spec_scaling = self._spec_scaling_of(image, factor)
+        if spec_scaling is not None:
+            # The step scales the same value by a constant of its own: the rank's
+            # value is that one (the step's op on it), times what remains.
+            image, index, factor = spec_scaling
+            op = self.S.g.ops[index]
+            claim = implied_claims(self.S, index, [v], [self.S.tensor_id[op["outputs"][0]]])[0]
+            theirs = self.doc.value(self.device, claim, v.dtype, v.dims)
+            self.doc.task(self.device, index, op["kind"], op["attrs"], [v], [theirs],
+                          op["phase"], op["layer"], self.origin)
+            self.S.used.add(image)
+            self.env[node], self.image[node] = theirs, image
+            if factor == 1:
+                return True
+            v = theirs
         out = self.doc.value(self.device, dataclasses.replace(v.claim, scale=v.claim.scale * factor),
                              v.dtype, v.dims)
         self.doc.task(self.device, -1, "scale", {"factor": float(factor)}, [v], [out],
@@ -342,6 +390,28 @@ class RankLowering(RankCollectives, Lowering):
                                       what=f"the program's own scaling by {factor}",
                                       origin=self.origin))
         return True
+
+    def _spec_scaling_of(self, image, factor):
+        """Where the step multiplies (divides) the value `image` by a constant of its
+        own (a loss times 1/8 where the rank divides its own by 8, or by 2): (that
+        product's node, its op, the rank's factor over the step's), preferring the
+        one of the same factor; None where the step makes none, or several of other
+        factors."""
+        found = []
+        for y in image.users:
+            if y.op == "call_function" and y.target in (aten.div.Tensor, aten.mul.Tensor) and \
+                    len(y.args) == 2 and y.args[0] is image and \
+                    isinstance(y.args[1], (int, float)) and not isinstance(y.args[1], bool) and \
+                    y.args[1] != 0 and len(self.S.L.node_ops.get(y, ())) == 1:
+                index = self.S.L.node_ops[y][0]
+                op = self.S.g.ops[index]
+                if len(op["inputs"]) == 1 and len(op["outputs"]) == 1 and \
+                        op["inputs"][0] == self.S.L.env[image].name:
+                    found.append((y, index, factor / _factor_of(y)))
+        same = [f for f in found if f[2] == 1]
+        if same or len(found) == 1:
+            return (same or found)[0]
+        return None
 
     def _goes_to_model_op(self, node, rec):
         return node.name not in rec.glue and not (
@@ -416,12 +486,38 @@ class RankLowering(RankCollectives, Lowering):
         claim = self.data_claim(ph, tensor, sval.dims, dims, self.rank)
         if sval.dims:
             begin, end = claim.box[0]
-            count = self.rank.pipeline.microbatches
+            count = self.rank.pipeline.total_microbatches
             lo, hi = C.chunk(end - begin, count, m)
             claim = dataclasses.replace(claim, box=((begin + lo, begin + hi),) + claim.box[1:])
             self.batch_rows_of.setdefault(m, (sval.dims[0], begin + lo, hi - lo))
-        self.env[node] = self.doc.value(self.device, claim, sval.dtype, dims)
-        self.image[node] = spec_node
+        value = self.doc.value(self.device, claim, sval.dtype, dims)
+        self.env[node], self.image[node] = self._spec_piece_of_rows(spec_node, value)
+
+    def _spec_piece_of_rows(self, spec_node, value):
+        """The smallest piece of the step's input `spec_node` that the step cuts off by
+        its rows (a split or chunk along dim 0, again and again: a training step that
+        runs its accumulation steps and micro-batches on pieces of the batch) and that
+        holds the rows `value` holds, as (that region of the piece, its node): a
+        local slice of all of `value` per cut, claiming its rows of the piece (the
+        verifier moves it into the split's output that holds it). `value` and the
+        input itself where the step cuts none."""
+        while value.dims:
+            begin, end = value.claim.box[0]
+            found = next(((piece, lo) for u in spec_node.users
+                          for piece, lo, hi in _row_pieces(u)
+                          if lo <= begin and end <= hi and piece in self.S.L.env), None)
+            if found is None:
+                break
+            spec_node, lo = found
+            claim = dataclasses.replace(
+                value.claim, tensor=self.S.tensor_id[self.S.L.env[spec_node].name],
+                box=((begin - lo, end - lo),) + value.claim.box[1:])
+            piece = self.doc.value(self.device, claim, value.dtype, value.dims)
+            self.doc.task(self.device, -1, "slice", {"dim": 0, "begin": 0,
+                                                     "end": value.dims[0]},
+                          [value], [piece], "forward", -1, self.origin)
+            value = piece
+        return value, spec_node
 
     def _folded_value(self, node):
         """A rank's folded shape-only value: bound to the spec's when an op reads it

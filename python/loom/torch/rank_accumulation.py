@@ -2,7 +2,10 @@
 terms where the step has them, zeros for the terms other ranks add, the result
 claiming the share of the terms it holds (term k of n: [k/n, (k+1)/n)); a rank
 gradient that is one term of a step's chain, read after the rank's backward, as
-that share too."""
+that share too. A pipelined rank's sums over its micro-batches (pipeline.py marks
+them) add such shares, or partial sums of a gradient the step computes whole."""
+
+import dataclasses
 
 from loom.torch import claims as C
 from loom.torch.errors import RefutedWhileLowering
@@ -109,3 +112,36 @@ def _sum_of_pieces(R, values, op):
 
 def _text(x):
     return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def add_microbatch_gradients(R, node, canonical):
+    """A pipelined rank's gradient summed over its micro-batches (a sum pipeline.py
+    marks; over its schedule steps too, what .grad held before plus the step's):
+    each micro-batch's gradient is a partial sum of the step's over the batch, or
+    one term of a sum the step accumulates (the step runs the same micro-batches:
+    lowered as its share of that sum), and their sum a local accumulation of those
+    (its share is made whole once the collectives are assembled: repair_sum_parts).
+    Two at different multiples of the step's (one scaled by the schedule, one not)
+    make no multiple of the sum: refuted, class scaled."""
+    for x in node.args[:2]:
+        if x not in R.completed_terms and x not in R.chains.links and \
+                R.image.get(x) is not None and canonical(R.image[x]) in R.S.chain_term:
+            R.completed_terms.add(x)
+            R.env[x] = lower_rank_chain(R, x, [x], canonical)
+    a, b = (R.env[x] for x in node.args[:2])
+    if a.claim.scale != b.claim.scale and a.claim.tensor == b.claim.tensor:
+        R.doc.failures.append(dict(
+            cls="scaled", tensor=R._tensor_name(a.claim.tensor), devices=[R.device],
+            message=(f"rank {R.device} adds a micro-batch's gradient of the model's step "
+                     f"scaled by {_text(b.claim.scale)} to a sum of others' scaled by "
+                     f"{_text(a.claim.scale)}: their sum is no multiple of the step's (a "
+                     "schedule that scales what .grad held before its step along with its "
+                     "own micro-batches' gradients counts the earlier ones less)"),
+            origin=R.origin))
+        raise RefutedWhileLowering(R.doc)
+    claim = dataclasses.replace(a.claim, part=_union([a.claim.part, b.claim.part]))
+    out = R.doc.value(R.device, claim, a.dtype, a.dims)
+    R.doc.task(R.device, -1, "accumulate", {}, [a, b], [out],
+               R.origin.get("phase", "backward"), -1, R.origin)
+    R.image[node] = R.image.get(node.args[0])
+    return out

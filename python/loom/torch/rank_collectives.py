@@ -254,19 +254,6 @@ class RankCollectives:
                                                                 self.device, v.claim, v.dims))
         self.image[node] = self.image.get(src)
 
-    def _accumulate(self, node):
-        """A pipelined rank's gradient summed over its micro-batches (pipeline.py marks
-        the sums): each micro-batch's gradient is a partial sum of the step's over the
-        batch, their sum a local accumulation of those (its share is made whole once
-        the collectives are assembled: repair_sum_parts)."""
-        a, b = (self.env[x] for x in node.args[:2])
-        claim = dataclasses.replace(a.claim, part=_union([a.claim.part, b.claim.part]))
-        out = self.doc.value(self.device, claim, a.dtype, a.dims)
-        self.doc.task(self.device, -1, "accumulate", {}, [a, b], [out],
-                      self.origin.get("phase", "backward"), -1, self.origin)
-        self.env[node] = out
-        self.image[node] = self.image.get(node.args[0])
-
     def _c10d_all_reduce(self, node):
         """An in-place all-reduce the rank's code calls itself (`dist.all_reduce(t)`,
         in a training step or a gradient hook): each tensor's result is the same piece
