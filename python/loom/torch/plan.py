@@ -23,12 +23,12 @@ An op with no counterpart in the spec stops the plan (CaptureError naming the op
 the module and the source line): the rank does not run the model's computation.
 
 The matching is spec_index.py's, the plan being written plan_document.py's, the
-collectives and redistributions rank_collectives.py's; this file walks a rank's
+collectives and redistributions rank_collectives.py's, the rank's inputs
+rank_inputs.py's, its own scalings rank_scalings.py's; this file walks a rank's
 program and lowers all ranks together.
 """
 
 import dataclasses
-import operator
 from fractions import Fraction
 
 import torch
@@ -39,14 +39,16 @@ from loom.torch import gradient_sums
 from loom.torch import norm_partial
 from loom.torch import pipeline_plan
 from loom.torch import rank_accumulation
+from loom.torch import rank_inputs
 from loom.torch import rank_pieces
+from loom.torch import rank_scalings
 from loom.torch import stage_norms
 from loom.torch import plan_symmetry
-from loom.torch.errors import CaptureError, RefutedWhileLowering
+from loom.torch.errors import CaptureError
 from loom.torch.identities import C10D_ALL_REDUCE, canonical, is_identity
 from loom.torch.lower import Lowering
-from loom.torch.lowered_values import VocabMask, _dims
-from loom.torch.pipeline import microbatch_of, microbatch_of_action
+from loom.torch.lowered_values import VocabMask
+from loom.torch.pipeline import microbatch_of_action
 from loom.torch.plan_document import PValue, PlanDocument, implied_claims
 from loom.torch.rank_collectives import (RankCollectives, _C10dResult, assemble_collectives,
                                          repair_sum_parts)
@@ -62,38 +64,6 @@ _FILLS_LIKE = (aten.ones_like.default, aten.zeros_like.default)
 # One rank's program.
 
 
-def _factor_of(node):
-    """The rational a multiplication (division) by a number multiplies by."""
-    c = C.rational_of(node.args[1])
-    return 1 / c if node.target in (aten.div.Tensor, aten.div_.Tensor) else c
-
-
-def _row_pieces(node):
-    """(piece node, first row, end row) of each piece `node` cuts off the rows of its
-    input, all of its other dims whole: the outputs of a split along dim 0 (chunk's
-    too; the verifier knows a local slice as a piece of a split's output)."""
-    if node.op != "call_function" or not node.args:
-        return []
-    source = node.args[0]
-    val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-    if val is None or not val.dim():
-        return []
-    rows = int(val.shape[0])
-    if node.target in (aten.split.Tensor, aten.split_with_sizes.default):
-        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
-        if dim % val.dim() != 0:
-            return []
-        split = node.args[1]
-        sizes = [split] * (rows // split) + ([rows % split] if rows % split else []) \
-            if isinstance(split, int) else list(split)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        out = []
-        for u in node.users:
-            if u.target is operator.getitem and isinstance(u.args[1], int):
-                i = u.args[1]
-                out.append((u, starts[i], starts[i] + sizes[i]))
-        return out
-    return []
 
 class RankLowering(RankCollectives, Lowering):
     """Lowers a rank's matched ops with the spec's rules; each Loom op becomes a task
@@ -230,7 +200,7 @@ class RankLowering(RankCollectives, Lowering):
             if ph.kind == "recv":
                 self.received[node] = ph.name
                 continue
-            self._placeholder(node, ph)
+            rank_inputs.placeholder(self, node, ph)
         sends = {n: name for n, (kind, name) in zip(output_node.args[0], self.trace.outputs)
                  if kind == "send"}
         self._name_outputs(output_node)  # the parameter each update belongs to
@@ -326,93 +296,6 @@ class RankLowering(RankCollectives, Lowering):
             return
         self._model_op(node)
 
-    def _explain_scale(self, node, m):
-        """A rank op matched to the spec's `m` on one other operand: where the spec
-        reads that operand divided or multiplied by a constant (a gradient averaged
-        over micro-batches) and the rank the undivided value, the plan is scaled: a
-        failure of class scaled, at this op."""
-        ours = self.S.key(node, self._spec_image)[1]
-        theirs = self.S.key(m, lambda a: a)[1]
-        for x, y in zip(ours, theirs):
-            if x is y or not isinstance(y, torch.fx.Node) or y.op != "call_function":
-                continue
-            if y.target not in (aten.div.Tensor, aten.mul.Tensor) or len(y.args) < 2 or \
-                    not isinstance(y.args[1], (int, float)) or canonical(y.args[0]) is not x:
-                continue
-            c = float(y.args[1])
-            factor = c if y.target is aten.div.Tensor else 1.0 / c
-            name = self.S.L.env[y].name if y in self.S.L.env else y.name
-            self.doc.failures.append(dict(
-                cls="scaled", tensor=name, devices=[self.device],
-                message=(f"the rank reads '{x.name}' where the model's step reads it "
-                         f"{'divided' if y.target is aten.div.Tensor else 'multiplied'} by "
-                         f"{c:g} (scaled by {factor:g})"),
-                origin=self.origin))
-
-    def _extra_scale(self, node):
-        """A division or multiplication by a number the model's step does not make
-        (a gradient divided by the world size, a loss divided by the micro-batches):
-        the value times that factor, a local `scale` with no op of the step, whose
-        output claims the factor (docs/formats.md). The verifier carries it on."""
-        if node.target not in (aten.div.Tensor, aten.mul.Tensor, aten.div_.Tensor,
-                               aten.mul_.Tensor) or len(node.args) < 2 or \
-                not isinstance(node.args[1], (int, float)) or isinstance(node.args[1], bool) or \
-                not isinstance(node.args[0], torch.fx.Node) or node.args[0] not in self.env:
-            return False
-        source = node.args[0]
-        image = self.image.get(source)
-        v = self.env[source]
-        if image is None or not isinstance(v, PValue) or node.args[1] == 0:
-            return False
-        factor = _factor_of(node)
-        spec_scaling = self._spec_scaling_of(image, factor)
-        if spec_scaling is not None:
-            # The step scales the same value by a constant of its own: the rank's
-            # value is that one (the step's op on it), times what remains.
-            image, index, factor = spec_scaling
-            op = self.S.g.ops[index]
-            claim = implied_claims(self.S, index, [v], [self.S.tensor_id[op["outputs"][0]]])[0]
-            theirs = self.doc.value(self.device, claim, v.dtype, v.dims)
-            self.doc.task(self.device, index, op["kind"], op["attrs"], [v], [theirs],
-                          op["phase"], op["layer"], self.origin)
-            self.S.used.add(image)
-            self.env[node], self.image[node] = theirs, image
-            if factor == 1:
-                return True
-            v = theirs
-        out = self.doc.value(self.device, dataclasses.replace(v.claim, scale=v.claim.scale * factor),
-                             v.dtype, v.dims)
-        self.doc.task(self.device, -1, "scale", {"factor": float(factor)}, [v], [out],
-                      self.origin.get("phase", "forward"), -1, self.origin)
-        self.env[node] = out
-        self.image[node] = image
-        self.doc.scalings.append(dict(value=out.id, device=self.device, factor=factor,
-                                      what=f"the program's own scaling by {factor}",
-                                      origin=self.origin))
-        return True
-
-    def _spec_scaling_of(self, image, factor):
-        """Where the step multiplies (divides) the value `image` by a constant of its
-        own (a loss times 1/8 where the rank divides its own by 8, or by 2): (that
-        product's node, its op, the rank's factor over the step's), preferring the
-        one of the same factor; None where the step makes none, or several of other
-        factors."""
-        found = []
-        for y in image.users:
-            if y.op == "call_function" and y.target in (aten.div.Tensor, aten.mul.Tensor) and \
-                    len(y.args) == 2 and y.args[0] is image and \
-                    isinstance(y.args[1], (int, float)) and not isinstance(y.args[1], bool) and \
-                    y.args[1] != 0 and len(self.S.L.node_ops.get(y, ())) == 1:
-                index = self.S.L.node_ops[y][0]
-                op = self.S.g.ops[index]
-                if len(op["inputs"]) == 1 and len(op["outputs"]) == 1 and \
-                        op["inputs"][0] == self.S.L.env[image].name:
-                    found.append((y, index, factor / _factor_of(y)))
-        same = [f for f in found if f[2] == 1]
-        if same or len(found) == 1:
-            return (same or found)[0]
-        return None
-
     def _goes_to_model_op(self, node, rec):
         return node.name not in rec.glue and not (
             node.op == "call_function" and node.target in _FUNCTIONAL_COLLECTIVES) and \
@@ -425,99 +308,6 @@ class RankLowering(RankCollectives, Lowering):
         self.env[node] = value
         self.image[node] = image
         self.doc.p2p.append(dict(name=self.received[node], source=sent, destination=value))
-
-    def _placeholder(self, node, ph):
-        split = microbatch_of(ph.name) if ph.kind == "input" else None
-        if split is not None and split[0] in self.S.placeholder:
-            return self._microbatch_input(node, ph, *split)
-        spec_node = self.S.placeholder.get(ph.name)
-        aliases = self.S.spec.trace.param_aliases or {}
-        if spec_node is None and ph.fqn in aliases:
-            # A parameter the model's step shares between two modules (tied
-            # embeddings) that the rank holds twice: both copies are pieces of it.
-            spec_node = self.S.placeholder.get(aliases[ph.fqn] + ph.name[len(ph.fqn):])
-            self.second_copy.add(node)
-        if spec_node is None:
-            raise CaptureError(f"rank {self.device}: input '{ph.name}' is not an input of the "
-                               "model's step")
-        sval = self.S.L.input_value[spec_node]
-        tensor = self.S.tensor_id[sval.name]
-        val = node.meta["val"]
-        dims = _dims(val)
-        if ph.kind != "input":
-            whole = dims
-            if ph.dtensor is not None:
-                whole = tuple(ph.dtensor.shape) + tuple(dims[len(val.shape):])
-            if whole != tuple(sval.dims):
-                self._another_model(ph, whole, sval)
-        if ph.dtensor is not None:
-            claim = C.from_dtensor_spec(ph.dtensor, tensor, self.device)
-        elif ph.kind == "input":
-            claim = self.data_claim(ph, tensor, sval.dims, dims, self.rank)
-            if sval.dims and self.batch_rows is None:
-                begin, end = claim.box[0]
-                self.batch_rows = (sval.dims[0], begin, end - begin)
-        else:
-            claim = C.full_claim(tensor, sval.dims)
-        self.env[node] = self.doc.value(self.device, claim, sval.dtype, dims)
-        self.image[node] = spec_node
-
-    def _another_model(self, ph, whole, sval):
-        """A parameter (buffer, optimizer state) the rank holds as a piece of a tensor
-        of another shape than the model's (a vocabulary padded to a multiple of the
-        tensor-parallel degree, a resized embedding): the ranks train another model.
-        Refuted here; nothing the rank computes from it is a piece of the step's."""
-        self.doc.failures.append(dict(
-            cls="computation_differs", tensor=sval.name, devices=[self.device],
-            message=(f"rank {self.device} holds '{ph.name}' as a piece of a {list(whole)} "
-                     f"tensor where the model's is {list(sval.dims)}: the ranks train "
-                     "another model (a resized or padded parameter)"),
-            origin={"module": ph.fqn.rpartition(".")[0], "phase": "parameter"}))
-        raise RefutedWhileLowering(self.doc)
-
-    def _microbatch_input(self, node, ph, base, m):
-        """Micro-batch m of a pipelined rank's batch input: its rows of the rank's rows
-        of the step's input (the rank's rows split into the schedule's micro-batches,
-        as torch.tensor_split does)."""
-        spec_node = self.S.placeholder[base]
-        sval = self.S.L.input_value[spec_node]
-        tensor = self.S.tensor_id[sval.name]
-        dims = tuple(int(d) for d in node.meta["val"].shape)
-        claim = self.data_claim(ph, tensor, sval.dims, dims, self.rank)
-        if sval.dims:
-            begin, end = claim.box[0]
-            count = self.rank.pipeline.total_microbatches
-            lo, hi = C.chunk(end - begin, count, m)
-            claim = dataclasses.replace(claim, box=((begin + lo, begin + hi),) + claim.box[1:])
-            self.batch_rows_of.setdefault(m, (sval.dims[0], begin + lo, hi - lo))
-        value = self.doc.value(self.device, claim, sval.dtype, dims)
-        self.env[node], self.image[node] = self._spec_piece_of_rows(spec_node, value)
-
-    def _spec_piece_of_rows(self, spec_node, value):
-        """The smallest piece of the step's input `spec_node` that the step cuts off by
-        its rows (a split or chunk along dim 0, again and again: a training step that
-        runs its accumulation steps and micro-batches on pieces of the batch) and that
-        holds the rows `value` holds, as (that region of the piece, its node): a
-        local slice of all of `value` per cut, claiming its rows of the piece (the
-        verifier moves it into the split's output that holds it). `value` and the
-        input itself where the step cuts none."""
-        while value.dims:
-            begin, end = value.claim.box[0]
-            found = next(((piece, lo) for u in spec_node.users
-                          for piece, lo, hi in _row_pieces(u)
-                          if lo <= begin and end <= hi and piece in self.S.L.env), None)
-            if found is None:
-                break
-            spec_node, lo = found
-            claim = dataclasses.replace(
-                value.claim, tensor=self.S.tensor_id[self.S.L.env[spec_node].name],
-                box=((begin - lo, end - lo),) + value.claim.box[1:])
-            piece = self.doc.value(self.device, claim, value.dtype, value.dims)
-            self.doc.task(self.device, -1, "slice", {"dim": 0, "begin": 0,
-                                                     "end": value.dims[0]},
-                          [value], [piece], "forward", -1, self.origin)
-            value = piece
-        return value, spec_node
 
     def _folded_value(self, node):
         """A rank's folded shape-only value: bound to the spec's when an op reads it
@@ -724,13 +514,13 @@ class RankLowering(RankCollectives, Lowering):
             if m is not None and _ndim(m) != _ndim(node):
                 m = None  # no piece of it: an op of another rank (the same line)
             if m is not None:
-                self._explain_scale(node, m)
+                rank_scalings.explain_scale(self, node, m)
         if m is None and node.target in _FILLS_LIKE:
             # A tensor of ones (zeros) shaped like another: autograd's seed of a
             # backward, which the step may start from another value (a loss the
             # rank's schedule backwards before the division the step makes).
             m = self.S.fill_alike(node)
-        if m is None and self._extra_scale(node):
+        if m is None and rank_scalings.extra_scale(self, node):
             return
         if m is None:
             self.unsupported(f"the rank runs '{node.target}' where the model's step has no "
