@@ -160,7 +160,7 @@ void DefineCaptureFunctions(py::module_& m, void (*raise)(const absl::Status&)) 
       [check](const std::string& kind_name,
               const std::vector<std::pair<std::vector<int64_t>, std::string>>& inputs,
               const py::dict& attrs, const std::vector<std::pair<int64_t, int64_t>>& factors,
-              const std::vector<bool>& zeros) {
+              const std::vector<bool>& zeros, const std::vector<int64_t>& members) {
         const ir::OpKind kind = check(ir::ParseOpKind(kind_name));
         std::vector<ir::TensorType> types;
         for (const auto& [dims, dtype] : inputs) {
@@ -177,6 +177,10 @@ void DefineCaptureFunctions(py::module_& m, void (*raise)(const absl::Status&)) 
           k.push_back(ir::Rational::Of(num, den));
         }
         std::vector<char> z(zeros.begin(), zeros.end());
+        if (!members.empty()) {
+          if (members.size() != types.size()) throw py::value_error("one member count per input");
+          k = verify::EvenShareFactors(kind, types, out, k, z, members).factor;
+        }
         const verify::PieceScale scale = verify::ScaleOfPiece(kind, types, out, k, z);
         py::dict result;
         if (scale.operand >= 0) {
@@ -188,11 +192,13 @@ void DefineCaptureFunctions(py::module_& m, void (*raise)(const absl::Status&)) 
         return result;
       },
       py::arg("kind"), py::arg("inputs"), py::arg("attrs"), py::arg("factors"),
-      py::arg("zeros"),
+      py::arg("zeros"), py::arg("members") = std::vector<int64_t>{},
       "The factor a piece of op `kind` holds when its inputs (dims, dtype) hold the "
-      "given factors ((num, den); `zeros`: inputs holding zeros): {'factor': (num, den)}, "
-      "or {'operand': i, 'why': ...} where the op is not proportional to scaled input i "
-      "(verify/homogeneity.h).");
+      "given factors ((num, den); `zeros`: inputs holding zeros; `members`, where "
+      "given: n for an input holding one of n equal members' shares, 0 for a complete "
+      "one, -1 otherwise, so that complete inputs meeting Partial(avg) pieces count as "
+      "n times their even share): {'factor': (num, den)}, or {'operand': i, 'why': ...} "
+      "where the op is not proportional to scaled input i (verify/homogeneity.h).");
   m.def(
       "collective_meaning",
       [check](const std::string& kind_name, const std::string& reduce_name, int64_t members,

@@ -1,6 +1,7 @@
 #include "verify/contrib.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -101,6 +102,7 @@ std::string Key(const Contrib& c) {
       Put(k, c.factor.den);
       return k;
     case Contrib::kShare:
+      Put(k, c.even);
       Put(k, c.tensor);
       for (const ir::Interval& iv : c.chunks[0]) {
         Put(k, iv.begin);
@@ -234,7 +236,9 @@ ContribId ContribStore::MapOps(ContribId id, const std::function<ir::OpId(ir::Op
       if (t == c.tensor) return id;
       auto [it, fresh] = moved_shares_.try_emplace({id, t}, kBadContrib);
       if (fresh) {
-        it->second = Share(t, c.chunks[0], c.part, tensor_name ? tensor_name(t) : std::string("?"));
+        const std::string name = tensor_name ? tensor_name(t) : std::string("?");
+        it->second = c.even ? EvenShare(t, c.chunks[0], c.part, name)
+                            : Share(t, c.chunks[0], c.part, name);
       }
       return it->second;
     }
@@ -341,7 +345,9 @@ std::optional<ContribId> ContribStore::Extrapolate(ContribId a, ContribId b, int
       return Lin(desc, std::move(parts));
     }
     case Contrib::kShare: {
-      if (ca.tensor != cb.tensor || !(ca.part == cb.part)) return std::nullopt;
+      if (ca.tensor != cb.tensor || !(ca.part == cb.part) || ca.even != cb.even) {
+        return std::nullopt;
+      }
       ir::Box box = ca.chunks[0];
       if (box.size() != cb.chunks[0].size()) return std::nullopt;
       for (size_t d = 0; d < box.size(); ++d) {
@@ -349,7 +355,8 @@ std::optional<ContribId> ContribStore::Extrapolate(ContribId a, ContribId b, int
         box[d].end += t * (cb.chunks[0][d].end - box[d].end);
         if (box[d].begin < 0 || box[d].begin > box[d].end) return std::nullopt;
       }
-      return Share(ca.tensor, box, ca.part, share_names_[ca.tensor]);
+      return ca.even ? EvenShare(ca.tensor, box, ca.part, share_names_[ca.tensor])
+                     : Share(ca.tensor, box, ca.part, share_names_[ca.tensor]);
     }
     default:
       return std::nullopt;  // distinct complete, zero or bad contributions
@@ -425,6 +432,66 @@ ContribId ContribStore::Share(ir::TensorId tensor, const ir::Box& box, const ir:
   return Intern(std::move(c));
 }
 
+ContribId ContribStore::EvenShare(ir::TensorId tensor, const ir::Box& box,
+                                  const ir::ValuePart& part, const std::string& name) {
+  if (part.IsFull()) return kFullContrib;
+  if (part.IsEmpty()) return kZeroContrib;
+  share_names_.try_emplace(tensor, name);
+  Contrib c;
+  c.kind = Contrib::kShare;
+  c.tensor = tensor;
+  c.chunks = {box};
+  c.part = part;
+  c.even = true;
+  return Intern(std::move(c));
+}
+
+std::optional<ContribStore::MemberPart> ContribStore::MemberPartOf(ContribId id) const {
+  const Contrib& c = contribs_[id];
+  switch (c.kind) {
+    case Contrib::kShare: {
+      if (c.part.pieces().size() != 1) return std::nullopt;
+      const ir::ValuePart::Piece& p = c.part.pieces()[0];
+      // [k/n, (k+1)/n): lo and hi over their common denominator n, one apart.
+      const int64_t n = std::lcm(p.lo.den, p.hi.den);
+      if (n <= 0) return std::nullopt;
+      const int64_t lo = p.lo.num * (n / p.lo.den);
+      const int64_t hi = p.hi.num * (n / p.hi.den);
+      if (hi != lo + 1) return std::nullopt;
+      return MemberPart{c.part, n};
+    }
+    case Contrib::kRed: {
+      const Family& f = families_[c.family];
+      if (c.chunks.size() != 1 || f.reduce != ir::ReduceOp::kSum) return std::nullopt;
+      const ir::Box& b = c.chunks[0];
+      std::optional<MemberPart> out;
+      for (size_t d = 0; d < b.size() && d < f.extents.size(); ++d) {
+        if (b[d].begin == 0 && b[d].end == f.extents[d]) continue;
+        const int64_t size = b[d].size();
+        if (out.has_value() || size <= 0 || f.extents[d] % size != 0 || b[d].begin % size != 0) {
+          return std::nullopt;
+        }
+        const int64_t n = f.extents[d] / size;
+        out = MemberPart{ir::ValuePart::Full().Share(b[d].begin / size, n), n};
+      }
+      return out;
+    }
+    case Contrib::kLin: {
+      std::optional<MemberPart> out;
+      for (ContribId p : c.parts) {
+        if (p == kZeroContrib) continue;
+        if (p == kFullContrib) return std::nullopt;
+        std::optional<MemberPart> m = MemberPartOf(p);
+        if (!m.has_value() || (out.has_value() && (out->part != m->part))) return std::nullopt;
+        out = m;
+      }
+      return out;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
 ContribId ContribStore::Scaled(ContribId id, const ir::Rational& factor) {
   if (id == kZeroContrib || id == kBadContrib || factor.IsOne()) return id;
   if (factor.num == 0) return kZeroContrib;
@@ -498,7 +565,7 @@ std::string ContribStore::Describe(ContribId id) const {
       return absl::StrCat(c.factor.ToString(), " times ", Describe(c.base));
     case Contrib::kShare: {
       auto it = share_names_.find(c.tensor);
-      return absl::StrCat("share ", c.part.ToString(), " of '",
+      return absl::StrCat(c.even ? "an even share " : "share ", c.part.ToString(), " of '",
                           it == share_names_.end() ? std::string("?") : it->second, "' ",
                           ir::BoxToString(c.chunks[0]));
     }
@@ -648,7 +715,8 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
     ir::ValuePart part = ir::ValuePart::Empty();
     for (ContribId id : live) {
       const Contrib& c = contribs_[id];
-      if (c.tensor != first.tensor || !(c.chunks[0] == first.chunks[0])) {
+      if (c.tensor != first.tensor || !(c.chunks[0] == first.chunks[0]) ||
+          c.even != first.even) {
         return Failed(FailureClass::kWrongGroup,
                       absl::StrCat("combines ", Describe(live[0]), " with ", Describe(id)),
                       absl::StrCat("one member: ", Example(live[0]), "; another: ", Example(id),
@@ -670,8 +738,9 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
       part = *std::move(u);
     }
     auto it = share_names_.find(first.tensor);
-    return SumResult{true, Share(first.tensor, first.chunks[0], part,
-                                 it == share_names_.end() ? std::string("?") : it->second)};
+    const std::string name = it == share_names_.end() ? std::string("?") : it->second;
+    return SumResult{true, first.even ? EvenShare(first.tensor, first.chunks[0], part, name)
+                                      : Share(first.tensor, first.chunks[0], part, name)};
   }
   if (first.kind == Contrib::kRed) {
     const Family& f = families_[first.family];

@@ -37,6 +37,10 @@ struct Contrib {
   // complete value (checked where the group is produced; see verify/derive.h).
   ir::TensorId tensor = ir::kNoId;
   ir::ValuePart part;
+  // kShare, even: the share of a value each member holds whole, `part` of it (the
+  // part's length times the value), where it meets Partial(avg) pieces in a linear
+  // op (Deriver::AsEvenShares). Even shares add up with even shares alone.
+  bool even = false;
   // kScaled: `factor` times the contribution `base` (never itself scaled, zero or
   // bad; factor never 0 or 1). Scales appear only at the top of a contribution:
   // reductions and linear pieces are made of unscaled parts.
@@ -74,6 +78,17 @@ class ContribStore {
   // empty one kZeroContrib. `name` names the tensor in messages.
   ContribId Share(ir::TensorId tensor, const ir::Box& box, const ir::ValuePart& part,
                   const std::string& name);
+  // An even share (Contrib::kShare, even): `part` of a value held whole.
+  ContribId EvenShare(ir::TensorId tensor, const ir::Box& box, const ir::ValuePart& part,
+                      const std::string& name);
+  // The member's part of a contribution that is one of n equal members' shares of
+  // a sum: a chunk k of n equal chunks of one reduced label, a share [k/n, (k+1)/n),
+  // a linear piece whose operands hold the same one; with n. nullopt otherwise.
+  struct MemberPart {
+    ir::ValuePart part;
+    int64_t members = 0;
+  };
+  std::optional<MemberPart> MemberPartOf(ContribId id) const;
   // `factor` times what `id` holds (zeros stay zeros; a factor of 1 is `id`).
   // kBadContrib when the factor leaves 64 bits.
   ContribId Scaled(ContribId id, const ir::Rational& factor);

@@ -263,6 +263,11 @@ class Deriver {
   // order: then `in_spec_order` gets the task's inputs in the op's order.
   bool CheckOperands(const ir::Task& t, const ir::Op& o, const std::string& item,
                      const std::string& first_op, std::vector<ValueId>* in_spec_order);
+  // Complete operands meeting Partial(avg) pieces in a linear op, read as n times
+  // their even share (EvenShareFactors, verify/homogeneity.h): rewrites `in` and
+  // `factor` of a compute task's operands.
+  void AsEvenShares(ir::OpKind kind, const OpTypes& types, std::vector<Fact>& in,
+                    std::vector<ir::Rational>& factor, const std::vector<char>& zero);
   // For a piece whose attributes differ from `expected` only in factors its output
   // is proportional to (scale's factor) or divisors it is inversely proportional
   // to (a loss's token count): the ratio of its output to the expected piece's.

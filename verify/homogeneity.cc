@@ -161,4 +161,38 @@ PieceScale ScaleOfPiece(ir::OpKind kind, absl::Span<const ir::TensorType> in,
   return result;
 }
 
+EvenShares EvenShareFactors(ir::OpKind kind, absl::Span<const ir::TensorType> in,
+                            absl::Span<const ir::TensorType> out,
+                            absl::Span<const ir::Rational> factor, absl::Span<const char> zero,
+                            absl::Span<const int64_t> members) {
+  EvenShares result;
+  result.factor.assign(factor.begin(), factor.end());
+  result.even.assign(factor.size(), 0);
+  const int n = static_cast<int>(factor.size());
+  if (static_cast<int>(zero.size()) != n || static_cast<int>(members.size()) != n) return result;
+  for (const std::vector<int>& group : LinearGroups(kind, in, out)) {
+    int64_t count = 0;
+    bool whole = false;
+    bool usable = true;
+    for (int i : group) {
+      if (i >= n || zero[i]) continue;
+      if (members[i] == 0 && factor[i].IsOne()) {
+        whole = true;
+      } else if (members[i] > 1 && factor[i] == ir::Rational::Of(members[i], 1) &&
+                 (count == 0 || count == members[i])) {
+        count = members[i];
+      } else {
+        usable = false;
+      }
+    }
+    if (!usable || !whole || count == 0) continue;
+    for (int i : group) {
+      if (i >= n || zero[i] || members[i] != 0) continue;
+      result.factor[i] = ir::Rational::Of(count, 1);
+      result.even[i] = 1;
+    }
+  }
+  return result;
+}
+
 }  // namespace loom::verify

@@ -50,6 +50,25 @@ PieceScale ScaleOfPiece(ir::OpKind kind, absl::Span<const ir::TensorType> in,
                         absl::Span<const ir::TensorType> out,
                         absl::Span<const ir::Rational> factor, absl::Span<const char> zero);
 
+// Partial(avg) pieces meeting values held whole in a linear op (a rank's mean over
+// its columns minus a replicated log-sum-exp; DTensor keeps the result
+// Partial(avg)). `members[i]` is n where operand i holds one of n equal members'
+// shares of a sum (every such operand of a group the same member's), 0 where it
+// holds the complete value, -1 otherwise. In a linear group whose operands that
+// are not zeros are such shares held n times (factor n) and complete values held
+// once, and that has both, each complete value is n times its even share (1/n of
+// it, the member's part): the members' pieces add up to the op on the complete
+// values. Returns the factors with those complete operands' set to n, and which
+// operands they are; `factor` and nothing marked where no group qualifies.
+struct EvenShares {
+  std::vector<ir::Rational> factor;
+  std::vector<char> even;  // operand i is read as n times its even share
+};
+EvenShares EvenShareFactors(ir::OpKind kind, absl::Span<const ir::TensorType> in,
+                            absl::Span<const ir::TensorType> out,
+                            absl::Span<const ir::Rational> factor, absl::Span<const char> zero,
+                            absl::Span<const int64_t> members);
+
 }  // namespace loom::verify
 
 #endif  // LOOM_VERIFY_HOMOGENEITY_H_

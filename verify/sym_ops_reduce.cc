@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/ops/op_attrs.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
 #include "verify/sym_util_b.h"
@@ -101,14 +102,11 @@ Outputs SymSum(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out
   return out;
 }
 
-// The sum divided by the number of reduced elements.
+// The sum divided by the mean's count (ir::ops::MeanCount).
 Outputs SymMean(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
   const SymTensor& a = *in[0];
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(a.shape, attrs));
-  int64_t count = 1;
-  for (int d = 0; d < a.shape.rank(); ++d) {
-    if (reduced[d]) count *= a.shape.dim(d);
-  }
+  LOOM_ASSIGN_OR_RETURN(int64_t count, ir::ops::MeanCount(a.shape, attrs));
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
   if (count == 0 && !out[0].data.empty()) {
     // The reference divides 0 by 0 here; a NaN has no term.

@@ -497,16 +497,12 @@ cudaError_t LaunchTranspose(const DeviceTensor& src, const RankArray& perm,
 }
 
 cudaError_t LaunchReduce(ReduceKind kind, const DeviceTensor& src, uint32_t reduced_dims,
-                         const DeviceTensor& dst, cudaStream_t stream) {
+                         int64_t mean_count, const DeviceTensor& dst, cudaStream_t stream) {
   if (src.f64 != dst.f64) return cudaErrorInvalidValue;
   const ReduceGeom g = MakeReduceGeom(src, reduced_dims);
   if (g.num_out != dst.size()) return cudaErrorInvalidValue;
   if (g.num_out == 0) return cudaSuccess;
-  // The divisor of a mean, multiplied up in double as the reference does.
-  double count = 1.0;
-  for (int d = 0; d < src.rank; ++d) {
-    if ((reduced_dims >> d) & 1u) count *= static_cast<double>(src.dims[d]);
-  }
+  const double count = static_cast<double>(mean_count);
   return src.f64 ? EnqueueReduceKind<double>(kind, src, g, count, dst, stream)
                  : EnqueueReduceKind<float>(kind, src, g, count, dst, stream);
 }

@@ -62,10 +62,11 @@ enum class ReduceKind {
 // reduction is shorter than a few thousand elements, each output element sums its
 // inputs in row-major order, exactly as the reference does; longer reductions
 // over the innermost dim are split across a block and combined in a fixed tree
-// order (deterministic, but rounded in a different order). A mean over zero
+// order (deterministic, but rounded in a different order). A mean divides by
+// `mean_count` (ir::ops::MeanCount; the others ignore it); a mean over zero
 // elements is 0/0 (NaN), as in the reference.
 cudaError_t LaunchReduce(ReduceKind kind, const DeviceTensor& src, uint32_t reduced_dims,
-                         const DeviceTensor& dst, cudaStream_t stream);
+                         int64_t mean_count, const DeviceTensor& dst, cudaStream_t stream);
 
 // dst = the largest value of `src` along `dim` (dim removed). Sequential
 // semantics: the running maximum starts at the first element and is replaced

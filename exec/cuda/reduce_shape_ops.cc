@@ -191,7 +191,12 @@ absl::Status RunReduce(OpKind kind, ReduceKind reduce, const AttrMap& attrs,
     return absl::InternalError(absl::StrCat(ir::OpKindName(kind), ": output ", DimsString(y),
                                             " does not match the reduction of ", DimsString(a)));
   }
-  return LaunchStatus(LaunchReduce(reduce, a, mask, y, ctx.stream), kind);
+  int64_t mean_count = 1;
+  if (reduce == ReduceKind::kMean) {
+    ir::Shape shape(std::vector<int64_t>(a.dims, a.dims + a.rank));
+    LOOM_ASSIGN_OR_RETURN(mean_count, ir::ops::MeanCount(shape, attrs));
+  }
+  return LaunchStatus(LaunchReduce(reduce, a, mask, mean_count, y, ctx.stream), kind);
 }
 
 // max(a) and max_grad(a, dy): `dim` of a, which must have an element along it.

@@ -11,6 +11,7 @@
 #include "absl/types/span.h"
 #include "ir/attributes.h"
 #include "ir/graph.h"
+#include "ir/shape.h"
 
 namespace loom::ir::ops {
 
@@ -44,6 +45,12 @@ struct AttentionDims {
 };
 absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const TensorType> in,
                                                const AttrMap& attrs);
+
+// The number mean(a) {dims, count?} divides its sum by: `count` where set (at least
+// 1: a piece of a mean over a split dim divides by the whole op's count, a rank's
+// local mean by its own), else the number of elements it reduces (the product of
+// the dims of `input` that `dims` names). Checks `dims` as the reduction does.
+absl::StatusOr<int64_t> MeanCount(const Shape& input, const AttrMap& attrs);
 
 }  // namespace loom::ir::ops
 

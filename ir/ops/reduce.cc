@@ -1,6 +1,8 @@
 // Reductions and softmax. Reduced dims are removed from the result (no keepdim). A sum
 // may be split along a reduced dim into partial sums and a max into partial maxima; a
-// mean and a softmax axis may not. The losses built on them live in loss.cc.
+// mean too, into partial sums, each piece dividing by the whole op's count (its
+// `count` attribute); a softmax axis may not. The losses built on them live in
+// loss.cc.
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/op_attrs.h"
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
 #include "ir/ops/reduce_util.h"
@@ -84,6 +87,18 @@ double ReducedCount(const Shape& shape, const std::vector<bool>& reduced) {
   return count;
 }
 
+// The count a mean divides by (ops::MeanCount), from its checked reduced dims.
+absl::StatusOr<int64_t> MeanDivisor(const Shape& shape, const std::vector<bool>& reduced,
+                                    const AttrMap& attrs) {
+  if (!attrs.Has("count")) return static_cast<int64_t>(ReducedCount(shape, reduced));
+  LOOM_ASSIGN_OR_RETURN(int64_t count, attrs.GetInt("count"));
+  if (count < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'count' is ", count, ", expected at least 1"));
+  }
+  return count;
+}
+
 // For each element of `shape` in row-major order, its flat index in the tensor
 // obtained by removing the dims marked in `reduced`.
 std::vector<int64_t> ProjectIndices(const Shape& shape, const std::vector<bool>& reduced) {
@@ -132,6 +147,14 @@ absl::StatusOr<std::vector<TensorType>> InferReduce(absl::Span<const TensorType>
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
   return std::vector<TensorType>{Like(in[0], KeptDims(in[0].shape, reduced))};
+}
+
+// A mean's `count`, where set, is at least 1.
+absl::StatusOr<std::vector<TensorType>> InferMean(absl::Span<const TensorType> in,
+                                                  const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<TensorType> out, InferReduce(in, attrs));
+  LOOM_RETURN_IF_ERROR(ops::MeanCount(in[0].shape, attrs).status());
+  return out;
 }
 
 absl::StatusOr<std::vector<TensorType>> InferMax(absl::Span<const TensorType> in,
@@ -199,11 +222,33 @@ absl::StatusOr<DimSignature> SignatureSum(absl::Span<const TensorType> in,
   return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kReduction);
 }
 
-// A partial mean is not a partial sum: the reduced dims may not be split.
+// A piece of a mean over a chunk of its reduced dims, dividing by the whole op's
+// count (ShardAttrsMean), is a partial sum of it: the reduced dims split as a sum's.
 absl::StatusOr<DimSignature> SignatureMean(absl::Span<const TensorType> in,
                                            const AttrMap& attrs) {
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
-  return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kFixed);
+  return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kReduction);
+}
+
+// A piece that holds a chunk of a reduced dim divides by the logical op's count
+// (a mean over the chunk divides by its own: the piece times the ratio, which the
+// verifier reads off the attribute); a piece with every reduced dim whole keeps
+// the op's attributes.
+absl::StatusOr<AttrMap> ShardAttrsMean(const AttrMap& attrs, absl::Span<const TensorType> in,
+                                       absl::Span<const Box> in_boxes,
+                                       absl::Span<const TensorType>, absl::Span<const Box>) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  bool split = false;
+  for (int d = 0; d < in[0].shape.rank(); ++d) {
+    if (!reduced[d] || in_boxes.empty() || static_cast<int>(in_boxes[0].size()) <= d) continue;
+    const Interval& iv = in_boxes[0][d];
+    if (iv.begin != 0 || iv.end != in[0].shape.dim(d)) split = true;
+  }
+  if (!split) return attrs;
+  LOOM_ASSIGN_OR_RETURN(int64_t count, ops::MeanCount(in[0].shape, attrs));
+  AttrMap piece = attrs;
+  piece.Set("count", count);
+  return piece;
 }
 
 // A max over a piece of `dim` is a partial maximum: the label max-reduces.
@@ -264,11 +309,8 @@ absl::Status KernelSum(absl::Span<const HostTensor* const> in, const AttrMap& at
 absl::Status KernelMean(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                         absl::Span<HostTensor> out) {
   LOOM_RETURN_IF_ERROR(KernelSum(in, attrs, out));
-  const HostTensor& a = *in[0];
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced,
-                        ReducedDims(TensorType{a.shape, a.dtype}, attrs));
-  double count = ReducedCount(a.shape, reduced);
-  for (double& x : out[0].data) x /= count;
+  LOOM_ASSIGN_OR_RETURN(int64_t count, ops::MeanCount(in[0]->shape, attrs));
+  for (double& x : out[0].data) x /= static_cast<double>(count);
   return absl::OkStatus();
 }
 
@@ -414,9 +456,9 @@ Grads GradMean(GradBuilder& b) {
     return std::vector<std::optional<TensorId>>{dy};  // a mean over no dims is the identity
   }
   LOOM_ASSIGN_OR_RETURN(TensorId spread, BroadcastToInput(b, dy, reduced, "mean_grad_spread"));
-  double count = ReducedCount(in.shape, reduced);
+  LOOM_ASSIGN_OR_RETURN(int64_t count, ops::MeanCount(in.shape, b.op().attrs));
   // A reduction over an empty dim leaves no elements to scale; avoid an infinite factor.
-  double factor = count > 0 ? 1.0 / count : 0.0;
+  double factor = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
   LOOM_ASSIGN_OR_RETURN(TensorId dx, b.Emit1(OpKind::kScale, {spread}, {{"factor", factor}},
                                              b.GradName(0)));
   return std::vector<std::optional<TensorId>>{dx};
@@ -463,8 +505,10 @@ void RegisterReduceOps(SchemaTable& table) {
       "max(a) {dim} -> largest value along dim (dim removed; split, partial maxima)");
   reg(OpKind::kMaxGrad, InferMaxGrad, SignatureMaxGrad, KernelMaxGrad, FlopsPerInput<1>,
       nullptr, "max_grad(a, dy) {dim} -> dy at the first argmax along dim, 0 elsewhere");
-  reg(OpKind::kMean, InferReduce, SignatureMean, KernelMean, FlopsMean, GradMean,
-      "mean(a) {dims} -> a averaged over dims (dims removed)");
+  reg(OpKind::kMean, InferMean, SignatureMean, KernelMean, FlopsMean, GradMean,
+      "mean(a) {dims, count?} -> the sum of a over dims (dims removed) divided by count "
+      "(default: the elements it sums; split, partial sums of the whole op's count)",
+      ShardAttrsMean);
   reg(OpKind::kSoftmax, InferLastDim, SignatureLastDimFixed, KernelSoftmax, Flops<5>,
       GradFromOutput<OpKind::kSoftmaxGrad>, "softmax(x) over the last dim");
   reg(OpKind::kSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelSoftmaxGrad,
@@ -475,4 +519,13 @@ void RegisterReduceOps(SchemaTable& table) {
       FlopsPerInput<2>, GradSumSquares, "sum_squares(a) -> scalar sum of a^2");
 }
 
+namespace ops {
+
+absl::StatusOr<int64_t> MeanCount(const Shape& input, const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced,
+                        ReducedDims(TensorType{input, DType::kF32}, attrs));
+  return MeanDivisor(input, reduced, attrs);
+}
+
+}  // namespace ops
 }  // namespace loom::ir

@@ -72,6 +72,35 @@ HostTensor NaiveSoftmax(const HostTensor& x) {
 // ---- sum and mean ----------------------------------------------------------------------
 
 // Reduced dims are removed; summing every dim gives a scalar; no dims is the identity.
+// A mean's `count` replaces the number it divides by; it must be at least 1.
+TEST(ReduceOpsTest, MeanDividesByItsCountWhereSet) {
+  std::mt19937_64 rng(3);
+  HostTensor a = Random({2, 3}, rng);
+  auto out = RunOp(OpKind::kMean, {a}, {{"dims", Ints{1}}, {"count", int64_t{6}}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NEAR((*out)[0][i], (a[3 * i] + a[3 * i + 1] + a[3 * i + 2]) / 6.0, 1e-12);
+  }
+  EXPECT_EQ(InferError(OpKind::kMean, {F64({2, 3})}, {{"dims", Ints{1}}, {"count", int64_t{0}}}),
+            "attribute 'count' is 0, expected at least 1");
+}
+
+// A piece holding a chunk of a reduced dim divides by the whole op's count (a
+// partial sum of the mean); a piece with the reduced dims whole keeps the attributes.
+TEST(ReduceOpsTest, APieceOfAMeanOverAChunkDividesByTheWholeCount) {
+  const OpSchema& schema = GetOpSchema(OpKind::kMean);
+  ASSERT_NE(schema.shard_attrs, nullptr);
+  const AttrMap attrs{{"dims", Ints{1}}};
+  const std::vector<TensorType> in = {F64({4, 6})};
+  const std::vector<TensorType> out = {F64({4})};
+  auto chunk = schema.shard_attrs(attrs, in, {Box{{0, 4}, {3, 6}}}, out, {Box{{0, 4}}});
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  EXPECT_EQ(chunk->ToString(), "{count=6, dims=[1]}");
+  auto rows = schema.shard_attrs(attrs, in, {Box{{0, 2}, {0, 6}}}, out, {Box{{0, 2}}});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->ToString(), "{dims=[1]}");
+}
+
 TEST(ReduceOpsTest, SumRemovesReducedDims) {
   auto out = InferOutputTypes(OpKind::kSum, {F64({2, 3, 4})}, {{"dims", Ints{0, -1}}});
   ASSERT_TRUE(out.ok()) << out.status();
@@ -143,12 +172,13 @@ TEST(ReduceOpsTest, MeanDividesSumByReducedCount) {
   ExpectAllNear((*out)[0], want, 1e-12);
 }
 
-// sum marks reduced labels as reductions; mean fixes them (a partial mean is no sum).
-TEST(ReduceOpsTest, SumReducesButMeanFixesReducedLabels) {
+// sum and mean mark reduced labels as reductions (a piece of a mean divides by the
+// whole op's count: a partial sum).
+TEST(ReduceOpsTest, SumAndMeanReduceTheirReducedLabels) {
   EXPECT_EQ(Signature(OpKind::kSum, {F64({2, 3, 4})}, {{"dims", Ints{0, 2}}}),
             "d0 d1 d2 -> d1 | d0:reduce d2:reduce");
   EXPECT_EQ(Signature(OpKind::kMean, {F64({2, 3, 4})}, {{"dims", Ints{-2}}}),
-            "d0 d1 d2 -> d0 d2 | d1:fixed");
+            "d0 d1 d2 -> d0 d2 | d1:reduce");
   EXPECT_EQ(Signature(OpKind::kSum, {F64({2, 3})}, {{"dims", Ints{}}}), "d0 d1 -> d0 d1");
 }
 

@@ -57,5 +57,31 @@ TEST(HomogeneityTest, EveryGroupScalesItsOutputsOnTheReferenceKernels) {
   EXPECT_GT(checked, 60);
 }
 
+// A complete operand meeting Partial(avg) pieces (one of n equal members' shares
+// held n times) in a linear group is read as n times its even share; one meeting
+// Partial(sum) pieces, shares of another size, or pieces of another group is not.
+TEST(HomogeneityTest, CompleteOperandsMeetingAverageSharesAreEvenShares) {
+  const ir::TensorType row{ir::Shape({4}), ir::DType::kF64};
+  const std::vector<ir::TensorType> in = {row, row};
+  const std::vector<ir::TensorType> out = {row};
+  const ir::Rational two = ir::Rational::Of(2, 1);
+  const ir::Rational one = ir::Rational::One();
+  const std::vector<char> none = {0, 0};
+  EvenShares sub = EvenShareFactors(ir::OpKind::kSub, in, out, {two, one}, none, {2, 0});
+  EXPECT_EQ(sub.factor, (std::vector<ir::Rational>{two, two}));
+  EXPECT_EQ(sub.even, (std::vector<char>{0, 1}));
+  EXPECT_TRUE(ScaleOfPiece(ir::OpKind::kSub, in, out, sub.factor, none).operand < 0);
+  // Partial(sum) pieces (held once): the complete operand stays as it is.
+  EvenShares summed = EvenShareFactors(ir::OpKind::kSub, in, out, {one, one}, none, {2, 0});
+  EXPECT_EQ(summed.even, (std::vector<char>{0, 0}));
+  // Held 4 times, one of 2 members: no average.
+  const ir::Rational four = ir::Rational::Of(4, 1);
+  EvenShares other = EvenShareFactors(ir::OpKind::kSub, in, out, {four, one}, none, {2, 0});
+  EXPECT_EQ(other.factor, (std::vector<ir::Rational>{four, one}));
+  // mul is linear in each operand alone: a complete factor scales nothing.
+  EvenShares mul = EvenShareFactors(ir::OpKind::kMul, in, out, {two, one}, none, {2, 0});
+  EXPECT_EQ(mul.even, (std::vector<char>{0, 0}));
+}
+
 }  // namespace
 }  // namespace loom::verify

@@ -13,6 +13,17 @@ FULL = ((Fraction(0), Fraction(1)),)
 EMPTY = ()
 
 
+def members_of(part):
+    """n where `part` is one of n equal shares ([k/n, (k+1)/n)), else None."""
+    if len(part) != 1:
+        return None
+    lo, hi = part[0]
+    width = hi - lo
+    if width <= 0 or width.numerator != 1 or (lo / width).denominator != 1:
+        return None
+    return width.denominator if width.denominator > 1 else None
+
+
 def share(part, k, n):
     """Share k of n of `part`: every interval cut into n equal ones, the k-th kept."""
     out = []

@@ -29,6 +29,7 @@ program and lowers all ranks together.
 """
 
 import dataclasses
+import math
 from fractions import Fraction
 
 import torch
@@ -58,6 +59,20 @@ from loom.torch.spec_index import (ANY, _FUNCTIONAL_COLLECTIVES, FoldedVar, Spec
 aten = torch.ops.aten
 
 _FILLS_LIKE = (aten.ones_like.default, aten.zeros_like.default)
+
+
+def _mean_count(S, op, x, attrs):
+    """A rank's mean over fewer elements than the step's op `op` averages (its piece
+    of a dim DTensor splits: a Partial(avg) value): the attributes with the count it
+    divides by, and the piece's multiple of its share of the step's mean (the
+    step's count over the rank's). The attributes as they are, and 1, otherwise."""
+    spec_dims = S.dims(op["inputs"][0])
+    dims = attrs.get("dims", list(range(len(x.dims))))
+    mine = math.prod(x.dims[d] for d in dims)
+    theirs = op["attrs"].get("count", math.prod(spec_dims[d] for d in dims))
+    if mine == theirs or not mine:
+        return attrs, 1
+    return {**attrs, "count": mine}, Fraction(theirs, mine)
 
 
 # ---------------------------------------------------------------------------------
@@ -140,8 +155,12 @@ class RankLowering(RankCollectives, Lowering):
             whole = self._whole_broadcast(index, op, inputs, attrs, tensors, outs)
             if whole is not None:
                 return whole
+        if kind == "mean":
+            attrs, ratio = _mean_count(self.S, op, inputs[0], attrs)
         implied = implied_claims(self.S, index, inputs, tensors, [d for _, d in outs],
                                  self.free_box)
+        if kind == "mean" and ratio != 1:
+            implied = [dataclasses.replace(c, scale=c.scale * ratio) for c in implied]
         if kind == "scale" and attrs.get("factor") != op["attrs"].get("factor"):
             # The step's scale by another factor (a loss divided by the world size,
             # which is 1 on one device): the piece times their ratio.

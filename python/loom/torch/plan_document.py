@@ -114,6 +114,24 @@ def _interval_part(begin, end, extent):
     return ((Fraction(begin, extent), Fraction(end, extent)),) if extent else C.FULL
 
 
+def _members(inputs):
+    """Per input, what verify/homogeneity.h's EvenShareFactors reads: n where it
+    claims one of n equal members' shares of a sum (the first such input's part;
+    another part: -1), 0 where it claims the complete value, -1 otherwise."""
+    out, first = [], None
+    for v in inputs:
+        part = v.claim.part
+        n = C.members_of(part) if v.claim.combine == "sum" else None
+        if part == C.FULL:
+            out.append(0)
+        elif n is not None and (first is None or part == first):
+            first = part
+            out.append(n)
+        else:
+            out.append(-1)
+    return out
+
+
 def implied_claims(S, index, inputs, out_tensor_ids, out_dims=None, free_box=None):
     """The claims of the outputs of a piece of spec op `index` whose inputs hold
     `inputs` (PValues), by the op's partition signature: each output dim takes the
@@ -146,7 +164,7 @@ def implied_claims(S, index, inputs, out_tensor_ids, out_dims=None, free_box=Non
                 part, combine = v.claim.part, v.claim.combine
                 break
     scale = S.scale_of(index, [v.claim.scale for v in inputs],
-                       [v.claim.part == C.EMPTY for v in inputs])
+                       [v.claim.part == C.EMPTY for v in inputs], _members(inputs))
     out = []
     for k, labels in enumerate(sig["outputs"]):
         dims = S.dims(op["outputs"][k])

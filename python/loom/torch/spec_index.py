@@ -352,11 +352,12 @@ class SpecIndex:
                     return m
         return None
 
-    def scale_of(self, index, factors, zeros):
+    def scale_of(self, index, factors, zeros, members=()):
         """The factor a piece of spec op `index` holds when its operands hold
-        `factors` (Fractions; `zeros`: operands holding zeros), by the op's
-        homogeneity (verify/homogeneity.h, through the bindings); 1 where the op is
-        not proportional to a scaled operand (the verifier says so there)."""
+        `factors` (Fractions; `zeros`: operands holding zeros; `members`: what
+        EvenShareFactors reads, plan_document._members), by the op's homogeneity
+        (verify/homogeneity.h, through the bindings); 1 where the op is not
+        proportional to a scaled operand (the verifier says so there)."""
         op = self.g.ops[index]
         # A piece of a fill with 0 is zeros, whatever its factor.
         zeros = [z or self.zero_fill(n) for z, n in zip(zeros, op["inputs"])]
@@ -365,7 +366,7 @@ class SpecIndex:
         types = [(list(self.g.types[n][1]), self.g.types[n][0]) for n in op["inputs"]]
         r = loom.scale_of_piece(op["kind"], types, op["attrs"],
                                 [(f.numerator, f.denominator) for f in factors],
-                                [bool(z) for z in zeros])
+                                [bool(z) for z in zeros], list(members))
         if "factor" not in r:
             return Fraction(1)
         return Fraction(*r["factor"])

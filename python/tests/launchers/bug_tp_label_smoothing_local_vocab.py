@@ -23,7 +23,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, pa
 
 import tiny
 
-EXPECT = {"verdict": "not equivalent", "cls": "wrong_shard"}
+EXPECT = {"verdict": "not equivalent", "cls": "missing_reduction"}
 
 mesh = {"tp": 2}
 model = tiny.builder()
