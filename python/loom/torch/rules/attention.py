@@ -1,4 +1,7 @@
-"""Scaled dot-product attention and its backward."""
+"""Scaled dot-product attention and its backward, in every kernel torch dispatches
+F.scaled_dot_product_attention to: the CPU's flash kernel, and on GPUs the flash,
+memory-efficient and cuDNN kernels (their random-number state and sequence-length
+outputs carry nothing without dropout; Loom refuses dropout)."""
 
 import math
 
@@ -12,8 +15,6 @@ aten = torch.ops.aten
 
 # ---- scaled dot-product attention ----------------------------------------------------
 
-_SDPA = (aten._scaled_dot_product_flash_attention_for_cpu.default,)
-_SDPA_BACKWARD = (aten._scaled_dot_product_flash_attention_for_cpu_backward.default,)
 
 
 def _heads_second(L, x):
@@ -58,14 +59,10 @@ def _attention_attrs(L, mask_node, q, k, dropout_p, is_causal, attn_mask, scale)
             "scale": float(scale) if scale is not None else 1.0 / math.sqrt(d)}
 
 
-@rule(*_SDPA)
-def _sdpa(L, node, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None,
-          **kwargs):
-    """torch's scaled dot-product attention on the CPU ([b, h, s, d] operands, GQA when
-    q has more heads than k and v): Loom's attention on the heads-second layout; its
-    log-sum-exp only feeds the backward, which recomputes it."""
-    attrs = _attention_attrs(L, _arg_node(node, 5, "attn_mask"), q, k, dropout_p, is_causal,
-                             attn_mask, scale)
+def _attention(L, node, q, k, v, attrs):
+    """Loom's attention on torch's [b, h, s, d] operands (GQA when q has more heads
+    than k and v): the output, and the statistics only its backward reads (which
+    recomputes them)."""
     dtype, dims = _out_n(node, 0)
     b, h, s, dv = dims
     out = L.emit("attention", [_heads_second(L, q), _heads_second(L, k), _heads_second(L, v)],
@@ -74,15 +71,78 @@ def _sdpa(L, node, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scal
     return [o, ("attention_stat", node)]
 
 
-@rule(*_SDPA_BACKWARD)
-def _sdpa_backward(L, node, dout, q, k, v, out, logsumexp, dropout_p=0.0, is_causal=False,
-                   attn_mask=None, scale=None, **kwargs):
+def _attention_grad(L, node, dout, q, k, v, logsumexp, attrs):
     if not (isinstance(logsumexp, tuple) and logsumexp[0] == "attention_stat"):
         L.unsupported("attention backward of statistics not from the attention's forward")
-    attrs = _attention_attrs(L, _arg_node(node, 8, "attn_mask"), q, k, dropout_p, is_causal,
-                             attn_mask, scale)
     qs, ks, vs, ds = (_heads_second(L, x) for x in (q, k, v, dout))
     grads = L.emit_n("attention_grad", [qs, ks, vs, ds], attrs,
                      [(qs.dtype, qs.dims), (ks.dtype, ks.dims), (vs.dtype, vs.dims)])
     return [L.emit("transpose", [g], {"perm": [0, 2, 1, 3]}, _out_n(node, i))
             for i, g in enumerate(grads)]
+
+
+def _unused(node, count):
+    """Outputs no op reads without dropout (random-number state, sequence lengths)."""
+    return [("attention_unused", node)] * count
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _sdpa(L, node, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """The CPU's kernel, an attention mask optional."""
+    attrs = _attention_attrs(L, _arg_node(node, 5, "attn_mask"), q, k, dropout_p, is_causal,
+                             attn_mask, scale)
+    return _attention(L, node, q, k, v, attrs)
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _sdpa_backward(L, node, dout, q, k, v, out, logsumexp, dropout_p=0.0, is_causal=False,
+                   attn_mask=None, scale=None):
+    attrs = _attention_attrs(L, _arg_node(node, 8, "attn_mask"), q, k, dropout_p, is_causal,
+                             attn_mask, scale)
+    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs)
+
+
+@rule(aten._scaled_dot_product_flash_attention.default)
+def _sdpa_flash(L, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False,
+                scale=None):
+    """The GPU's flash kernel: no mask."""
+    attrs = _attention_attrs(L, None, q, k, dropout_p, is_causal, None, scale)
+    return _attention(L, node, q, k, v, attrs) + _unused(node, 7)
+
+
+@rule(aten._scaled_dot_product_flash_attention_backward.default)
+def _sdpa_flash_backward(L, node, dout, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+                         max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
+    attrs = _attention_attrs(L, None, q, k, dropout_p, is_causal, None, scale)
+    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs)
+
+
+@rule(aten._scaled_dot_product_efficient_attention.default,
+      aten._scaled_dot_product_cudnn_attention.default)
+def _sdpa_efficient(L, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0,
+                    is_causal=False, return_debug_mask=False, scale=None):
+    """The GPU's memory-efficient and cuDNN kernels: an additive bias optional."""
+    attrs = _attention_attrs(L, _arg_node(node, 3, "attn_bias"), q, k, dropout_p, is_causal,
+                             attn_bias, scale)
+    extra = 2 if node.target is aten._scaled_dot_product_efficient_attention.default else 7
+    return _attention(L, node, q, k, v, attrs) + _unused(node, extra)
+
+
+@rule(aten._scaled_dot_product_efficient_attention_backward.default)
+def _sdpa_efficient_backward(L, node, dout, q, k, v, attn_bias, out, logsumexp, philox_seed,
+                             philox_offset, dropout_p, grad_input_mask, is_causal=False,
+                             scale=None):
+    attrs = _attention_attrs(L, _arg_node(node, 4, "attn_bias"), q, k, dropout_p, is_causal,
+                             attn_bias, scale)
+    if len(grad_input_mask) > 3 and grad_input_mask[3]:
+        L.unsupported("the gradient of an attention bias (Loom's attention takes none)")
+    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs) + _unused(node, 1)
+
+
+@rule(aten._scaled_dot_product_cudnn_attention_backward.default)
+def _sdpa_cudnn_backward(L, node, dout, q, k, v, out, logsumexp, philox_seed, philox_offset,
+                         attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                         scale=None):
+    attrs = _attention_attrs(L, _arg_node(node, 8, "attn_bias"), q, k, dropout_p, is_causal,
+                             attn_bias, scale)
+    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs)
