@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -286,6 +287,34 @@ ValuePart ValuePart::Share(int64_t k, int64_t n) const {
   }
   out.pieces_ = Canonical(std::move(out.pieces_));
   return out;
+}
+
+ValuePart ValuePart::Refine(const Rational& lo, const Rational& hi) const {
+  // a + (b - a) x for x = lo, hi, over 128 bits.
+  auto at = [](const Piece& p, const Rational& x) {
+    const Int128 den = static_cast<Int128>(p.lo.den) * p.hi.den * x.den;
+    const Int128 a = static_cast<Int128>(p.lo.num) * p.hi.den * x.den;
+    const Int128 width =
+        static_cast<Int128>(p.hi.num) * p.lo.den - static_cast<Int128>(p.lo.num) * p.hi.den;
+    return Normalize128(a + width * x.num, den);
+  };
+  const Int128 lo_x = static_cast<Int128>(lo.num) * hi.den;
+  const Int128 hi_x = static_cast<Int128>(hi.num) * lo.den;
+  if (lo.num < 0 || lo_x > hi_x || hi.num > hi.den || lo.den <= 0 || hi.den <= 0) return Empty();
+  if (lo_x == hi_x) return Empty();
+  ValuePart out;
+  for (const Piece& p : pieces_) out.pieces_.push_back({at(p, lo), at(p, hi)});
+  out.pieces_ = Canonical(std::move(out.pieces_));
+  return out;
+}
+
+std::optional<int64_t> ValuePart::EqualShareCount() const {
+  if (pieces_.size() != 1) return std::nullopt;
+  const Piece& p = pieces_[0];
+  const int64_t n = std::lcm(p.lo.den, p.hi.den);
+  if (n <= 1) return std::nullopt;
+  if (p.hi.num * (n / p.hi.den) != p.lo.num * (n / p.lo.den) + 1) return std::nullopt;
+  return n;
 }
 
 bool ValuePart::IsFull() const {

@@ -91,6 +91,11 @@ class ValuePart {
   static ValuePart Empty();
   // The k-th of n equal refinements of every piece.
   ValuePart Share(int64_t k, int64_t n) const;
+  // The fraction [lo, hi) of every piece (a reduction split again along another of
+  // its dims); 0 <= lo <= hi <= 1, else empty.
+  ValuePart Refine(const Rational& lo, const Rational& hi) const;
+  // n where the part is one of n > 1 equal shares of the whole, [k/n, (k+1)/n).
+  std::optional<int64_t> EqualShareCount() const;
   bool IsFull() const;
   bool IsEmpty() const { return pieces_.empty(); }
   bool Disjoint(const ValuePart& o) const;

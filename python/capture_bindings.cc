@@ -199,6 +199,52 @@ void DefineCaptureFunctions(py::module_& m, void (*raise)(const absl::Status&)) 
       "one, -1 otherwise, so that complete inputs meeting Partial(avg) pieces count as "
       "n times their even share): {'factor': (num, den)}, or {'operand': i, 'why': ...} "
       "where the op is not proportional to scaled input i (verify/homogeneity.h).");
+  // Value parts (ir/plan.h ValuePart) as lists of pieces ((lo_num, lo_den), (hi_num,
+  // hi_den)): the front end's claims refine them here, as the verifier reads them.
+  using Piece = std::pair<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>;
+  auto to_part = [](const std::vector<Piece>& pieces) {
+    ir::ValuePart part = ir::ValuePart::Empty();
+    for (const auto& [lo, hi] : pieces) {
+      if (lo.second <= 0 || hi.second <= 0) throw py::value_error("a bound with denominator <= 0");
+      const ir::ValuePart piece = ir::ValuePart::Full().Refine(ir::Rational::Of(lo.first, lo.second),
+                                                               ir::Rational::Of(hi.first, hi.second));
+      auto joined = part.Union(piece);
+      if (!joined.ok()) throw py::value_error(std::string(joined.status().message()));
+      part = *std::move(joined);
+    }
+    return part;
+  };
+  auto from_part = [](const ir::ValuePart& part) {
+    std::vector<Piece> out;
+    for (const ir::ValuePart::Piece& p : part.pieces()) {
+      out.push_back({{p.lo.num, p.lo.den}, {p.hi.num, p.hi.den}});
+    }
+    return out;
+  };
+  m.def(
+      "value_part_share",
+      [to_part, from_part](const std::vector<Piece>& part, int64_t k, int64_t n) {
+        return from_part(to_part(part).Share(k, n));
+      },
+      py::arg("part"), py::arg("k"), py::arg("n"),
+      "Share k of n of a value part: every piece cut into n equal ones, the k-th kept.");
+  m.def(
+      "value_part_refine",
+      [to_part, from_part](const std::vector<Piece>& part, std::pair<int64_t, int64_t> lo,
+                           std::pair<int64_t, int64_t> hi) {
+        if (lo.second <= 0 || hi.second <= 0) throw py::value_error("a bound with denominator <= 0");
+        return from_part(to_part(part).Refine(ir::Rational::Of(lo.first, lo.second),
+                                              ir::Rational::Of(hi.first, hi.second)));
+      },
+      py::arg("part"), py::arg("lo"), py::arg("hi"),
+      "The fraction [lo, hi) of every piece of a value part.");
+  m.def(
+      "value_part_equal_shares",
+      [to_part](const std::vector<Piece>& part) -> std::optional<int64_t> {
+        return to_part(part).EqualShareCount();
+      },
+      py::arg("part"),
+      "n where the value part is one of n > 1 equal shares of the whole, else None.");
   m.def(
       "collective_meaning",
       [check](const std::string& kind_name, const std::string& reduce_name, int64_t members,

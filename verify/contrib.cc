@@ -1,7 +1,6 @@
 #include "verify/contrib.h"
 
 #include <algorithm>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -450,15 +449,9 @@ std::optional<ContribStore::MemberPart> ContribStore::MemberPartOf(ContribId id)
   const Contrib& c = contribs_[id];
   switch (c.kind) {
     case Contrib::kShare: {
-      if (c.part.pieces().size() != 1) return std::nullopt;
-      const ir::ValuePart::Piece& p = c.part.pieces()[0];
-      // [k/n, (k+1)/n): lo and hi over their common denominator n, one apart.
-      const int64_t n = std::lcm(p.lo.den, p.hi.den);
-      if (n <= 0) return std::nullopt;
-      const int64_t lo = p.lo.num * (n / p.lo.den);
-      const int64_t hi = p.hi.num * (n / p.hi.den);
-      if (hi != lo + 1) return std::nullopt;
-      return MemberPart{c.part, n};
+      const std::optional<int64_t> n = c.part.EqualShareCount();
+      if (!n.has_value()) return std::nullopt;
+      return MemberPart{c.part, *n};
     }
     case Contrib::kRed: {
       const Family& f = families_[c.family];

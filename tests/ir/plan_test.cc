@@ -89,6 +89,32 @@ TEST(ValuePartTest, ShareRefinesEveryPiece) {
   EXPECT_EQ(p.pieces()[0].hi, Rational::Of(1, 1));
 }
 
+// Refine(lo, hi) keeps the fraction [lo, hi) of every piece; Share(k, n) is
+// Refine(k/n, (k+1)/n).
+TEST(ValuePartTest, RefineKeepsAFractionOfEveryPiece) {
+  EXPECT_EQ(ValuePart::Full().Refine(Rational::Of(1, 4), Rational::Of(3, 4)).ToString(),
+            "[1/4,3/4)");
+  EXPECT_EQ(Part("[0,1/4)+[1/2,3/4)").Refine(Rational::Of(1, 2), Rational::Of(1, 1)).ToString(),
+            "[1/8,1/4)+[5/8,3/4)");
+  EXPECT_EQ(Part("[1/3,2/3)").Refine(Rational::Of(1, 3), Rational::Of(2, 3)),
+            Part("[1/3,2/3)").Share(1, 3));
+  EXPECT_TRUE(ValuePart::Full().Refine(Rational::Of(1, 2), Rational::Of(1, 2)).IsEmpty());
+  EXPECT_TRUE(ValuePart::Full().Refine(Rational::Of(3, 4), Rational::Of(1, 4)).IsEmpty());
+  EXPECT_TRUE(ValuePart::Full().Refine(Rational::Of(0, 1), Rational::Of(5, 4)).IsEmpty());
+}
+
+// EqualShareCount: n for one of n equal shares of the whole, none otherwise.
+TEST(ValuePartTest, EqualShareCountNamesTheMembers) {
+  EXPECT_EQ(Part("[1/2,1)").EqualShareCount(), 2);
+  EXPECT_EQ(Part("[1/4,1/2)").EqualShareCount(), 4);
+  EXPECT_EQ(ValuePart::Full().Share(2, 3).EqualShareCount(), 3);
+  EXPECT_FALSE(ValuePart::Full().EqualShareCount().has_value());
+  EXPECT_FALSE(Part("[1/4,3/4)").EqualShareCount().has_value());
+  EXPECT_FALSE(Part("[0,1/4)+[1/2,3/4)").EqualShareCount().has_value());
+  EXPECT_EQ(Part("[1/3,1/2)").EqualShareCount(), 6);  // [2/6, 3/6)
+  EXPECT_FALSE(Part("[1/4,2/3)").EqualShareCount().has_value());
+}
+
 // Union merges adjacent pieces, keeps gaps and refuses overlapping parts.
 TEST(ValuePartTest, UnionMergesAdjacentAndRejectsOverlap) {
   const ValuePart full = ValuePart::Full();

@@ -7,36 +7,44 @@ partition signature implies for a value torch says nothing about.
 """
 
 import dataclasses
+import functools
 from fractions import Fraction
+
+import loom
 
 FULL = ((Fraction(0), Fraction(1)),)
 EMPTY = ()
 
 
+def _pieces(part):
+    return [((lo.numerator, lo.denominator), (hi.numerator, hi.denominator)) for lo, hi in part]
+
+
+def _part(pieces):
+    return tuple((Fraction(*lo), Fraction(*hi)) for lo, hi in pieces)
+
+
+@functools.lru_cache(maxsize=4096)
 def members_of(part):
-    """n where `part` is one of n equal shares ([k/n, (k+1)/n)), else None."""
-    if len(part) != 1:
-        return None
-    lo, hi = part[0]
-    width = hi - lo
-    if width <= 0 or width.numerator != 1 or (lo / width).denominator != 1:
-        return None
-    return width.denominator if width.denominator > 1 else None
+    """n where `part` is one of n > 1 equal shares ([k/n, (k+1)/n)), else None
+    (ir::ValuePart::EqualShareCount, through the bindings)."""
+    return loom.value_part_equal_shares(_pieces(part))
 
 
+@functools.lru_cache(maxsize=4096)
 def share(part, k, n):
-    """Share k of n of `part`: every interval cut into n equal ones, the k-th kept."""
-    out = []
-    for lo, hi in part:
-        step = (hi - lo) / n
-        out.append((lo + k * step, lo + (k + 1) * step))
-    return tuple(out)
+    """Share k of n of `part`: every interval cut into n equal ones, the k-th kept
+    (ir::ValuePart::Share, through the bindings)."""
+    return _part(loom.value_part_share(_pieces(part), int(k), int(n)))
 
 
+@functools.lru_cache(maxsize=4096)
 def refine(part, lo, hi):
     """The fraction [lo, hi) of every interval of `part` (a reduction split again
-    along another of its dims)."""
-    return tuple((a + lo * (b - a), a + hi * (b - a)) for a, b in part)
+    along another of its dims; ir::ValuePart::Refine, through the bindings)."""
+    lo, hi = Fraction(lo), Fraction(hi)
+    return _part(loom.value_part_refine(_pieces(part), (lo.numerator, lo.denominator),
+                                        (hi.numerator, hi.denominator)))
 
 
 def part_text(part):
