@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "ir/graph.h"
 #include "ir/plan.h"
-#include "ir/text_format.h"
+#include "tests/verify/hand_plan_testutil.h"
 #include "verify/verify.h"
 
 namespace loom::verify {
@@ -19,6 +19,9 @@ namespace {
 using ir::Box;
 using ir::Rational;
 using ir::ValueId;
+using testing::Failures;
+using testing::HandPlan;
+using testing::VerifyHandPlan;
 
 // The mean of each row of x over its 6 columns, then its exponential.
 constexpr char kSpec[] = R"(
@@ -39,74 +42,30 @@ struct Options {
 
 // Tensors: x 0, m 1, e 2. Ops: mean 0, exp 1. Device d holds columns [3d, 3d + 3).
 ir::Plan ColumnSplitMean(const Options& o) {
-  ir::Plan plan;
-  plan.mesh = ir::Mesh({ir::MeshAxis{"tp", 2}});
-  auto value = [&](int64_t device, ir::TensorId tensor, Box box, const std::string& part,
-                   Rational scale) {
-    ir::PlanValue v;
-    v.id = static_cast<ValueId>(plan.values.size());
-    v.device = device;
-    v.sub = ir::SubTensor{tensor, std::move(box)};
-    v.sub.part = *ir::ValuePart::Parse(part);
-    v.sub.scale = scale;
-    v.dtype = ir::DType::kF64;
-    plan.values.push_back(std::move(v));
-    return plan.values.back().id;
-  };
-  auto task = [&](int64_t device, ir::OpId op, ir::OpKind kind, std::vector<ValueId> in,
-                  std::vector<ValueId> out, ir::AttrMap attrs) {
-    ir::Task t;
-    t.id = static_cast<int>(plan.tasks.size());
-    t.op = op;
-    t.kind = kind;
-    t.attrs = std::move(attrs);
-    t.device = device;
-    t.inputs = std::move(in);
-    t.outputs = std::move(out);
-    plan.tasks.push_back(std::move(t));
-  };
+  HandPlan b(ir::Mesh({ir::MeshAxis{"tp", 2}}));
   ir::Collective reduce;
   reduce.id = 0;
   reduce.reduce = o.reduce;
   reduce.devices = {0, 1};
   for (int64_t d = 0; d < 2; ++d) {
-    const ValueId x = value(d, 0, Box{{0, 4}, {3 * d, 3 * d + 3}}, "full", Rational::One());
-    const ValueId m = value(d, 1, Box{{0, 4}}, d == 0 ? "[0,1/2)" : "[1/2,1)", o.claim);
-    task(d, 0, ir::OpKind::kMean, {x}, {m},
-         ir::AttrMap({{"dims", std::vector<int64_t>{1}}, {"count", o.count}}));
+    const ValueId x = b.Value(d, 0, Box{{0, 4}, {3 * d, 3 * d + 3}}, "full");
+    const ValueId m = b.Value(d, 1, Box{{0, 4}}, d == 0 ? "[0,1/2)" : "[1/2,1)", o.claim);
+    b.Task(d, 0, ir::OpKind::kMean, {x}, {m},
+           ir::AttrMap({{"dims", std::vector<int64_t>{1}}, {"count", o.count}}));
     reduce.inputs.push_back(m);
   }
+  for (int64_t d = 0; d < 2; ++d) reduce.outputs.push_back(b.Value(d, 1, Box{{0, 4}}, "full"));
+  b.plan.collectives.push_back(reduce);
   for (int64_t d = 0; d < 2; ++d) {
-    reduce.outputs.push_back(value(d, 1, Box{{0, 4}}, "full", Rational::One()));
+    const ValueId e = b.Value(d, 2, Box{{0, 4}}, "full");
+    b.Task(d, 1, ir::OpKind::kExp, {reduce.outputs[d]}, {e});
+    b.plan.outputs.push_back(reduce.outputs[d]);
+    b.plan.outputs.push_back(e);
   }
-  plan.collectives.push_back(reduce);
-  for (int64_t d = 0; d < 2; ++d) {
-    const ValueId e = value(d, 2, Box{{0, 4}}, "full", Rational::One());
-    task(d, 1, ir::OpKind::kExp, {reduce.outputs[d]}, {e}, ir::AttrMap());
-    plan.outputs.push_back(reduce.outputs[d]);
-    plan.outputs.push_back(e);
-  }
-  return plan;
+  return std::move(b.plan);
 }
 
-VerifyReport VerifyPlan(const ir::Plan& plan) {
-  auto spec = ir::ParseGraph(kSpec, "row_mean.loom");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  const absl::Status valid = ir::ValidatePlan(*spec, plan);
-  EXPECT_TRUE(valid.ok()) << valid;
-  VerifyOptions options;
-  options.threads = 1;
-  auto report = Verify(*spec, plan, options);
-  EXPECT_TRUE(report.ok()) << report.status();
-  return report.ok() ? *report : VerifyReport{};
-}
-
-std::string Failures(const VerifyReport& r) {
-  std::string s;
-  for (const Failure& f : r.failures) s += FailureClassName(f.cls) + ": " + f.message + "\n";
-  for (const Undecided& u : r.undecided) s += "undecided: " + u.reason + "\n";
-  return s;
-}
+VerifyReport VerifyPlan(const ir::Plan& plan) { return VerifyHandPlan(kSpec, plan); }
 
 TEST(MeanPiecesTest, EachDevicesMeanOfItsColumnsAveragedIsTheMean) {
   const VerifyReport r = VerifyPlan(ColumnSplitMean({}));
@@ -163,66 +122,31 @@ struct CenteredOptions {
 
 // Tensors: x 0, r 1, m 2, d 3. Ops: mean 0, sub 1.
 ir::Plan CenteredColumnSplitMean(const CenteredOptions& o) {
-  ir::Plan plan;
-  plan.mesh = ir::Mesh({ir::MeshAxis{"tp", 2}});
-  auto value = [&](int64_t device, ir::TensorId tensor, Box box, const std::string& part,
-                   Rational scale) {
-    ir::PlanValue v;
-    v.id = static_cast<ValueId>(plan.values.size());
-    v.device = device;
-    v.sub = ir::SubTensor{tensor, std::move(box)};
-    v.sub.part = *ir::ValuePart::Parse(part);
-    v.sub.scale = scale;
-    v.dtype = ir::DType::kF64;
-    plan.values.push_back(std::move(v));
-    return plan.values.back().id;
-  };
-  auto task = [&](int64_t device, ir::OpId op, ir::OpKind kind, std::vector<ValueId> in,
-                  std::vector<ValueId> out, ir::AttrMap attrs) {
-    ir::Task t;
-    t.id = static_cast<int>(plan.tasks.size());
-    t.op = op;
-    t.kind = kind;
-    t.attrs = std::move(attrs);
-    t.device = device;
-    t.inputs = std::move(in);
-    t.outputs = std::move(out);
-    plan.tasks.push_back(std::move(t));
-  };
+  HandPlan b(ir::Mesh({ir::MeshAxis{"tp", 2}}));
   ir::Collective reduce;
   reduce.id = 0;
   reduce.reduce = o.reduce;
   reduce.devices = {0, 1};
   for (int64_t d = 0; d < 2; ++d) {
     const std::string half = d == 0 ? "[0,1/2)" : "[1/2,1)";
-    const ValueId x = value(d, 0, Box{{0, 4}, {3 * d, 3 * d + 3}}, "full", Rational::One());
-    const ValueId r = value(d, 1, Box{{0, 4}}, "full", Rational::One());
-    const ValueId m = value(d, 2, Box{{0, 4}}, half, o.claim);
-    task(d, 0, ir::OpKind::kMean, {x}, {m},
-         ir::AttrMap({{"dims", std::vector<int64_t>{1}}, {"count", o.count}}));
-    const ValueId diff = value(d, 3, Box{{0, 4}}, half, o.claim);
-    task(d, 1, ir::OpKind::kSub, {m, r}, {diff}, ir::AttrMap());
+    const ValueId x = b.Value(d, 0, Box{{0, 4}, {3 * d, 3 * d + 3}}, "full");
+    const ValueId r = b.Value(d, 1, Box{{0, 4}}, "full");
+    const ValueId m = b.Value(d, 2, Box{{0, 4}}, half, o.claim);
+    b.Task(d, 0, ir::OpKind::kMean, {x}, {m},
+           ir::AttrMap({{"dims", std::vector<int64_t>{1}}, {"count", o.count}}));
+    const ValueId diff = b.Value(d, 3, Box{{0, 4}}, half, o.claim);
+    b.Task(d, 1, ir::OpKind::kSub, {m, r}, {diff});
     reduce.inputs.push_back(diff);
   }
   for (int64_t d = 0; d < 2; ++d) {
-    reduce.outputs.push_back(value(d, 3, Box{{0, 4}}, "full", Rational::One()));
-    plan.outputs.push_back(reduce.outputs.back());
+    reduce.outputs.push_back(b.Value(d, 3, Box{{0, 4}}, "full"));
+    b.plan.outputs.push_back(reduce.outputs.back());
   }
-  plan.collectives.push_back(reduce);
-  return plan;
+  b.plan.collectives.push_back(reduce);
+  return std::move(b.plan);
 }
 
-VerifyReport VerifyCentered(const ir::Plan& plan) {
-  auto spec = ir::ParseGraph(kCenteredSpec, "centered_row_mean.loom");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  const absl::Status valid = ir::ValidatePlan(*spec, plan);
-  EXPECT_TRUE(valid.ok()) << valid;
-  VerifyOptions options;
-  options.threads = 1;
-  auto report = Verify(*spec, plan, options);
-  EXPECT_TRUE(report.ok()) << report.status();
-  return report.ok() ? *report : VerifyReport{};
-}
+VerifyReport VerifyCentered(const ir::Plan& plan) { return VerifyHandPlan(kCenteredSpec, plan); }
 
 TEST(MeanPiecesTest, AReplicatedValueSubtractedFromEachMeanAveragesToTheDifference) {
   const VerifyReport r = VerifyCentered(CenteredColumnSplitMean({}));

@@ -15,6 +15,7 @@
 #include "ir/plan.h"
 #include "ir/plan_json.h"
 #include "ir/text_format.h"
+#include "tests/verify/hand_plan_testutil.h"
 #include "verify/verify.h"
 
 namespace loom::verify {
@@ -23,6 +24,9 @@ namespace {
 using ir::Box;
 using ir::Rational;
 using ir::ValueId;
+using testing::Failures;
+using testing::HandPlan;
+using testing::VerifyHandPlan;
 
 // The mean over 4 rows of x (a count n of 4 rows, given), then its exponential.
 constexpr char kSpec[] = R"(
@@ -46,39 +50,9 @@ struct Options {
   Rational divided_claim[2] = {Rational::Of(2, 1), Rational::Of(2, 1)};
 };
 
-class PlanBuilder {
- public:
-  ValueId Value(int64_t device, ir::TensorId tensor, Box box, const std::string& part,
-                Rational scale = Rational::One()) {
-    ir::PlanValue v;
-    v.id = static_cast<ValueId>(plan.values.size());
-    v.device = device;
-    v.sub = ir::SubTensor{tensor, std::move(box)};
-    v.sub.part = *ir::ValuePart::Parse(part);
-    v.sub.scale = scale;
-    v.dtype = ir::DType::kF64;
-    plan.values.push_back(std::move(v));
-    return plan.values.back().id;
-  }
-  void Task(int64_t device, ir::OpId op, ir::OpKind kind, std::vector<ValueId> in,
-            std::vector<ValueId> out, ir::AttrMap attrs = {}) {
-    ir::Task t;
-    t.id = static_cast<int>(plan.tasks.size());
-    t.op = op;
-    t.kind = kind;
-    t.attrs = std::move(attrs);
-    t.device = device;
-    t.inputs = std::move(in);
-    t.outputs = std::move(out);
-    plan.tasks.push_back(std::move(t));
-  }
-  ir::Plan plan;
-};
-
 // Tensors: x 0, n 1, s 2, m 3, e 4. Ops: sum 0, div_scalar 1, exp 2.
 ir::Plan DataParallelMean(const Options& o) {
-  PlanBuilder b;
-  b.plan.mesh = ir::Mesh({ir::MeshAxis{"dp", 2}});
+  HandPlan b(ir::Mesh({ir::MeshAxis{"dp", 2}}));
   ir::Collective reduce;
   reduce.id = 0;
   reduce.reduce = o.reduce;
@@ -116,24 +90,7 @@ ir::Plan DataParallelMean(const Options& o) {
   return std::move(b.plan);
 }
 
-VerifyReport VerifyPlan(const ir::Plan& plan) {
-  auto spec = ir::ParseGraph(kSpec, "mean.loom");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  const absl::Status valid = ir::ValidatePlan(*spec, plan);
-  EXPECT_TRUE(valid.ok()) << valid;
-  VerifyOptions options;
-  options.threads = 1;
-  auto report = Verify(*spec, plan, options);
-  EXPECT_TRUE(report.ok()) << report.status();
-  return report.ok() ? *report : VerifyReport{};
-}
-
-std::string Failures(const VerifyReport& r) {
-  std::string s;
-  for (const Failure& f : r.failures) s += FailureClassName(f.cls) + ": " + f.message + "\n";
-  for (const Undecided& u : r.undecided) s += "undecided: " + u.reason + "\n";
-  return s;
-}
+VerifyReport VerifyPlan(const ir::Plan& plan) { return VerifyHandPlan(kSpec, plan); }
 
 TEST(ScaledLineageTest, EachRanksMeanAveragedIsTheMean) {
   const VerifyReport r = VerifyPlan(DataParallelMean({}));
