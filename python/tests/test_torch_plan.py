@@ -1,6 +1,8 @@
 """loom.torch's plan: the per-rank programs torch.distributed runs, proved
 equivalent to the model's step, and run by Loom's CPU executor."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -346,3 +348,17 @@ def test_tensor_data_and_pipeline_parallelism_together_are_proved():
     assert report.verdict == "proved equivalent", report.summary()
     assert report.loom_report.schedule_checked
     assert executor_difference(report) < 1e-10
+
+
+def test_at_real_size_the_fake_model_proves_and_refutes_what_the_real_one_does():
+    # fake=True: the model and everything it computes are fake, the batch real (what
+    # the loss reads off it, a token count, is a constant on one device and on the
+    # ranks alike). A Hugging Face model under tp2 with its own loss is proved; a
+    # SUM all-reduce never divided is refuted, as with real tensors.
+    import ground_truth
+    for launcher, verdict in (("hf_llama_tp.py", "proved equivalent"),
+                              ("ddp_step_sum_no_divide.py", "not equivalent")):
+        names = ground_truth.load(os.path.join(ground_truth.LAUNCHER_DIR, launcher))
+        report = loom.torch.verify(fake=True, **{k: names[k] for k in ground_truth.VERIFY_NAMES
+                                                 if k in names})
+        assert report.verdict == verdict, report.summary()

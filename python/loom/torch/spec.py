@@ -69,16 +69,20 @@ def capture_step(model, inputs, loss, optimizer, *, fake=False, name=None, model
                  train_step=None, moe_groups=1):
     """Captures one training step of the model `model()` builds on the batch
     `inputs()`: loss(output) is the loss, optimizer(params) builds the torch.optim
-    optimizer. With fake=True nothing is allocated (real sizes): the model, the
-    batch and every value are FakeTensors. With `train_step`,
+    optimizer. With fake=True nothing is allocated (real sizes): the model and every
+    value it computes are FakeTensors; the batch is real. With `train_step`,
     the user's own step (train_step.py) on the whole batch, in a world of one process.
     `moe_groups`: the routing groups of its mixture-of-experts blocks (moe.py: the
     data-parallel ranks')."""
+    with _one_process_world():
+        # The batch is data, real even at real size, as each rank's is
+        # (distributed.trace_rank): what the step reads off it (a token count) is a
+        # constant on one device as on the ranks.
+        batch = inputs()
     with _one_process_world(), maybe_fake(fake):
         module = model_instance if model_instance is not None else model()
         if not isinstance(module, torch.nn.Module):
             raise CaptureError(f"model() gave a {type(module).__name__}, not a torch.nn.Module")
-        batch = inputs()
         opt = optimizer(list(module.parameters()))
         trace = trace_step(module, batch, loss, opt, fake=fake, optimizer_site=site_of(optimizer),
                            train_step=train_step, moe_groups=moe_groups)
