@@ -88,8 +88,9 @@ def _spec_scaling_of(R, image, factor):
     product's node, its op, the rank's factor over the step's), preferring the
     one of the same factor; None where the step makes none, or several of other
     factors."""
+    lowered = R.S.L.env.get(image)
     found = []
-    for y in image.users:
+    for y in image.users if lowered is not None else ():
         if y.op == "call_function" and y.target in (aten.div.Tensor, aten.mul.Tensor) and \
                 len(y.args) == 2 and y.args[0] is image and \
                 isinstance(y.args[1], (int, float)) and not isinstance(y.args[1], bool) and \
@@ -97,7 +98,7 @@ def _spec_scaling_of(R, image, factor):
             index = R.S.L.node_ops[y][0]
             op = R.S.g.ops[index]
             if len(op["inputs"]) == 1 and len(op["outputs"]) == 1 and \
-                    op["inputs"][0] == R.S.L.env[image].name:
+                    op["inputs"][0] == getattr(lowered, "name", None):
                 found.append((y, index, factor / _factor_of(y)))
     same = [f for f in found if f[2] == 1]
     if same or len(found) == 1:
