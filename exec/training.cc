@@ -1,5 +1,7 @@
 #include "exec/training.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -231,7 +233,67 @@ std::vector<ValueId> GradientValues(const ir::Graph& spec, const ir::Plan& plan)
   return out;
 }
 
+std::string Gib(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= double(int64_t{1} << 30)) return absl::StrFormat("%.1f GiB", b / (int64_t{1} << 30));
+  if (b >= double(int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / (int64_t{1} << 20));
+  return absl::StrFormat("%.1f KiB", b / 1024);
+}
+
+// What the run needs at least, known before it allocates: the step's inputs held
+// on the host (parameters, optimizer states and a batch, 8 bytes a value; twice
+// with the check, whose reference keeps its own copy) and, on the CPU backend,
+// whose devices are this process's threads, every device's predicted peak.
+absl::Status CheckHostMemory(const ir::Graph& spec, const Program& program,
+                             const Backend& backend, const TrainOptions& options) {
+  const int64_t limit =
+      options.host_memory_bytes > 0 ? options.host_memory_bytes : AvailableHostMemory();
+  if (limit <= 0) return absl::OkStatus();
+  double state = 0;
+  for (TensorId id : spec.InputIds()) {
+    state += 8.0 * static_cast<double>(spec.tensor(id).shape.num_elements());
+  }
+  if (options.check) state *= 2;
+  double devices = 0;
+  if (backend.name() == "cpu") {
+    for (const DeviceProgram& d : program.devices) devices += static_cast<double>(d.peak_bytes);
+  }
+  const double need = state + devices;
+  if (need <= static_cast<double>(limit)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the run needs at least ", Gib(static_cast<int64_t>(need)), " of host memory (the step's "
+      "parameters, optimizer states and batch: ", Gib(static_cast<int64_t>(state)),
+      options.check ? ", twice for the check" : "",
+      backend.name() == "cpu"
+          ? absl::StrCat("; the devices' predicted peaks: ", Gib(static_cast<int64_t>(devices)))
+          : "",
+      "), more than the ", Gib(limit),
+      options.host_memory_bytes > 0
+          ? " it may use (--memory)"
+          : " this machine has available (a plan at its tiny size, --tiny, runs here)"));
+}
+
 }  // namespace
+
+int64_t AvailableHostMemory() {
+  int64_t available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      break;
+    }
+  }
+  struct rlimit as;
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    const int64_t cap = static_cast<int64_t>(as.rlim_cur);
+    available = available > 0 ? std::min(available, cap) : cap;
+  }
+  return available;
+}
 
 absl::StatusOr<TrainReport> RunTraining(const ir::Graph& spec, const ir::Plan& plan,
                                         Backend& backend, const TrainOptions& options) {
@@ -249,6 +311,7 @@ absl::StatusOr<TrainReport> RunTraining(const ir::Graph& spec, const ir::Plan& p
   if (options.check) lower.keep = GradientValues(spec, *source);
   LOOM_ASSIGN_OR_RETURN(Program program, LowerPlan(spec, *source, lower));
   expanded.reset();
+  LOOM_RETURN_IF_ERROR(CheckHostMemory(spec, program, backend, options));
 
   const int64_t bound = SmallestVocabulary(spec).value_or(2);
   absl::flat_hash_map<std::string, int64_t> int_bounds;

@@ -42,7 +42,15 @@ struct TrainOptions {
   bool check = false;
   std::string data_path;  // int32 token ids; empty: synthetic
   ir::DType precision = ir::DType::kF32;  // the backend's
+  // Host memory the run may use; 0: what this machine has available (MemAvailable,
+  // and the address-space limit when one is set). A run whose need, known once the
+  // plan is lowered, exceeds it is refused before it allocates (ResourceExhausted).
+  int64_t host_memory_bytes = 0;
 };
+
+// Host memory available to this process: MemAvailable of /proc/meminfo, at most the
+// address-space limit (RLIMIT_AS); 0 when neither can be read.
+int64_t AvailableHostMemory();
 
 struct StepReport {
   double loss = 0;

@@ -11,7 +11,10 @@
 
 namespace loom::ir {
 
-// The first candidate within two edits of `name`, or containing it, or contained in
+// Levenshtein distance: the insertions, deletions and substitutions from a to b.
+int EditDistance(absl::string_view a, absl::string_view b);
+
+// The nearest candidate (by edits; the first of equals) within two edits of `name`, or containing it, or contained in
 // it; nullopt when there is none.
 std::optional<std::string> ClosestName(absl::string_view name,
                                        absl::Span<const std::string> candidates);

@@ -259,6 +259,7 @@ void FillModel(const DeviceCosts& costs, const std::map<std::pair<int, int>, dou
     unit = std::max({unit, longest / bound, slowest_lag / bound});
   }
   out.seconds_per_unit = unit;
+  out.bytes_per_memory_unit = cost.bytes_per_memory_unit;
   std::vector<Block>& blocks = out.model.blocks;
   for (size_t b = 0; b < blocks.size(); ++b) {
     blocks[b].span = std::max<int64_t>(1, std::llround(out.costs[b].seconds / unit));

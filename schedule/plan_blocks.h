@@ -98,6 +98,7 @@ struct BlockCost {
 struct PlanBlocks {
   BlockModel model;
   double seconds_per_unit = 0;  // the time unit used for spans and lags
+  int64_t bytes_per_memory_unit = 0;  // the memory unit (CostModel's)
   int microbatches = 1;
   std::vector<BlockCost> costs;  // per block
   // Per task / collective of the plan given to BlocksFromPlan: its block id (the

@@ -108,10 +108,10 @@ absl::Status CheckLoop(absl::string_view schedule, const Chains& c) {
 
 absl::Status CheckSplit(absl::string_view schedule, const Chains& c, bool want) {
   if (c.split == want) return absl::OkStatus();
-  return Unfit(schedule, want ? "needs a split backward (I and W blocks; StageCosts."
-                                "backward_weight > 0)"
-                              : "needs an unsplit backward (B blocks; StageCosts."
-                                "backward_weight = 0)");
+  return Unfit(schedule, want ? "needs a split backward (input- and weight-gradient blocks: "
+                                "a weight-gradient cost W > 0, --costs F,B,W)"
+                              : "needs an unsplit backward (one backward block per stage: "
+                                "--costs F,B, or W = 0)");
 }
 
 // The schedule running `program`, a full backward expanded to I then W when split.

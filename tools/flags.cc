@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ir/name_suggestion.h"
 
 namespace loom::tools {
 
@@ -53,7 +54,16 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     }
     const Flag* flag = Find(name);
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", name, "'"));
+      std::vector<std::string> names;
+      for (const Flag& f : flags_) names.push_back(f.name);
+      std::optional<std::string> meant = ir::ClosestName(name, names);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag '", name, "'",
+          meant.has_value() ? absl::StrCat(" (did you mean '", *meant, "'?)") : ""));
+    }
+    if (values_.count(flag->name) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag '", flag->name, "' given twice (give each flag once)"));
     }
     if (flag->value_name.empty()) {
       if (value.has_value()) {
@@ -200,6 +210,7 @@ int ExitCodeFor(const absl::Status& status) {
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists:
     case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kResourceExhausted:  // the input does not fit what is there
       return kExitBadInput;
     default:
       return kExitFailure;

@@ -749,9 +749,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const ExecOptions& options)
   int gpus = 0;
   const cudaError_t err = cudaGetDeviceCount(&gpus);
   if (err != cudaSuccess || gpus == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "the CUDA backend needs a GPU: ",
-        err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device is visible"));
+    return absl::UnavailableError(absl::StrCat("the CUDA backend needs a GPU: ",
+                                               NoGpuReason(err, gpus), " (--backend cpu runs "
+                                               "the plan without one)"));
   }
   LOOM_ASSIGN_OR_RETURN(std::optional<LaunchEnv> env, LaunchEnvFromEnvironment());
   std::unique_ptr<TcpStore> store;
@@ -808,8 +808,9 @@ absl::StatusOr<std::vector<HostTensor>> RunTask(const ir::Task& task,
   ExecOptions options;
   options.precision = precision;
   int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-    return absl::UnavailableError("the CUDA backend needs a GPU");
+  if (const cudaError_t err = cudaGetDeviceCount(&gpus); err != cudaSuccess || gpus == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("the CUDA backend needs a GPU: ", NoGpuReason(err, gpus)));
   }
   CudaBackend single(options, gpus, nullptr);
   Backend* backend = &single;

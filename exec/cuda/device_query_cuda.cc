@@ -1,7 +1,10 @@
 // Device queries through the CUDA runtime and NCCL.
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
+
+#include <cstdlib>
 
 #include <vector>
 
@@ -13,11 +16,33 @@ extern "C" int LoomCudaSmoke(int n, float value, float* host_out);
 
 namespace loom::exec::cuda {
 
+std::string NoGpuReason(int cuda_error, int count) {
+  const auto err = static_cast<cudaError_t>(cuda_error);
+  if (err == cudaSuccess && count == 0) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return visible != nullptr
+               ? absl::StrCat("no CUDA GPU is visible (CUDA_VISIBLE_DEVICES='", visible, "')")
+               : "no CUDA GPU on this machine";
+  }
+  if (err == cudaErrorNoDevice) return "no CUDA GPU on this machine";
+  if (err == cudaErrorInsufficientDriver) {
+    // The runtime says this both when the driver is old and when there is none.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) {
+      return "no NVIDIA driver on this machine (libcuda.so.1 is not installed)";
+    }
+    dlclose(driver);
+    return absl::StrCat("the NVIDIA driver is older than the CUDA runtime Loom was built with (",
+                        cudaGetErrorString(err), "): update the driver");
+  }
+  return cudaGetErrorString(err);
+}
+
 absl::StatusOr<int> DeviceCount() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat("no CUDA device: ", cudaGetErrorString(err)));
+    return absl::UnavailableError(NoGpuReason(err, count));
   }
   return count;
 }

@@ -23,6 +23,10 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunTask(const ir::Task& task,
                                                     absl::Span<const ir::HostTensor* const> in,
                                                     ir::DType precision, bool* on_gpu);
 absl::StatusOr<int> DeviceCount();
+// Why no GPU can be used, in the user's words, from what cudaGetDeviceCount
+// returned (its error code, and the count when it succeeded): no driver installed,
+// a driver older than the runtime, no device, none visible.
+std::string NoGpuReason(int cuda_error, int count);
 absl::StatusOr<std::string> NcclVersion();
 absl::Status SmokeTest();
 
