@@ -1,5 +1,6 @@
 #include "api/loom.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "exec/backend.h"
@@ -21,22 +22,90 @@ std::vector<std::string> ListModels() {
   return names;
 }
 
-absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConfig& parallel) {
+namespace {
+
+models::ModelOptions ModelOptionsOf(const ir::PlanStepSource& source) {
+  models::ModelOptions options;
+  options.tiny = source.tiny;
+  options.layers = source.layers;
+  options.batch = source.batch;
+  options.seq = source.seq;
+  options.dtype = ir::ModelDType(source.training.precision);
+  return options;
+}
+
+// The source as given (sizes possibly 0: the configuration's), then as built: the
+// layers are the forward's layer tags, batch and sequence the token input's shape.
+struct Resolved {
+  ir::PlanStepSource source;
+  ir::Graph forward;
+};
+
+absl::StatusOr<Resolved> Resolve(const ModelConfig& model, const ParallelConfig& parallel) {
   if (model.name.empty()) return absl::InvalidArgumentError("missing the model name");
   if (parallel.microbatches < 1) {
     return absl::InvalidArgumentError("microbatches must be at least 1");
   }
-  models::ModelOptions options;
-  options.tiny = model.tiny;
-  options.layers = model.layers;
-  options.batch = model.batch > 0 ? model.batch : parallel.dp;
-  options.seq = model.seq;
-  options.dtype = ir::ModelDType(model.precision);
-  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(model.name, options));
-  ir::TrainingOptions training;
-  training.microbatches = parallel.microbatches;
-  training.precision = model.precision;
-  return ir::BuildTrainingStep(forward, training);
+  if (!(model.max_grad_norm >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_grad_norm must be at least 0, got ", model.max_grad_norm));
+  }
+  Resolved r;
+  ir::PlanStepSource& s = r.source;
+  s.model = model.name;
+  s.tiny = model.tiny;
+  s.layers = model.layers;
+  s.batch = model.batch > 0 ? model.batch : parallel.dp;
+  s.seq = model.seq;
+  s.training.microbatches = parallel.microbatches;
+  s.training.precision = model.precision;
+  s.training.max_grad_norm = model.max_grad_norm;
+  LOOM_ASSIGN_OR_RETURN(r.forward, models::BuildForward(model.name, ModelOptionsOf(s)));
+  int max_layer = -1;
+  for (const ir::Op& op : r.forward.ops()) max_layer = std::max(max_layer, op.info.layer);
+  if (s.layers == 0) s.layers = max_layer + 1;
+  for (const ir::Tensor& t : r.forward.tensors()) {
+    if (t.role != ir::TensorRole::kInput || t.shape.rank() != 2) continue;
+    s.batch = t.shape.dim(0);
+    s.seq = t.shape.dim(1);
+    break;
+  }
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConfig& parallel) {
+  LOOM_ASSIGN_OR_RETURN(Resolved r, Resolve(model, parallel));
+  return ir::BuildTrainingStep(r.forward, r.source.training);
+}
+
+absl::StatusOr<ir::PlanStepSource> StepSourceOf(const ModelConfig& model,
+                                                const ParallelConfig& parallel) {
+  LOOM_ASSIGN_OR_RETURN(Resolved r, Resolve(model, parallel));
+  return r.source;
+}
+
+absl::StatusOr<ir::Graph> BuildStep(const ir::PlanStepSource& source) {
+  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(source.model, ModelOptionsOf(source)));
+  return ir::BuildTrainingStep(forward, source.training);
+}
+
+absl::StatusOr<ir::Plan> MakePlan(const ModelConfig& model, const ParallelConfig& parallel) {
+  LOOM_ASSIGN_OR_RETURN(Resolved r, Resolve(model, parallel));
+  LOOM_ASSIGN_OR_RETURN(ir::Graph step, ir::BuildTrainingStep(r.forward, r.source.training));
+  LOOM_ASSIGN_OR_RETURN(ir::Plan plan, MakePlan(step, parallel));
+  plan.step = std::move(r.source);
+  return plan;
+}
+
+absl::StatusOr<ir::Graph> StepOfPlan(const ir::Plan& plan) {
+  if (!plan.step.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan of '", plan.model, "' does not record the step it was made from (made before "
+        "plans carried it); give the model and its sizes"));
+  }
+  return BuildStep(*plan.step);
 }
 
 transform::Strategy StrategyOf(const ParallelConfig& parallel) {

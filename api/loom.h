@@ -45,6 +45,8 @@ struct ModelConfig {
   // kBf16: Megatron-LM's --bf16 step (bf16 parameters and activations; f32 main
   // gradients, master weights and Adam moments; ir::BuildTrainingStep).
   ir::Precision precision = ir::Precision::kFp32;
+  // Global gradient-norm clipping threshold (Megatron-LM's --clip-grad); 0: none.
+  double max_grad_norm = 1.0;
 };
 
 struct ParallelConfig {
@@ -64,19 +66,48 @@ struct ParallelConfig {
 struct TrainConfig {
   ModelConfig model;
   ParallelConfig parallel;
+  // The configuration's keys that do not shape the step (learning rates, data,
+  // logging, the architecture, which is the zoo model's), as written: named, so
+  // that none is dropped silently.
+  std::vector<std::string> ignored;
+  // The keys it read, by Megatron-LM's names ("clip_grad", "tensor_model_parallel_size").
+  std::vector<std::string> read;
 };
 
 // Reads a Megatron-style YAML training configuration (docs/python.md lists the
 // keys): tensor/pipeline/data/expert parallel sizes, virtual pipeline size,
 // sequence_parallel, micro_batch_size and global_batch_size, recompute
 // settings, use_distributed_optimizer, num_layers, seq_length, bf16 (fp16: true
-// is refused: not supported), NeMo's trainer.precision, and the Loom model name
-// (`loom_model`, or a string `model`). Keys may sit at the top level or under a
-// `model:` map, as NeMo writes them. Unknown keys are ignored; a key of the wrong
-// type, an inconsistent batch or conflicting precisions is an error naming the
-// file and key.
+// is refused: not supported), clip_grad, NeMo's trainer.precision, and the Loom
+// model name (`loom_model`, or a string `model`). Keys may sit at the top level,
+// under a `model:` map, as NeMo writes them, or under `MODEL_ARGS:`, and be spelled
+// with underscores or dashes (`tensor-model-parallel-size`, `--bf16`) as
+// Megatron-LM's own YAML files spell them. Every key is accounted for
+// (api/config_settings.h): read, refused when Loom does not model it, named in
+// TrainConfig::ignored when it does not shape the step; an unknown key whose name
+// speaks of a plan's shape is refused with the key it resembles. A key of the
+// wrong type, an inconsistent batch or conflicting precisions is an error naming
+// the file, line and key.
 absl::StatusOr<TrainConfig> ParseTrainConfig(const std::string& yaml, const std::string& origin);
+// A YAML file, or a DeepSpeed JSON file (by its .json name).
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
+
+// A Megatron-LM command line, as pretrain_gpt.py is launched: its arguments
+// (`--tensor-model-parallel-size 8 --bf16 ...`), optionally after the launcher
+// (`torchrun --nproc_per_node 8 --nnodes 64 pretrain_gpt.py ...`, whose sizes give
+// the job's devices); a `--deepspeed_config FILE` it names is read too
+// (Megatron-DeepSpeed). Quotes and backslash line continuations as a shell reads
+// them; lines starting with # are comments.
+absl::StatusOr<TrainConfig> ParseMegatronArgs(const std::string& args, const std::string& origin);
+absl::StatusOr<TrainConfig> LoadMegatronArgs(const std::string& path);
+
+// A DeepSpeed JSON configuration: train_batch_size, train_micro_batch_size_per_gpu,
+// gradient_accumulation_steps (the data-parallel size is what they leave),
+// zero_optimization.stage, bf16.enabled, fp16.enabled (refused), gradient_clipping
+// (DeepSpeed's default: none), optimizer.type, pipeline.stages,
+// tensor_parallel.autotp_size. The model is not in the file: give it (--model).
+absl::StatusOr<TrainConfig> ParseDeepSpeedConfig(const std::string& json,
+                                                 const std::string& origin);
 
 // The model zoo's names, in order.
 std::vector<std::string> ListModels();
@@ -87,6 +118,19 @@ absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConf
 
 // The distributed plan of `step` under `parallel`.
 absl::StatusOr<ir::Plan> MakePlan(const ir::Graph& step, const ParallelConfig& parallel);
+
+// What `model` under `parallel` builds, as a plan records it (ir::PlanStepSource:
+// sizes as built, the micro-batches, the optimizer and clipping).
+absl::StatusOr<ir::PlanStepSource> StepSourceOf(const ModelConfig& model,
+                                                const ParallelConfig& parallel);
+// The training step a source describes (BuildStep of the same configuration).
+absl::StatusOr<ir::Graph> BuildStep(const ir::PlanStepSource& source);
+// The plan of `model` under `parallel`, carrying its step: every later step
+// (search, verify, run) rebuilds the step from the plan alone.
+absl::StatusOr<ir::Plan> MakePlan(const ModelConfig& model, const ParallelConfig& parallel);
+// The step a plan records (BuildStep of plan.step); FailedPrecondition naming the
+// plan's model when it records none (a plan written before steps were recorded).
+absl::StatusOr<ir::Graph> StepOfPlan(const ir::Plan& plan);
 
 // The transform's strategy for `parallel` (what MakePlan plans with).
 transform::Strategy StrategyOf(const ParallelConfig& parallel);

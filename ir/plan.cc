@@ -485,8 +485,18 @@ bool operator==(const Factoring& a, const Factoring& b) {
          a.microbatches == b.microbatches;
 }
 
+bool operator==(const PlanStepSource& a, const PlanStepSource& b) {
+  const TrainingOptions& x = a.training;
+  const TrainingOptions& y = b.training;
+  return a.model == b.model && a.tiny == b.tiny && a.layers == b.layers && a.batch == b.batch &&
+         a.seq == b.seq && x.microbatches == y.microbatches && x.optimizer == y.optimizer &&
+         x.lr == y.lr && x.beta1 == y.beta1 && x.beta2 == y.beta2 && x.eps == y.eps &&
+         x.weight_decay == y.weight_decay && x.step == y.step &&
+         x.max_grad_norm == y.max_grad_norm && x.precision == y.precision;
+}
+
 bool operator==(const Plan& a, const Plan& b) {
-  return a.model == b.model && a.mesh == b.mesh && a.values == b.values && a.tasks == b.tasks &&
+  return a.model == b.model && a.step == b.step && a.mesh == b.mesh && a.values == b.values && a.tasks == b.tasks &&
          a.collectives == b.collectives && a.outputs == b.outputs && a.order == b.order &&
          a.factored_order == b.factored_order && a.factoring == b.factoring;
 }

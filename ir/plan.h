@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "ir/attributes.h"
+#include "ir/autodiff.h"
 #include "ir/graph.h"
 #include "ir/op_kind.h"
 #include "ir/shape.h"
@@ -284,8 +285,26 @@ struct Factoring {
   int microbatches = 1;          // copies of the micro-batch-0 work per micro-batch
 };
 
+// The training step a plan was made from: the zoo model and every parameter that
+// shapes its step, so that a command reading the plan rebuilds that very step
+// (api::BuildStep of a source) instead of asking for the flags again. Sizes are as
+// built (never 0 for "the configuration's"). Plans of other origins (a captured
+// torch program, a hand-written plan, plans written before it was recorded) have
+// none.
+struct PlanStepSource {
+  std::string model;  // a zoo model name (loom models)
+  bool tiny = false;
+  int layers = 0;
+  int64_t batch = 0;  // sequences per micro-batch over all replicas
+  int64_t seq = 0;    // tokens per sequence
+  // Micro-batches, optimizer and its settings, clipping threshold, precision.
+  TrainingOptions training;
+};
+bool operator==(const PlanStepSource& a, const PlanStepSource& b);
+
 struct Plan {
   std::string model;  // what it was made from (free text)
+  std::optional<PlanStepSource> step;  // the step it was made from, when recorded
   Mesh mesh;
   std::vector<PlanValue> values;
   std::vector<Task> tasks;

@@ -321,6 +321,7 @@ absl::Status Expander::ExpandOrder() {
 
 absl::StatusOr<Plan> Expander::Run() {
   out_.model = in_.model;
+  out_.step = in_.step;
   out_.mesh = in_.mesh;
   // Counts before allocating: ids are int32.
   auto count = [&](auto items, auto tagged) {

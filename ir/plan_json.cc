@@ -1,5 +1,6 @@
 #include "ir/plan_json.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -146,6 +147,29 @@ void AppendList(std::string* out, absl::string_view key, const std::vector<T>& i
   out->append(last ? "\n" : ",\n");
 }
 
+// The step source as one line; numbers through nlohmann, which writes a double so
+// that it reads back exactly.
+std::string StepSourceJson(const PlanStepSource& s) {
+  const TrainingOptions& t = s.training;
+  OrderedJson j;
+  j["model"] = s.model;
+  j["tiny"] = s.tiny;
+  j["layers"] = s.layers;
+  j["batch"] = s.batch;
+  j["seq"] = s.seq;
+  j["precision"] = std::string(PrecisionName(t.precision));
+  j["microbatches"] = t.microbatches;
+  j["max_grad_norm"] = t.max_grad_norm;
+  j["optimizer"] = std::string(OptimizerKindName(t.optimizer));
+  j["lr"] = t.lr;
+  j["beta1"] = t.beta1;
+  j["beta2"] = t.beta2;
+  j["eps"] = t.eps;
+  j["weight_decay"] = t.weight_decay;
+  j["optimizer_step"] = t.step;
+  return j.dump();
+}
+
 // ---- reading -------------------------------------------------------------------
 
 // Field lookups build their JSON path only when reporting an error.
@@ -178,6 +202,9 @@ class PlanReader : public JsonReader {
   absl::StatusOr<std::string> StringField(const Json& object, const char* key,
                                           absl::string_view item,
                                           std::optional<std::string> fallback = std::nullopt) const;
+  // Finite number field in [lo, hi].
+  absl::StatusOr<double> DoubleField(const Json& object, const char* key, absl::string_view item,
+                                     double lo, double hi) const;
   // Array of ids each in [0, limit).
   absl::StatusOr<std::vector<int32_t>> IdsField(const Json& object, const char* key,
                                                 absl::string_view item, int64_t limit,
@@ -189,6 +216,7 @@ class PlanReader : public JsonReader {
 
   absl::Status ReadMesh(const Json& root, Plan& plan) const;
   absl::Status ReadFactoring(const Json& j, Plan& plan) const;
+  absl::Status ReadStepSource(const Json& j, Plan& plan) const;
   absl::StatusOr<PlanValue> ReadValue(const Json& j, size_t index) const;
   absl::StatusOr<Task> ReadTask(const Json& j, size_t index) const;
   absl::StatusOr<Collective> ReadCollective(const Json& j, size_t index) const;
@@ -235,6 +263,18 @@ absl::StatusOr<std::string> PlanReader::StringField(const Json& object, const ch
   }
   if (!j->is_string()) return Error(At(item, key), "expected a string");
   return j->get<std::string>();
+}
+
+absl::StatusOr<double> PlanReader::DoubleField(const Json& object, const char* key,
+                                               absl::string_view item, double lo,
+                                               double hi) const {
+  LOOM_ASSIGN_OR_RETURN(const Json* j, Require(object, key, item));
+  if (!j->is_number()) return Error(At(item, key), "expected a number");
+  const double v = j->get<double>();
+  if (!(v >= lo && v <= hi)) {
+    return Error(At(item, key), absl::StrCat(v, " is out of range (expected ", lo, "..", hi, ")"));
+  }
+  return v;
 }
 
 absl::StatusOr<std::vector<int32_t>> PlanReader::IdsField(const Json& object, const char* key,
@@ -313,6 +353,54 @@ absl::Status PlanReader::ReadFactoring(const Json& j, Plan& plan) const {
   LOOM_ASSIGN_OR_RETURN(int64_t m, IntField(j, "microbatches", item, 1, kMaxMicrobatches));
   f.microbatches = static_cast<int>(m);
   plan.factoring = f;
+  return absl::OkStatus();
+}
+
+absl::Status PlanReader::ReadStepSource(const Json& j, Plan& plan) const {
+  const std::string item = "step";
+  LOOM_RETURN_IF_ERROR(ExpectObject(j, item));
+  static constexpr const char* kKeys[] = {
+      "model", "tiny", "layers", "batch", "seq", "precision", "microbatches", "max_grad_norm",
+      "optimizer", "lr", "beta1", "beta2", "eps", "weight_decay", "optimizer_step"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), it.key()) == std::end(kKeys)) {
+      return Error(At(item, it.key()), "unknown field of the step (docs/formats.md)");
+    }
+  }
+  PlanStepSource s;
+  TrainingOptions& t = s.training;
+  LOOM_ASSIGN_OR_RETURN(s.model, StringField(j, "model", item));
+  LOOM_ASSIGN_OR_RETURN(s.tiny, BoolField(j, "tiny", item, false));
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, IntField(j, "layers", item, 1, kMaxLayers));
+  s.layers = static_cast<int>(layers);
+  LOOM_ASSIGN_OR_RETURN(s.batch, IntField(j, "batch", item, 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(s.seq, IntField(j, "seq", item, 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(std::string precision, StringField(j, "precision", item));
+  absl::StatusOr<Precision> parsed_precision = ParsePrecision(precision);
+  if (!parsed_precision.ok()) {
+    return Error(At(item, "precision"),
+                 absl::StrCat("expected one of ", PrecisionNames(), ", got \"", precision, "\""));
+  }
+  t.precision = *parsed_precision;
+  LOOM_ASSIGN_OR_RETURN(int64_t microbatches,
+                        IntField(j, "microbatches", item, 1, kMaxMicrobatches));
+  t.microbatches = static_cast<int>(microbatches);
+  LOOM_ASSIGN_OR_RETURN(t.max_grad_norm, DoubleField(j, "max_grad_norm", item, 0, 1e30));
+  LOOM_ASSIGN_OR_RETURN(std::string optimizer, StringField(j, "optimizer", item));
+  absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(optimizer);
+  if (!kind.ok()) {
+    return Error(At(item, "optimizer"),
+                 absl::StrCat("expected adamw or sgd, got \"", optimizer, "\""));
+  }
+  t.optimizer = *kind;
+  LOOM_ASSIGN_OR_RETURN(t.lr, DoubleField(j, "lr", item, 0, 1e30));
+  LOOM_ASSIGN_OR_RETURN(t.beta1, DoubleField(j, "beta1", item, 0, 1));
+  LOOM_ASSIGN_OR_RETURN(t.beta2, DoubleField(j, "beta2", item, 0, 1));
+  LOOM_ASSIGN_OR_RETURN(t.eps, DoubleField(j, "eps", item, 0, 1));
+  LOOM_ASSIGN_OR_RETURN(t.weight_decay, DoubleField(j, "weight_decay", item, 0, 1e30));
+  LOOM_ASSIGN_OR_RETURN(t.step, IntField(j, "optimizer_step", item, 1, int64_t{1} << 40));
+  if (s.model.empty()) return Error(At(item, "model"), "empty model name");
+  plan.step = std::move(s);
   return absl::OkStatus();
 }
 
@@ -562,6 +650,9 @@ absl::StatusOr<Plan> PlanReader::Read(const Json& root) {
   if (const Json* factoring = Find(root, "factoring")) {
     LOOM_RETURN_IF_ERROR(ReadFactoring(*factoring, plan));
   }
+  if (const Json* step = Find(root, "step")) {
+    LOOM_RETURN_IF_ERROR(ReadStepSource(*step, plan));
+  }
   LOOM_ASSIGN_OR_RETURN(const Json* values, Require(root, "values", ""));
   LOOM_RETURN_IF_ERROR(ExpectArray(*values, "values"));
   LOOM_ASSIGN_OR_RETURN(const Json* tasks, Require(root, "tasks", ""));
@@ -617,7 +708,9 @@ std::string PlanToJson(const Plan& plan) {
               200 * plan.collectives.size());
   absl::StrAppend(&out, "{\n  \"format\": \"", kFormatName, "\",\n  \"version\": ",
                   kPlanJsonVersion, ",\n  \"model\": ", JsonString(plan.model),
-                  ",\n  \"mesh\": [");
+                  ",\n");
+  if (plan.step.has_value()) absl::StrAppend(&out, "  \"step\": ", StepSourceJson(*plan.step), ",\n");
+  out.append("  \"mesh\": [");
   for (size_t i = 0; i < plan.mesh.axes().size(); ++i) {
     const MeshAxis& a = plan.mesh.axes()[i];
     absl::StrAppend(&out, i > 0 ? "," : "", "{\"name\":", JsonString(a.name), ",\"size\":", a.size,

@@ -96,7 +96,8 @@ const char* Bool(bool b) { return b ? "True" : "False"; }
 std::string ModelConfigRepr(const ModelConfig& c) {
   return absl::StrCat("ModelConfig(name=", Repr(c.name), ", tiny=", Bool(c.tiny),
                       ", layers=", c.layers, ", batch=", c.batch, ", seq=", c.seq,
-                      ", precision=", Repr(std::string(ir::PrecisionName(c.precision))), ")");
+                      ", precision=", Repr(std::string(ir::PrecisionName(c.precision))),
+                      ", max_grad_norm=", absl::StrFormat("%g", c.max_grad_norm), ")");
 }
 
 std::string ParallelConfigRepr(const ParallelConfig& c) {
@@ -106,9 +107,32 @@ std::string ParallelConfigRepr(const ParallelConfig& c) {
                       ", factored=", Bool(c.factored), ")");
 }
 
+py::object StepSourceDict(const ir::Plan& plan) {
+  if (!plan.step.has_value()) return py::none();
+  const ir::PlanStepSource& s = *plan.step;
+  const ir::TrainingOptions& t = s.training;
+  py::dict d;
+  d["model"] = s.model;
+  d["tiny"] = s.tiny;
+  d["layers"] = s.layers;
+  d["batch"] = s.batch;
+  d["seq"] = s.seq;
+  d["precision"] = std::string(ir::PrecisionName(t.precision));
+  d["microbatches"] = t.microbatches;
+  d["max_grad_norm"] = t.max_grad_norm;
+  d["optimizer"] = std::string(ir::OptimizerKindName(t.optimizer));
+  d["lr"] = t.lr;
+  d["beta1"] = t.beta1;
+  d["beta2"] = t.beta2;
+  d["eps"] = t.eps;
+  d["weight_decay"] = t.weight_decay;
+  d["optimizer_step"] = t.step;
+  return d;
+}
+
 bool Equal(const ModelConfig& a, const ModelConfig& b) {
   return a.name == b.name && a.tiny == b.tiny && a.layers == b.layers && a.batch == b.batch &&
-         a.seq == b.seq && a.precision == b.precision;
+         a.seq == b.seq && a.precision == b.precision && a.max_grad_norm == b.max_grad_norm;
 }
 
 bool Equal(const ParallelConfig& a, const ParallelConfig& b) {
@@ -219,22 +243,25 @@ void DefineModule(py::module_& m) {
                           "the layer count, batch and sequence length (0: the defaults), and "
                           "the training precision ('fp32' or 'bf16').")
       .def(py::init([](std::string name, bool tiny, int layers, int64_t batch, int64_t seq,
-                       const std::string& precision) {
+                       const std::string& precision, double max_grad_norm) {
              return ModelConfig{.name = std::move(name),
                                 .tiny = tiny,
                                 .layers = layers,
                                 .batch = batch,
                                 .seq = seq,
-                                .precision = ValueOrThrow(ir::ParsePrecision(precision))};
+                                .precision = ValueOrThrow(ir::ParsePrecision(precision)),
+                                .max_grad_norm = max_grad_norm};
            }),
            py::arg("name"), py::arg("tiny") = false, py::arg("layers") = 0, py::arg("batch") = 0,
-           py::arg("seq") = 0, py::arg("precision") = "fp32")
+           py::arg("seq") = 0, py::arg("precision") = "fp32", py::arg("max_grad_norm") = 1.0)
       .def_readwrite("name", &ModelConfig::name, "a model of loom.models()")
       .def_readwrite("tiny", &ModelConfig::tiny, "same structure, small dims")
       .def_readwrite("layers", &ModelConfig::layers, "0: the configuration's")
       .def_readwrite("batch", &ModelConfig::batch,
                      "sequences per micro-batch over all replicas; 0: the dp size")
       .def_readwrite("seq", &ModelConfig::seq, "tokens per sequence; 0: the configuration's")
+      .def_readwrite("max_grad_norm", &ModelConfig::max_grad_norm,
+                     "global gradient-norm clipping threshold of the step; 0: none")
       .def_property(
           "precision",
           [](const ModelConfig& c) { return std::string(ir::PrecisionName(c.precision)); },
@@ -290,7 +317,8 @@ void DefineModule(py::module_& m) {
       "load_config",
       [](const std::string& path) { return ConfigTuple(ValueOrThrow(LoadTrainConfig(path))); },
       py::arg("path"),
-      "(ModelConfig, ParallelConfig) of a Megatron-style YAML training configuration file.");
+      "(ModelConfig, ParallelConfig) of a training configuration file: Megatron-LM or NeMo "
+      "YAML, or DeepSpeed JSON (*.json).");
   m.def(
       "parse_config",
       [](const std::string& text, const std::string& origin) {
@@ -298,6 +326,28 @@ void DefineModule(py::module_& m) {
       },
       py::arg("text"), py::arg("origin") = "<config>",
       "load_config of YAML text; `origin` names it in errors.");
+  m.def(
+      "parse_megatron_args",
+      [](const std::string& args, const std::string& origin) {
+        return ConfigTuple(ValueOrThrow(ParseMegatronArgs(args, origin)));
+      },
+      py::arg("args"), py::arg("origin") = "<megatron args>",
+      "(ModelConfig, ParallelConfig) of a Megatron-LM command line ('--tensor-model-parallel-"
+      "size 8 ...', optionally after torchrun and its sizes).");
+  m.def(
+      "parse_deepspeed_config",
+      [](const std::string& json, const std::string& origin) {
+        return ConfigTuple(ValueOrThrow(ParseDeepSpeedConfig(json, origin)));
+      },
+      py::arg("json"), py::arg("origin") = "<deepspeed config>",
+      "(ModelConfig, ParallelConfig) of a DeepSpeed JSON configuration (the model name is not "
+      "in it: set ModelConfig.name).");
+  m.def(
+      "config_ignored",
+      [](const std::string& path) { return ValueOrThrow(LoadTrainConfig(path)).ignored; },
+      py::arg("path"),
+      "The settings of a configuration file that do not shape the step, as written (what "
+      "`loom plan` names as ignored).");
 
   // ---------------------------------------------------------------------------
   py::class_<ir::Graph>(m, "Step", "A model's whole training step (ir::Graph), read-only.")
@@ -358,6 +408,10 @@ void DefineModule(py::module_& m) {
 
   py::class_<ir::Plan>(m, "Plan", "A distributed plan (ir::Plan), read-only but for search().")
       .def_property_readonly("model", [](const ir::Plan& p) { return p.model; })
+      .def_property_readonly("step", &StepSourceDict,
+                             "the step the plan was made from ({'model': 'llama3-8b', 'tiny': "
+                             "True, 'layers': 2, ...}), as the plan file records it; None when "
+                             "it records none")
       .def_property_readonly(
           "mesh", [](const ir::Plan& p) { return p.mesh.ToString(); }, "\"dp=2 x pp=2 x tp=2\"")
       .def_property_readonly("devices", &PlanDevices)
@@ -399,6 +453,19 @@ void DefineModule(py::module_& m) {
         return ValueOrThrow(WithoutGil([&] { return MakePlan(step, parallel); }));
       },
       py::arg("step"), py::arg("parallel"), "The distributed plan of `step` under `parallel`.");
+  m.def(
+      "make_plan",
+      [](const ModelConfig& model, const ParallelConfig& parallel) {
+        return ValueOrThrow(WithoutGil([&] { return MakePlan(model, parallel); }));
+      },
+      py::arg("model"), py::arg("parallel"),
+      "The distributed plan of `model`'s step under `parallel`, recording the step (Plan.step): "
+      "step_of(plan) rebuilds it.");
+  m.def(
+      "step_of",
+      [](const ir::Plan& plan) { return ValueOrThrow(WithoutGil([&] { return StepOfPlan(plan); })); },
+      py::arg("plan"),
+      "The training step a plan records (Plan.step); ValueError when it records none.");
   m.def(
       "load_step", [](const std::string& path) { return ValueOrThrow(ir::LoadGraphFile(path)); },
       py::arg("path"), "Reads a graph file (text IR or JSON), as Step.save writes it.");

@@ -305,17 +305,19 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.AddBool("--recompute", "recompute each layer's forward before its backward");
   flags.AddBool("--explicit", "write every device and micro-batch (default: factored)");
   flags.AddString("--config", "FILE",
-                  "a Megatron-style YAML training configuration instead of the parallel flags");
+                  "a training configuration instead of the parallel flags: Megatron-LM or NeMo "
+                  "YAML, or DeepSpeed JSON (*.json)");
+  flags.AddString("--megatron-args", "ARGS",
+                  "a Megatron-LM command line instead of the parallel flags ('--tensor-model-"
+                  "parallel-size 8 ...', optionally after torchrun and its sizes), or @FILE "
+                  "holding one");
   flags.AddString("--output", "FILE", "where to write the plan (JSON)");
   flags.AddAlias("-o", "--output");
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
   auto fail = [&](const absl::Status& s) { return Fail(err, "plan", s); };
-  std::optional<TrainConfig> config;
-  if (auto path = flags.GetString("--config")) {
-    auto loaded = ConfigFromFlags(flags, *path);
-    if (!loaded.ok()) return fail(loaded.status());
-    config = *std::move(loaded);
-  }
+  auto loaded = ConfigFromFlags(flags);
+  if (!loaded.ok()) return fail(loaded.status());
+  std::optional<TrainConfig> config = *std::move(loaded);
   auto name = config.has_value() ? std::optional<std::string>(config->model.name)
                                  : flags.GetString("--model");
   if (!name.has_value() || name->empty()) {
@@ -366,23 +368,28 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     options.seq = config->model.seq;
     *precision = config->model.precision;
   }
-  options.dtype = ir::ModelDType(*precision);
   auto path = flags.GetString("--output");
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing -o FILE"));
   const auto start = std::chrono::steady_clock::now();
-  auto forward = models::BuildForward(*name, options);
-  if (!forward.ok()) return fail(forward.status());
-  ir::TrainingOptions training;
-  training.microbatches = strategy.microbatches;
+  // The plan records the step it was made from (sizes as built), so that the
+  // commands reading it need no model flags.
+  ModelConfig model{.name = *name, .tiny = options.tiny, .layers = options.layers,
+                    .batch = options.batch, .seq = options.seq, .precision = *precision};
   auto max_grad_norm = MaxGradNorm(flags);
   if (!max_grad_norm.ok()) return fail(max_grad_norm.status());
-  training.max_grad_norm = *max_grad_norm;
-  training.precision = *precision;
-  auto spec = ir::BuildTrainingStep(*forward, training);
+  model.max_grad_norm = *max_grad_norm;
+  if (config.has_value()) model.max_grad_norm = config->model.max_grad_norm;
+  ParallelConfig parallel;
+  parallel.dp = strategy.dp;
+  parallel.microbatches = strategy.microbatches;
+  auto source = StepSourceOf(model, parallel);
+  if (!source.ok()) return fail(source.status());
+  auto spec = BuildStep(*source);
   if (!spec.ok()) return fail(spec.status());
   std::vector<std::string> zero_whole;
   auto plan = transform::Parallelize(*spec, strategy, &zero_whole);
   if (!plan.ok()) return fail(plan.status());
+  plan->step = *source;
   absl::Status saved = ir::SavePlanFile(*plan, *path);
   if (!saved.ok()) return fail(saved);
   const double seconds =
@@ -416,6 +423,16 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         << "; all-reduced, updated on every replica): "
         << absl::StrJoin(zero_whole.begin(), zero_whole.begin() + shown, ", ")
         << (zero_whole.size() > shown ? ", ..." : "") << "\n";
+  }
+  if (config.has_value() && !config->ignored.empty()) {
+    // Named, never dropped silently: what the configuration sets that does not
+    // shape the step.
+    const size_t shown = std::min<size_t>(config->ignored.size(), 8);
+    out << "ignored:      " << config->ignored.size() << " setting"
+        << (config->ignored.size() == 1 ? "" : "s")
+        << " that do not shape the step (the architecture is the zoo model's): "
+        << absl::StrJoin(config->ignored.begin(), config->ignored.begin() + shown, ", ")
+        << (config->ignored.size() > shown ? ", ..." : "") << "\n";
   }
   out << absl::StrFormat("built in:     %.2f s\n", seconds);
   out << "wrote " << *path << "\n";

@@ -21,10 +21,10 @@ step() {
 model=(--model llama3-8b)
 parallel=(--dp 2 --tp 2 --pp 2 --microbatches 8)
 step plan "${model[@]}" "${parallel[@]}" -o "$out/plan.json"
-step search --plan "$out/plan.json" "${model[@]}" -o "$out/plan.ordered.json" \
-  --csv "$out/schedule.csv"
+# The plan carries the step it was made from: the commands reading it need no model flags.
+step search --plan "$out/plan.json" -o "$out/plan.ordered.json" --csv "$out/schedule.csv"
 set +e
-step verify "${model[@]}" --plan "$out/plan.ordered.json" --report "$out/report.json" \
+step verify --plan "$out/plan.ordered.json" --report "$out/report.json" \
   --junit "$out/verify.xml" --cache "$out/proof-cache" | tee "$out/verify.txt"
 verdict_code=${PIPESTATUS[0]}
 set -e
@@ -33,8 +33,8 @@ step simulate "$out/schedule.csv" --gantt "$out/schedule.svg"
 # A low clipping threshold, so that the check also covers the gradient norm.
 tiny=("${model[@]}" --tiny --max-grad-norm 0.01)
 step plan "${tiny[@]}" "${parallel[@]}" -o "$out/tiny.json"
-step search --plan "$out/tiny.json" "${tiny[@]}" -o "$out/tiny.ordered.json"
-step run "$out/tiny.ordered.json" "${tiny[@]}" --steps 2 --check
+step search --plan "$out/tiny.json" -o "$out/tiny.ordered.json"
+step run "$out/tiny.ordered.json" --steps 2 --check
 
 verdict=$(sed -n 's/^verdict: *//p' "$out/verify.txt")
 echo

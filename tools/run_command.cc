@@ -103,6 +103,9 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
   flags.AddString("--seed", "N", "seed of the parameters and synthetic tokens (default 1)");
   flags.AddString("--data", "FILE", "token ids (int32, little-endian) instead of synthetic ones");
   flags.AddString("--timeout", "S", "longest wait at a collective in seconds (default 60)");
+  flags.AddString("--memory", "BYTES",
+                  "host memory the run may use (80GiB; default: what the machine has "
+                  "available); a plan that needs more is refused before it starts");
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
   auto fail = [&](const absl::Status& s) { return Fail(err, kCommand, s); };
 
@@ -123,7 +126,6 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return fail(absl::InvalidArgumentError(
         absl::StrCat("--precision: expected fp32, bf16 or fp64, got '", precision, "'")));
   }
-  if (auto model = ModelName(flags); !model.ok()) return fail(model.status());
   auto timeout = flags.GetDouble("--timeout", 60, 0.001, 1e6);
   if (!timeout.ok()) return fail(timeout.status());
   exec_options.collective_timeout_s = *timeout;
@@ -137,11 +139,14 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (!seed.ok()) return fail(seed.status());
   train.seed = static_cast<uint64_t>(*seed);
   train.data_path = flags.GetString("--data").value_or("");
+  auto memory = flags.GetBytes("--memory", 0, int64_t{1} << 60);
+  if (!memory.ok()) return fail(memory.status());
+  train.host_memory_bytes = *memory;
   const double default_tolerance = precision == "fp64" ? 1e-10 : 1e-5;
   auto tolerance = flags.GetDouble("--tolerance", default_tolerance, 0, 1);
   if (!tolerance.ok()) return fail(tolerance.status());
 
-  auto plan = ir::LoadPlanFile(*path);
+  auto plan = LoadPlanShowingProgress(*path, kCommand);
   if (!plan.ok()) return fail(plan.status());
   auto spec = SpecForPlan(flags, *plan);
   if (!spec.ok()) return fail(spec.status());

@@ -135,8 +135,8 @@ void AddModelSourceFlags(FlagSet& flags) {
   flags.AddString("--stages", "S", "a pipeline stage model with S stages on --devices devices");
   flags.AddString("--layout", "L", "stage placement: loop (default; stage s on device s % D) or v");
   AddStageFlags(flags);
-  flags.AddString("--memory", "M", "memory cap of every device (replaces the model's caps; "
-                                   "MiB with --plan)");
+  flags.AddString("--memory", "M", "memory cap of every device (replaces the model's caps): "
+                                   "the model's units, or bytes with a unit with --plan (80GiB)");
   flags.AddString("--plan", "FILE",
                   "blocks from a distributed plan (one per pipeline stage and phase); -o then "
                   "writes the plan with every device's order");
@@ -176,14 +176,31 @@ absl::StatusOr<schedule::BlockModel> ModelFromFlags(const FlagSet& flags) {
   return model;
 }
 
-std::string CapText(const schedule::BlockModel& model) {
+// Memory figures of a block model in its unit: " MiB" for a plan's blocks, none
+// for an abstract model's own units.
+std::string CapText(const schedule::BlockModel& model, absl::string_view unit = "") {
   if (!model.has_cap()) return "unlimited";
   const auto [lo, hi] = std::minmax_element(model.memory_cap.begin(), model.memory_cap.end());
-  return *lo == *hi ? absl::StrCat(*lo) : Slashed(model.memory_cap);
+  return absl::StrCat(*lo == *hi ? absl::StrCat(*lo) : Slashed(model.memory_cap), unit);
+}
+
+// --memory for a plan's blocks: bytes with a unit (80GiB), as 'loom verify
+// --memory' takes them, in the blocks' memory unit (rounded down).
+absl::StatusOr<int64_t> PlanMemoryCap(const FlagSet& flags, int64_t unit_bytes) {
+  const std::string text = flags.GetString("--memory").value_or("");
+  if (!text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flag '--memory' of a plan's devices takes bytes with a unit (80GiB, as 'loom verify "
+        "--memory' does), got '", text, "'"));
+  }
+  LOOM_ASSIGN_OR_RETURN(int64_t bytes, flags.GetBytes("--memory", 0, int64_t{1} << 60));
+  return bytes / unit_bytes;
 }
 
 // The schedules compared on the model, the returned one marked.
-void PrintCandidates(const schedule::SearchResult& r, std::ostream& out) {
+void PrintCandidates(const schedule::SearchResult& r, absl::string_view unit, std::ostream& out) {
   out << "schedules:    compared on this model within its caps (makespan, peak memory)\n";
   std::vector<std::string> undefined;
   for (const schedule::ScheduleCandidate& c : r.candidates) {
@@ -193,7 +210,7 @@ void PrintCandidates(const schedule::SearchResult& r, std::ostream& out) {
     }
     out << absl::StrFormat("  %-25s ", c.name);
     if (c.fits) {
-      out << absl::StrFormat("%-12d %s", c.makespan, Slashed(c.peak_memory));
+      out << absl::StrFormat("%-12d %s%s", c.makespan, Slashed(c.peak_memory), unit);
       if (c.name == r.schedule.name) out << "  <- returned";
     } else {
       out << "-            " << c.why_not;
@@ -206,10 +223,10 @@ void PrintCandidates(const schedule::SearchResult& r, std::ostream& out) {
 }
 
 void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult& r,
-                 int microbatches, std::ostream& out) {
+                 int microbatches, absl::string_view unit, std::ostream& out) {
   out << "model:        " << model.name << ", " << model.num_blocks() << " blocks on "
       << model.num_devices << " devices, " << microbatches << " micro-batches, memory cap "
-      << CapText(model) << "\n";
+      << CapText(model, unit) << "\n";
   const bool searched = !r.candidates.empty() && r.candidates.front().fits;
   std::string what = "the searched repetend";
   if (r.schedule.name != "search") {
@@ -236,12 +253,12 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
       << (r.makespan_optimal ? ": proved optimal, " + r.makespan_proof : "; not proved optimal")
       << ")\n";
   out << "bubble:       " << Percent(r.sim.bubble_ratio) << "\n";
-  out << "peak memory:  " << Slashed(r.sim.peak_memory) << "\n";
+  out << "peak memory:  " << Slashed(r.sim.peak_memory) << unit << "\n";
   if (r.period > 0) {
     out << "repetend:     " << r.in_flight << " micro-batches in flight, latency " << r.latency
         << "\n";
   }
-  PrintCandidates(r, out);
+  PrintCandidates(r, unit, out);
   out << absl::StrFormat("search time:  %.2f ms (%d nodes)\n", r.seconds * 1e3, r.nodes);
   out << "valid:        " << (r.sim.valid ? "yes" : "no: " + r.sim.violation) << "\n";
 }
@@ -310,7 +327,7 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
       return fail(absl::InvalidArgumentError(
           "give exactly one of --placement, --stages, --blocks or --plan"));
     }
-    auto loaded = ir::LoadPlanFile(*path);
+    auto loaded = LoadPlanShowingProgress(*path, "search");
     if (!loaded.ok()) return fail(loaded.status());
     plan = *std::move(loaded);
     auto built = SpecForPlan(flags, *plan);
@@ -321,7 +338,7 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
     plan_blocks = *std::move(blocks);
     schedule::BlockModel m = plan_blocks->model;
     if (flags.Has("--memory")) {
-      auto cap = flags.GetInt("--memory", 0, 0, int64_t{1} << 50);
+      auto cap = PlanMemoryCap(flags, plan_blocks->bytes_per_memory_unit);
       if (!cap.ok()) return fail(cap.status());
       m.SetUniformCap(*cap);
     }
@@ -353,7 +370,7 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (json) {
     out << SearchJson(*model, *result);
   } else {
-    PrintSearch(*model, *result, options.microbatches, out);
+    PrintSearch(*model, *result, options.microbatches, plan.has_value() ? " MiB" : "", out);
   }
   if (plan.has_value()) {
     if (options.microbatches != plan_blocks->microbatches) {
@@ -417,7 +434,7 @@ absl::StatusOr<schedule::LoadedSchedule> PredefinedFromFlags(const FlagSet& flag
 // The block model of an ordered plan and the schedule its order runs.
 absl::StatusOr<schedule::LoadedSchedule> ScheduleFromPlan(const FlagSet& flags,
                                                           const std::string& path) {
-  LOOM_ASSIGN_OR_RETURN(ir::Plan plan, ir::LoadPlanFile(path));
+  LOOM_ASSIGN_OR_RETURN(ir::Plan plan, LoadPlanShowingProgress(path, "simulate"));
   LOOM_ASSIGN_OR_RETURN(ir::Graph spec, SpecForPlan(flags, plan));
   LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
   LOOM_ASSIGN_OR_RETURN(schedule::PlanBlocks blocks, schedule::BlocksFromPlan(spec, plan));

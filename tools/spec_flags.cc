@@ -1,16 +1,27 @@
 #include "tools/spec_flags.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <cstdint>
+#include <iostream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ir/autodiff.h"
+#include "ir/plan_json.h"
 #include "ir/status_macros.h"
 #include "models/models.h"
 
 namespace loom::tools {
+namespace {
+
+std::string Number(double v) { return absl::StrFormat("%g", v); }
+
+}  // namespace
 
 void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix,
                   absl::string_view precision_help) {
@@ -42,16 +53,41 @@ absl::StatusOr<ir::Precision> PrecisionFlag(const FlagSet& flags) {
   return precision;
 }
 
-absl::StatusOr<TrainConfig> ConfigFromFlags(const FlagSet& flags, const std::string& path) {
+std::string ConfigOrigin(const FlagSet& flags) {
+  if (auto path = flags.GetString("--config")) return *path;
+  const std::string args = flags.GetString("--megatron-args").value_or("");
+  return args.size() > 1 && args[0] == '@' ? args.substr(1) : "--megatron-args";
+}
+
+absl::StatusOr<std::optional<TrainConfig>> ConfigFromFlags(const FlagSet& flags) {
+  const std::optional<std::string> file = flags.GetString("--config");
+  const std::optional<std::string> args = flags.GetString("--megatron-args");
+  if (!file.has_value() && !args.has_value()) return std::nullopt;
+  if (file.has_value() && args.has_value()) {
+    return absl::InvalidArgumentError(
+        "give --config or --megatron-args, not both (a Megatron-DeepSpeed command line names "
+        "its DeepSpeed file itself: --deepspeed_config FILE)");
+  }
+  const char* given = file.has_value() ? "--config" : "--megatron-args";
   for (const char* f : {"--dp", "--tp", "--pp", "--vpp", "--sp", "--ep", "--zero",
                         "--microbatches", "--recompute"}) {
     if (flags.Has(f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("give the parallel configuration by --config or by flags, not both (",
-                       f, " given beside --config)"));
+      return absl::InvalidArgumentError(absl::StrCat("give the parallel configuration by ",
+                                                     given, " or by flags, not both (", f,
+                                                     " given beside ", given, ")"));
     }
   }
-  LOOM_ASSIGN_OR_RETURN(TrainConfig config, LoadTrainConfig(path));
+  const std::string path = ConfigOrigin(flags);
+  absl::StatusOr<TrainConfig> loaded;
+  if (file.has_value()) {
+    loaded = LoadTrainConfig(*file);
+  } else if (args->size() > 1 && (*args)[0] == '@') {
+    loaded = LoadMegatronArgs(path);
+  } else {
+    loaded = ParseMegatronArgs(*args, path);
+  }
+  if (!loaded.ok()) return loaded.status();
+  TrainConfig config = *std::move(loaded);
   if (auto name = flags.GetString("--model")) config.model.name = *name;
   if (flags.GetBool("--tiny")) config.model.tiny = true;
   LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", config.model.layers, 1, ir::kMaxLayers));
@@ -68,11 +104,42 @@ absl::StatusOr<TrainConfig> ConfigFromFlags(const FlagSet& flags, const std::str
           " (give the precision in one place)"));
     }
   }
+  if (flags.Has("--max-grad-norm")) {
+    LOOM_ASSIGN_OR_RETURN(double max_grad_norm, MaxGradNorm(flags));
+    const bool clip_given = std::find(config.read.begin(), config.read.end(), "clip_grad") !=
+                            config.read.end();
+    if (clip_given && max_grad_norm != config.model.max_grad_norm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-grad-norm ", Number(max_grad_norm), " conflicts with ", path,
+          ", whose clip_grad is ", Number(config.model.max_grad_norm),
+          " (give the clipping threshold in one place)"));
+    }
+    config.model.max_grad_norm = max_grad_norm;
+  }
   if (config.model.name.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": no model named (set loom_model: NAME in the file, or give --model)"));
+        path, ": no model named (give --model NAME, or set loom_model: NAME in a YAML file)"));
   }
-  return config;
+  return std::optional<TrainConfig>(std::move(config));
+}
+
+absl::StatusOr<ir::Plan> LoadPlanShowingProgress(const std::string& path,
+                                                 absl::string_view command, bool quiet) {
+  constexpr int64_t kLargePlanBytes = int64_t{32} << 20;  // about a second to read
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const bool show = !quiet && !ec && static_cast<int64_t>(size) >= kLargePlanBytes &&
+                    isatty(STDERR_FILENO) == 1;
+  if (show) {
+    const double mb = static_cast<double>(size) / 1e6;
+    std::cerr << command << ": reading " << path
+              << (mb >= 1000 ? absl::StrFormat(" (%.1f GB)", mb / 1e3)
+                             : absl::StrFormat(" (%.0f MB)", mb))
+              << std::flush;
+  }
+  absl::StatusOr<ir::Plan> plan = ir::LoadPlanFile(path);
+  if (show) std::cerr << "\r\033[K" << std::flush;
+  return plan;
 }
 
 absl::StatusOr<double> MaxGradNorm(const FlagSet& flags) {
@@ -81,23 +148,116 @@ absl::StatusOr<double> MaxGradNorm(const FlagSet& flags) {
 
 absl::StatusOr<std::string> ModelName(const FlagSet& flags) {
   if (auto name = flags.GetString("--model")) return *name;
-  if (auto path = flags.GetString("--config")) {
-    LOOM_ASSIGN_OR_RETURN(TrainConfig config, ConfigFromFlags(flags, *path));
-    return config.model.name;
-  }
+  LOOM_ASSIGN_OR_RETURN(std::optional<TrainConfig> config, ConfigFromFlags(flags));
+  if (config.has_value()) return config->model.name;
   return absl::InvalidArgumentError(
       "missing --model NAME or --config FILE (what the plan was made from)");
 }
 
+namespace {
+
+constexpr char kNoRecordedStep[] =
+    "the plan does not record the step it was made from (it was written before plans carried "
+    "their step, or not by 'loom plan'): give the --model (and size flags) or the --config it "
+    "was made from";
+
+// A flag's value against the one the plan records: equal, or an error naming both.
+absl::Status Agrees(absl::string_view what, const std::string& given, const std::string& recorded) {
+  if (given == recorded) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " ", given, " disagrees with the plan, which was made with ", what, " ", recorded,
+      " (the plan carries its step: leave the model flags out, or plan again)"));
+}
+
+// The model flags (or --config) given beside a plan that records its step: each
+// must say what the plan says.
+absl::Status CheckAgainstRecord(const FlagSet& flags, const ir::PlanStepSource& s) {
+  const ir::TrainingOptions& t = s.training;
+  LOOM_ASSIGN_OR_RETURN(std::optional<TrainConfig> loaded, ConfigFromFlags(flags));
+  if (loaded.has_value()) {
+    const TrainConfig& config = *loaded;
+    const ModelConfig& m = config.model;
+    const std::string in = absl::StrCat(ConfigOrigin(flags), ": ");
+    LOOM_RETURN_IF_ERROR(Agrees(absl::StrCat(in, "model"), m.name, s.model));
+    LOOM_RETURN_IF_ERROR(Agrees(absl::StrCat(in, "tiny"), m.tiny ? "true" : "false",
+                                s.tiny ? "true" : "false"));
+    if (m.layers > 0) {
+      LOOM_RETURN_IF_ERROR(Agrees(absl::StrCat(in, "num_layers"), absl::StrCat(m.layers),
+                                  absl::StrCat(s.layers)));
+    }
+    if (m.seq > 0) {
+      LOOM_RETURN_IF_ERROR(
+          Agrees(absl::StrCat(in, "seq_length"), absl::StrCat(m.seq), absl::StrCat(s.seq)));
+    }
+    if (m.batch > 0) {
+      LOOM_RETURN_IF_ERROR(Agrees(absl::StrCat(in, "sequences per micro-batch"),
+                                  absl::StrCat(m.batch), absl::StrCat(s.batch)));
+    }
+    LOOM_RETURN_IF_ERROR(Agrees(absl::StrCat(in, "micro-batches"),
+                                absl::StrCat(config.parallel.microbatches),
+                                absl::StrCat(t.microbatches)));
+    LOOM_RETURN_IF_ERROR(Agrees(absl::StrCat(in, "precision"), ir::PrecisionName(m.precision).data(),
+                                ir::PrecisionName(t.precision).data()));
+    return Agrees(absl::StrCat(in, "gradient clipping"), Number(m.max_grad_norm),
+                  Number(t.max_grad_norm));
+  }
+  if (auto model = flags.GetString("--model")) {
+    LOOM_RETURN_IF_ERROR(Agrees("--model", *model, s.model));
+  }
+  if (flags.GetBool("--tiny") && !s.tiny) {
+    return absl::InvalidArgumentError(
+        "--tiny disagrees with the plan, which was made at full size (the plan carries its "
+        "step: leave the model flags out, or plan again)");
+  }
+  struct IntFlag {
+    const char* name;
+    int64_t recorded;
+  };
+  for (const IntFlag& f : {IntFlag{"--layers", s.layers}, IntFlag{"--batch", s.batch},
+                           IntFlag{"--seq", s.seq}, IntFlag{"--microbatches", t.microbatches}}) {
+    if (!flags.Has(f.name)) continue;
+    LOOM_ASSIGN_OR_RETURN(int64_t v, flags.GetInt(f.name, 0, 1, int64_t{1} << 40));
+    LOOM_RETURN_IF_ERROR(Agrees(f.name, absl::StrCat(v), absl::StrCat(f.recorded)));
+  }
+  if (flags.Has("--precision")) {
+    LOOM_ASSIGN_OR_RETURN(ir::Precision precision, PrecisionFlag(flags));
+    LOOM_RETURN_IF_ERROR(Agrees("--precision", ir::PrecisionName(precision).data(),
+                                ir::PrecisionName(t.precision).data()));
+  }
+  if (flags.Has("--max-grad-norm")) {
+    LOOM_ASSIGN_OR_RETURN(double v, MaxGradNorm(flags));
+    LOOM_RETURN_IF_ERROR(Agrees("--max-grad-norm", Number(v), Number(t.max_grad_norm)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ModelName(const FlagSet& flags, const ir::Plan& plan) {
+  if (plan.step.has_value()) {
+    LOOM_RETURN_IF_ERROR(CheckAgainstRecord(flags, *plan.step));
+    return plan.step->model;
+  }
+  if (!flags.Has("--model") && !flags.Has("--config") && !flags.Has("--megatron-args")) {
+    return absl::InvalidArgumentError(kNoRecordedStep);
+  }
+  return ModelName(flags);
+}
+
 absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan) {
+  if (plan.step.has_value()) {
+    LOOM_RETURN_IF_ERROR(CheckAgainstRecord(flags, *plan.step));
+    return BuildStep(*plan.step);
+  }
   // One sequence per data-parallel rank by default, as `loom plan` builds it: the
   // expert-parallel axis is carved out of the data-parallel ranks.
   const int64_t data_ranks = plan.mesh.AxisSize("dp") * plan.mesh.AxisSize("ep");
   std::string name;
   models::ModelOptions options;
   ir::Precision precision = ir::Precision::kFp32;
-  if (auto path = flags.GetString("--config")) {
-    LOOM_ASSIGN_OR_RETURN(TrainConfig config, ConfigFromFlags(flags, *path));
+  LOOM_ASSIGN_OR_RETURN(std::optional<TrainConfig> loaded, ConfigFromFlags(flags));
+  if (loaded.has_value()) {
+    const TrainConfig& config = *loaded;
     name = config.model.name;
     options.tiny = config.model.tiny;
     options.layers = config.model.layers;
@@ -107,8 +267,7 @@ absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan
   } else {
     auto model = flags.GetString("--model");
     if (!model.has_value()) {
-      return absl::InvalidArgumentError(
-          "--plan needs the --config or the --model (and size flags) it was made from");
+      return absl::InvalidArgumentError(kNoRecordedStep);
     }
     name = *model;
     options.tiny = flags.GetBool("--tiny");

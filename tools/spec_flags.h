@@ -4,6 +4,7 @@
 // The model flags of commands that read a plan file: the logical training step a
 // plan was made from is rebuilt from the flags `loom plan` took.
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,10 +24,14 @@ namespace loom::tools {
 void AddSpecFlags(FlagSet& flags, absl::string_view help_prefix = "",
                   absl::string_view precision_help = "");
 
-// The training configuration of `path` (--config); the model flags, when given,
-// override its model fields, and no parallel flag may be given beside it.
-// --precision may be given beside it only when it says what the file says.
-absl::StatusOr<TrainConfig> ConfigFromFlags(const FlagSet& flags, const std::string& path);
+// The training configuration the flags name: --config FILE (YAML, or DeepSpeed
+// JSON) or --megatron-args ARGS (a Megatron-LM command line, or @FILE holding
+// one); nullopt when neither. The model flags, when given, override its model
+// fields, and no parallel flag may be given beside it. --precision and
+// --max-grad-norm may be given beside it only when they say what it says.
+absl::StatusOr<std::optional<TrainConfig>> ConfigFromFlags(const FlagSet& flags);
+// Where that configuration comes from, for messages: the file, or "--megatron-args".
+std::string ConfigOrigin(const FlagSet& flags);
 
 // --max-grad-norm: the global gradient-norm clipping threshold of the training
 // step (default 1; 0 turns clipping off). Declared by AddSpecFlags and by the
@@ -43,13 +48,23 @@ inline constexpr char kPrecisionHelp[] =
     "main gradients, master weights and Adam moments, as Megatron-LM's --bf16)";
 absl::StatusOr<ir::Precision> PrecisionFlag(const FlagSet& flags);
 
+// Reads a plan file; on a terminal (standard error), a plan large enough to take
+// seconds says so while it is read ("search: reading plan.json (1.8 GB)").
+absl::StatusOr<ir::Plan> LoadPlanShowingProgress(const std::string& path,
+                                                 absl::string_view command, bool quiet = false);
+
 // The name of the model the plan was made from: --model, else the --config file's.
 absl::StatusOr<std::string> ModelName(const FlagSet& flags);
+// The same for a loaded plan: the model its step records (the model flags, when
+// given, must agree with it), else ModelName(flags).
+absl::StatusOr<std::string> ModelName(const FlagSet& flags, const ir::Plan& plan);
 
-// The logical training step a plan was made from, rebuilt from the same model flags
-// `loom plan` took, or from the same --config file (batch defaults to the plan's
-// data-parallel size, micro-batches to its own count; --microbatches, when the
-// command declares it, overrides).
+// The logical training step a plan was made from: the step the plan records
+// (ir::Plan::step; a model flag or --config given beside it must agree, else an
+// error names both values), or, for a plan that records none, rebuilt from the same
+// model flags `loom plan` took or the same --config file (batch defaults to the
+// plan's data-parallel size, micro-batches to its own count; --microbatches, when
+// the command declares it, overrides).
 absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan);
 
 }  // namespace loom::tools

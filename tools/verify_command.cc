@@ -261,20 +261,21 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
   };
   auto path = flags.GetString("--plan");
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing --plan FILE"));
-  auto model = ModelName(flags);
-  if (!model.ok()) return fail(model.status());
-
   auto options = OptionsFromFlags(flags);
   if (!options.ok()) return fail(options.status());
 
-  auto plan = ir::LoadPlanFile(*path);
+  auto plan = LoadPlanShowingProgress(*path, "verify", flags.GetBool("--quiet"));
   if (!plan.ok()) return fail(plan.status());
+  auto model = ModelName(flags, *plan);
+  if (!model.ok()) return fail(model.status());
   auto spec = SpecForPlan(flags, *plan);
   if (!spec.ok()) return fail(spec.status());
   if (absl::Status valid = ir::ValidatePlan(*spec, *plan); !valid.ok()) {
     return fail(AboutPlanFile(*path, valid,
                                          absl::StrCat("not a plan of the training step of '",
-                                                      *model, "' the flags describe: ")));
+                                                      *model, plan->step.has_value()
+                                                                  ? "' it records: "
+                                                                  : "' the flags describe: ")));
   }
 
   options->cache_dir = CacheDir(flags, err);

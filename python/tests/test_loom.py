@@ -84,7 +84,8 @@ def test_configs_defaults_attributes_and_repr():
     p.sp = True
     assert (p.tp, p.sp) == (4, True)
     assert repr(loom.ModelConfig(**MODEL)) == (
-        "ModelConfig(name='llama3-8b', tiny=True, layers=2, batch=0, seq=0, precision='fp32')")
+        "ModelConfig(name='llama3-8b', tiny=True, layers=2, batch=0, seq=0, precision='fp32', "
+        "max_grad_norm=1)")
     names = {"ModelConfig": loom.ModelConfig, "ParallelConfig": loom.ParallelConfig}
     for config in (loom.ModelConfig(**MODEL), loom.ModelConfig(**MODEL, precision="bf16"),
                    loom.ParallelConfig(**PARALLEL, zero=1)):
@@ -251,7 +252,8 @@ model:
     bad.write_text("tensor_model_parallel_size: two\n")
     with pytest.raises(ValueError) as raised:
         loom.load_config(str(bad))
-    assert str(raised.value) == f"{bad}:1:29: key 'tensor_model_parallel_size': expected an integer"
+    assert str(raised.value) == (f"{bad}:1:1: key 'tensor_model_parallel_size': expected an "
+                                 "integer, got 'two'")
     with pytest.raises(ValueError, match="missing.yaml: no such file"):
         loom.load_config(str(tmp_path / "missing.yaml"))
 
@@ -343,3 +345,46 @@ def test_collective_meaning_is_ir_s():
         loom.collective_meaning("reduce_scatter", "sum", 2, 0, -1, [3, 3])
     with pytest.raises(ValueError, match="reduce op"):
         loom.collective_meaning("all_reduce", "mean", 2, -1, -1, [3])
+
+
+def test_a_plan_carries_its_step(tmp_path):
+    """make_plan(ModelConfig, ...) records the step (sizes as built, clipping,
+    precision); step_of rebuilds it from the plan alone, also after a save and a
+    load; a plan made from a bare step records none."""
+    model = loom.ModelConfig("llama3-8b", tiny=True, layers=2, max_grad_norm=0.01)
+    parallel = loom.ParallelConfig(dp=2, tp=2, microbatches=2)
+    plan = loom.make_plan(model, parallel)
+    assert plan.step["model"] == "llama3-8b"
+    assert (plan.step["layers"], plan.step["batch"], plan.step["seq"]) == (2, 2, 8)
+    assert plan.step["max_grad_norm"] == 0.01
+    assert plan.step["microbatches"] == 2
+    path = tmp_path / "plan.json"
+    plan.save(str(path))
+    loaded = loom.load_plan(str(path))
+    assert loaded.step == plan.step
+    report = loom.verify(loom.step_of(loaded), loaded, threads=1)
+    assert report.exit_code == 0, report
+    # The clipping threshold is part of the step: the default one is another step.
+    other = loom.build_step(loom.ModelConfig("llama3-8b", tiny=True, layers=2), parallel)
+    assert loom.verify(other, loaded, threads=1).exit_code == 1
+    bare = loom.make_plan(other, parallel)
+    assert bare.step is None
+    with pytest.raises(ValueError, match="does not record the step it was made from"):
+        loom.step_of(bare)
+
+
+def test_megatron_and_deepspeed_configs():
+    """The three forms users launch with, read strictly, each into the same pair."""
+    model, parallel = loom.parse_megatron_args(
+        "torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py --tensor-model-parallel-size 4 "
+        "--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 16 --bf16 "
+        "--clip-grad 0.5 --lr 3e-4")
+    assert (parallel.dp, parallel.tp, parallel.pp, parallel.microbatches) == (2, 4, 2, 8)
+    assert (model.precision, model.max_grad_norm) == ("bf16", 0.5)
+    model, parallel = loom.parse_deepspeed_config(
+        '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, '
+        '"gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2}}')
+    assert (parallel.dp, parallel.zero, parallel.microbatches) == (8, 2, 2)
+    assert model.max_grad_norm == 0  # DeepSpeed clips nothing unless told to
+    with pytest.raises(ValueError, match=r"did you mean 'tensor_model_parallel_size'"):
+        loom.parse_megatron_args("--tensor-model-paralel-size 2")

@@ -169,11 +169,15 @@ TEST(CliTest, CommandsReadThePlansConfiguration) {
   EXPECT_TRUE(absl::StrContains(verify.out, "(model gpt2)")) << verify.out;
   Result run = RunCli({"run", plan, "--config", yaml, "--steps", "1", "--check"});
   EXPECT_EQ(run.code, kExitOk) << run.out << run.err;
-  // The model's own sequence length is not the plan's: the flags alone describe
-  // another step, and say where.
+  // The plan carries its step (the configuration's sequence length, not the
+  // model's default): the model flags alone read it, a sequence length that
+  // disagrees is refused naming both.
   Result flags = RunCli({"verify", "--model", "gpt2", "--tiny", "--plan", ordered});
-  EXPECT_EQ(flags.code, kExitBadInput);
-  EXPECT_TRUE(absl::StrContains(flags.err, "the flags describe")) << flags.err;
+  EXPECT_EQ(flags.code, kExitOk) << flags.err;
+  Result seq = RunCli({"verify", "--model", "gpt2", "--tiny", "--seq", "8", "--plan", ordered});
+  EXPECT_EQ(seq.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(seq.err, "--seq 8 disagrees with the plan, which was made with "
+                                         "--seq 12")) << seq.err;
   // A parallel flag beside --config is refused by name, as in `loom plan`.
   Result both = RunCli({"verify", "--config", yaml, "--microbatches", "2", "--plan", ordered});
   EXPECT_EQ(both.code, kExitBadInput);

@@ -53,8 +53,8 @@ TEST(PlanConfigTest, ConfigurationsAreNeverReinterpreted) {
                 "t.yaml:4:1: key 'tensor_model_paralel_size': unknown key (did you mean "
                 "'tensor_model_parallel_size'?)"},
            Case{head + "tensor_model_parallel_size: 2\ncontext_parallel_size: 2\n",
-                "key 'context_parallel_size': Loom does not model this parallelism"},
-           Case{head + "num_layers: 2\n", "key 'num_layers': given twice (first at line 3)"},
+                "key 'context_parallel_size': Loom does not model context parallelism"},
+           Case{head + "num_layers: 2\n", "t.yaml:4:1: key 'num_layers': given twice (first at t.yaml:3:1 as 'num_layers': 1)"},
            Case{"trainer: {devices: 4, num_nodes: 2}\n" + head +
                     "tensor_model_parallel_size: 2\ndata_parallel_size: 2\n",
                 "(2 x 2 x 1) is not the job's 8 devices"},
@@ -116,7 +116,7 @@ TEST(PlanConfigTest, BadConfigurationsNameTheKey) {
   };
   for (const Bad& bad : std::vector<Bad>{
            {"loom_model: gpt2\ntensor_model_parallel_size: eight\n",
-            "c.yaml:2:29: key 'tensor_model_parallel_size': expected an integer"},
+            "c.yaml:2:1: key 'tensor_model_parallel_size': expected an integer, got 'eight'"},
            {"loom_model: gpt2\ndata_parallel_size: 2\nmicro_batch_size: 3\nglobal_batch_size: 8\n",
             "global_batch_size 8 is not a multiple"},
            {"loom_model: gpt2\nrecompute_granularity: selective\n", "'selective'"},
@@ -141,6 +141,166 @@ TEST(PlanConfigTest, FlagsBesideTheConfig) {
   Result tiny = RunCli({"plan", "--config", yaml, "--tiny", "--layers", "2", "-o", out});
   EXPECT_EQ(tiny.code, kExitOk) << tiny.err;
   EXPECT_TRUE(absl::StrContains(tiny.out, "2 devices")) << tiny.out;
+}
+
+// Megatron-LM's own spellings: hyphens (as its argument names), and its test
+// configurations' `MODEL_ARGS:` map of `--name: value` keys, read as underscores.
+TEST(PlanConfigTest, MegatronSpellingsAreOneKey) {
+  const std::string underscores =
+      "loom_model: llama3-8b\ntensor_model_parallel_size: 8\npipeline_model_parallel_size: 4\n"
+      "data_parallel_size: 2\nsequence_parallel: true\nmicro_batch_size: 1\n"
+      "global_batch_size: 16\nuse_distributed_optimizer: true\nbf16: true\nclip_grad: 0.5\n";
+  const std::string hyphens =
+      "loom_model: llama3-8b\ntensor-model-parallel-size: 8\npipeline-model-parallel-size: 4\n"
+      "data-parallel-size: 2\nsequence-parallel: true\nmicro-batch-size: 1\n"
+      "global-batch-size: 16\nuse-distributed-optimizer: true\nbf16: true\nclip-grad: 0.5\n";
+  const std::string model_args =
+      "ENV_VARS:\n  CUDA_DEVICE_MAX_CONNECTIONS: 1\nMODEL_ARGS:\n  --tensor-model-parallel-size: 8\n"
+      "  --pipeline-model-parallel-size: 4\n  --sequence-parallel: true\n  --micro-batch-size: 1\n"
+      "  --global-batch-size: 16\n  --use-distributed-optimizer: true\n  --bf16: true\n"
+      "  --clip-grad: 0.5\n  --lr: 3.0e-4\n  --data-path: $DATA_BLEND\n"
+      "loom_model: llama3-8b\ndata_parallel_size: 2\n";
+  auto a = ParseTrainConfig(underscores, "a.yaml");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->parallel.tp, 8);
+  EXPECT_EQ(a->parallel.pp, 4);
+  EXPECT_EQ(a->parallel.microbatches, 8);
+  EXPECT_EQ(a->model.max_grad_norm, 0.5);
+  for (const std::string& yaml : {hyphens, model_args}) {
+    auto b = ParseTrainConfig(yaml, "b.yaml");
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->parallel.tp, a->parallel.tp);
+    EXPECT_EQ(b->parallel.pp, a->parallel.pp);
+    EXPECT_EQ(b->parallel.dp, a->parallel.dp);
+    EXPECT_EQ(b->parallel.sp, a->parallel.sp);
+    EXPECT_EQ(b->parallel.zero, a->parallel.zero);
+    EXPECT_EQ(b->parallel.microbatches, a->parallel.microbatches);
+    EXPECT_EQ(b->model.batch, a->model.batch);
+    EXPECT_EQ(b->model.precision, a->model.precision);
+    EXPECT_EQ(b->model.max_grad_norm, a->model.max_grad_norm);
+  }
+  auto c = ParseTrainConfig(model_args, "c.yaml");
+  ASSERT_TRUE(c.ok());
+  // What does not shape the step is named, not dropped.
+  EXPECT_EQ(c->ignored, (std::vector<std::string>{"ENV_VARS.CUDA_DEVICE_MAX_CONNECTIONS", "--lr",
+                                                  "--data-path"}));
+}
+
+// The Llama 3 70B launch as Megatron-LM's command line (torchrun and
+// pretrain_gpt.py's arguments) gives the plan of the YAML file and of the flags.
+TEST(PlanConfigTest, MegatronCommandLineGivesTheFlagsPlan) {
+  const std::string args = std::string(LOOM_SOURCE_DIR) + "/examples/llama3-70b.megatron-args";
+  const std::string yaml = std::string(LOOM_SOURCE_DIR) + "/examples/llama3-70b.yaml";
+  const std::string from_args = ::testing::TempDir() + "plan_args.json";
+  const std::string from_yaml = ::testing::TempDir() + "plan_yaml2.json";
+  Result a = RunCli({"plan", "--megatron-args", "@" + args, "--model", "llama3-70b", "-o",
+                     from_args});
+  ASSERT_EQ(a.code, kExitOk) << a.err;
+  EXPECT_TRUE(absl::StrContains(a.out, "dp16 tp8 pp4 vpp2 sp zero1 mb8")) << a.out;
+  EXPECT_TRUE(absl::StrContains(a.out, "ignored:      39 settings")) << a.out;
+  Result b = RunCli({"plan", "--config", yaml, "-o", from_yaml});
+  ASSERT_EQ(b.code, kExitOk) << b.err;
+  EXPECT_EQ(Slurp(from_args), Slurp(from_yaml));
+  // The same arguments given inline, without the launcher: the job's size is not
+  // known, so the data-parallel size comes from data_parallel_size... which
+  // Megatron-LM does not take; a plain line plans one replica.
+  auto inline_args = ParseMegatronArgs(
+      "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --bf16 "
+      "--micro-batch-size 2 --global-batch-size 8 --recompute-granularity full "
+      "--recompute-method uniform --recompute-num-layers 1", "--megatron-args");
+  ASSERT_TRUE(inline_args.ok()) << inline_args.status();
+  EXPECT_EQ(inline_args->parallel.dp, 1);
+  EXPECT_EQ(inline_args->parallel.microbatches, 4);
+  EXPECT_TRUE(inline_args->parallel.recompute);
+  EXPECT_EQ(inline_args->model.precision, ir::Precision::kBf16);
+}
+
+// DeepSpeed's ZeRO-3 JSON: the data-parallel size is what the batch sizes leave
+// (64 = 2 per GPU x 4 accumulation steps x 8), stage 3, bf16, clipping 1.
+TEST(PlanConfigTest, DeepSpeedZero3GivesTheFlagsPlan) {
+  const std::string json = std::string(LOOM_SOURCE_DIR) + "/examples/deepspeed-zero3.json";
+  const std::string from_json = ::testing::TempDir() + "plan_ds.json";
+  const std::string from_flags = ::testing::TempDir() + "plan_ds_flags.json";
+  Result a = RunCli({"plan", "--config", json, "--model", "llama3-8b", "--tiny", "-o", from_json});
+  ASSERT_EQ(a.code, kExitOk) << a.err;
+  EXPECT_TRUE(absl::StrContains(a.out, "dp8 tp1 pp1 zero3 mb4")) << a.out;
+  Result b = RunCli({"plan", "--model", "llama3-8b", "--tiny", "--dp", "8", "--zero", "3",
+                     "--microbatches", "4", "--batch", "16", "--precision", "bf16", "-o",
+                     from_flags});
+  ASSERT_EQ(b.code, kExitOk) << b.err;
+  EXPECT_EQ(Slurp(from_json), Slurp(from_flags));
+  // DeepSpeed clips nothing unless told to: without gradient_clipping the step
+  // has no clipping, as DeepSpeed runs it.
+  auto unclipped = ParseDeepSpeedConfig(
+      R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1,
+          "gradient_accumulation_steps": 1})", "ds.json");
+  ASSERT_TRUE(unclipped.ok()) << unclipped.status();
+  EXPECT_EQ(unclipped->model.max_grad_norm, 0);
+  EXPECT_EQ(unclipped->parallel.dp, 8);
+}
+
+// Every reader is strict: a misspelt key that would shape the plan, a setting Loom
+// does not model, a placeholder or a key of another framework is one error (exit
+// 2) naming the file, the place and the key, with the key it resembles.
+TEST(PlanConfigTest, EveryFormRefusesWhatItCannotRead) {
+  struct Case {
+    std::string form, text, words;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"yaml", "loom_model: gpt2\ntensor-model-paralel-size: 8\n",
+            "y.yaml:2:1: key 'tensor-model-paralel-size': unknown key (did you mean "
+            "'tensor_model_parallel_size'?)"},
+           {"yaml", "loom_model: gpt2\nparallelism:\n  tensor_parallel_degree: 2\n",
+            "key 'parallelism.tensor_parallel_degree': this is a torchtitan job configuration"},
+           {"yaml", "loom_model: gpt2\nnum_layers_in_first_pipeline_stage: 3\n",
+            "Loom does not model an uneven pipeline split"},
+           {"yaml", "loom_model: gpt2\nmystery_parallel_width: 3\n",
+            "key 'mystery_parallel_width': unknown key; it may shape the plan"},
+           {"yaml", "loom_model: gpt2\nhidden_dropout: 0.1\n", "dropout is not modelled"},
+           {"args", "--tensor-model-parallel-size 2 --context-parallel-size 2",
+            "a.txt: argument 3: key '--context-parallel-size': Loom does not model context "
+            "parallelism"},
+           {"args", "--tensor-model-parallel-size $TP",
+            "expected an integer, got '$TP' (a shell variable Loom cannot expand"},
+           {"args", "--pipline-model-parallel-size 2",
+            "unknown key (did you mean 'pipeline_model_parallel_size'?)"},
+           {"args", "--fp16", "fp16 training (with loss scaling) is not supported"},
+           {"args", "--recompute-granularity full --recompute-method block --recompute-num-layers 2",
+            "recomputing block groups of 2 layers is not modelled"},
+           {"args", "8 --bf16", "argument 1: expected an option (--name), got '8'"},
+           {"json", R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 1})",
+            "key 'train_batch_size': 'auto' is filled in by the Hugging Face Trainer"},
+           {"json", R"({"zero_optimisation": {"stage": 3}})",
+            "key 'zero_optimisation.stage': unknown key"},
+           {"json", R"({"sequence_parallel_size": 2})", "DeepSpeed-Ulysses sequence parallelism"},
+           {"json", R"({"train_batch_size": 8, "gradient_accumulation_steps": 3,
+                        "train_micro_batch_size_per_gpu": 1})",
+            "the global batch 8 is not a multiple of the micro-batch size x accumulation steps"},
+       }) {
+    absl::StatusOr<TrainConfig> parsed =
+        c.form == "yaml"   ? ParseTrainConfig(c.text, "y.yaml")
+        : c.form == "args" ? ParseMegatronArgs(c.text, "a.txt")
+                           : ParseDeepSpeedConfig(c.text, "d.json");
+    ASSERT_FALSE(parsed.ok()) << c.text;
+    EXPECT_TRUE(absl::StrContains(parsed.status().message(), c.words)) << parsed.status();
+  }
+  // On the command line: exit 2, one line.
+  Result r = RunCli({"plan", "--megatron-args", "--tensor-model-parallel-size 2 --fp8-format hybrid",
+                     "--model", "gpt2", "-o", ::testing::TempDir() + "fp8.json"});
+  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "fp8 training is not supported")) << r.err;
+}
+
+// A mistyped flag gets the flag it resembles; a flag given twice is refused.
+TEST(PlanConfigTest, FlagTyposAndRepeats) {
+  Result typo = RunCli({"plan", "--model", "gpt2", "--tp2", "-o", "x.json"});
+  EXPECT_EQ(typo.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(typo.err, "unknown flag '--tp2' (did you mean '--tp'?)"))
+      << typo.err;
+  Result twice = RunCli({"plan", "--model", "gpt2", "--tp", "2", "--tp", "4", "-o", "x.json"});
+  EXPECT_EQ(twice.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(twice.err, "flag '--tp' given twice")) << twice.err;
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "api/loom.h"
 #include "gtest/gtest.h"
+#include "ir/plan.h"
+#include "ir/plan_json.h"
 #include "tests/tools/cli_test_util.h"
 
 namespace loom::tools::testing {
@@ -80,16 +82,35 @@ TEST(PrecisionTest, Bf16PlanVerifiesSearchesAndRuns) {
   Result run = RunCli(Args({"run", ordered, "--steps", "2", "--check"}, bf16));
   EXPECT_EQ(run.code, kExitOk) << run.out << run.err;
   EXPECT_TRUE(absl::StrContains(run.out, "bf16 (computed in fp32)")) << run.out;
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           Args({"verify", "--plan", plan}, kTinyLlama),
-           Args({"verify", "--plan", plan}, Args(kTinyLlama, {"--precision", "fp32"})),
-           Args({"run", plan, "--precision", "fp64"}, kTinyLlama),
+  // The plan carries its precision: the model flags alone verify the bf16 step;
+  // an fp32 reading is refused by name.
+  Result plain = RunCli(Args({"verify", "--plan", plan, "--no-cache"}, kTinyLlama));
+  EXPECT_EQ(plain.code, kExitOk) << plain.out << plain.err;
+  struct Bad {
+    std::vector<std::string> args;
+    std::string words;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {Args({"verify", "--plan", plan}, Args(kTinyLlama, {"--precision", "fp32"})),
+            "--precision fp32 disagrees with the plan, which was made with --precision bf16"},
+           {Args({"run", plan, "--precision", "fp64"}, kTinyLlama),
+            "--precision fp64 runs an fp32 step, but the configuration's step is bf16"},
        }) {
-    Result r = RunCli(args);
+    Result r = RunCli(bad.args);
     EXPECT_EQ(r.code, kExitBadInput) << r.out << r.err;
     EXPECT_EQ(Lines(r.err), 1) << r.err;
-    EXPECT_TRUE(absl::StrContains(r.err, "the plan holds parameter 'embed' in bf16")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, bad.words)) << r.err;
   }
+  // A plan without its step, read with the fp32 flags, is refused naming the
+  // parameter's dtype.
+  auto loaded = ir::LoadPlanFile(plan);
+  ASSERT_TRUE(loaded.ok());
+  loaded->step.reset();
+  const std::string old = ::testing::TempDir() + "bf16_plan.old.json";
+  ASSERT_TRUE(ir::SavePlanFile(*loaded, old).ok());
+  Result r = RunCli(Args({"verify", "--plan", old}, kTinyLlama));
+  EXPECT_EQ(r.code, kExitBadInput) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "the plan holds parameter 'embed' in bf16")) << r.err;
 }
 
 // `graph --precision bf16` writes the mixed-precision step (and `show` says so);
@@ -175,7 +196,7 @@ TEST(PrecisionTest, ConfigPrecisionKeys) {
     std::string yaml, words;
   };
   for (const Bad& b : std::vector<Bad>{
-           {head + "fp16: true\n", "p.yaml:2:7: key 'fp16': fp16 training"},
+           {head + "fp16: true\n", "p.yaml:2:1: key 'fp16': fp16 training"},
            {head + "bf16: true\nfp16: true\n", "key 'fp16': fp16 training"},
            {head + "bf16: yes please\n", "key 'bf16': expected true or false"},
            {head + "fp8: hybrid\n", "key 'fp8': fp8 training is not supported"},

@@ -65,7 +65,7 @@ TEST(RunCommandTest, BadInputIsExit2) {
            {"run", plan, "--model", "llama3-8b", "--tiny", "--layers", "2", "--precision", "fp16"},
            {"run", plan, "--model", "llama3-8b", "--tiny", "--layers", "2", "--backend", "tpu"},
            {"run", plan, "--model", "llama3-8b", "--tiny", "--layers", "2", "--data", odd},
-           {"run", plan, "--tiny"},
+           {"run", plan, "--layers", "3"},
        }) {
     Result r = RunCli(args);
     EXPECT_EQ(r.code, kExitBadInput) << args.back() << ": " << r.err;
@@ -74,6 +74,25 @@ TEST(RunCommandTest, BadInputIsExit2) {
 }
 
 // Token ids from a file drive the data: a different stream gives different losses.
+// A full-size plan is refused before it allocates, saying what it needs and what
+// it may use (exit 2), instead of dying of an allocation failure; --memory sets
+// what it may use.
+TEST(RunCommandTest, RefusesAPlanThatDoesNotFitBeforeItStarts) {
+  const std::string full = ::testing::TempDir() + "run_full.json";
+  ASSERT_EQ(RunCli({"plan", "--model", "llama3-8b", "--tp", "2", "--pp", "2", "-o", full}).code,
+            kExitOk);
+  Result r = RunCli({"run", full, "--memory", "64GiB"});
+  EXPECT_EQ(r.code, kExitBadInput) << r.out << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "the run needs at least ")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "more than the 64.0 GiB it may use (--memory)")) << r.err;
+  // The tiny plan fits its own small allowance.
+  Result tiny = RunCli({"run", ScheduledPlan(), "--memory", "1GiB"});
+  EXPECT_EQ(tiny.code, kExitOk) << tiny.err;
+  Result small = RunCli({"run", ScheduledPlan(), "--memory", "16KiB"});
+  EXPECT_EQ(small.code, kExitBadInput) << small.err;
+}
+
 TEST(RunCommandTest, ReadsTokenIdsFromAFile) {
   const std::string plan = ScheduledPlan();
   std::string bytes;

@@ -189,15 +189,27 @@ TEST(ScheduleCliTest, SearchPlanWritesTheOrderIntoThePlan) {
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "4 blocks on 2 devices, 4 micro-batches")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "(the plan with every device's order)")) << r.out;
+  // A plan's memory is in bytes: the cap takes a unit, as verify's does, and the
+  // figures say theirs.
+  Result capped = RunCli({"search", "--plan", dir + "p.json", "--memory", "80GiB"});
+  ASSERT_EQ(capped.code, kExitOk) << capped.err;
+  EXPECT_TRUE(absl::StrContains(capped.out, "memory cap 81920 MiB")) << capped.out;
+  EXPECT_TRUE(absl::StrContains(capped.out, " MiB\n")) << capped.out;
+  Result bare = RunCli({"search", "--plan", dir + "p.json", "--memory", "20000"});
+  EXPECT_EQ(bare.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(bare.err, "takes bytes with a unit (80GiB")) << bare.err;
   auto text = ir::ReadTextFile(dir + "p.ordered.json");
   ASSERT_TRUE(text.ok());
   const ir::Json j = ir::Json::parse(*text);
   ASSERT_TRUE(j.contains("order"));
   EXPECT_EQ(j["order"].size(), 4u);  // pp2 x tp2 devices
-  // Without the model it came from, the plan cannot be read.
-  Result missing = RunCli({"search", "--plan", dir + "p.json"});
-  EXPECT_EQ(missing.code, kExitBadInput);
-  EXPECT_TRUE(absl::StrContains(missing.err, "--plan needs the --config or the --model")) << missing.err;
+  // The plan carries the step it was made from: no model flag is needed, and one
+  // that disagrees is refused.
+  Result alone = RunCli({"search", "--plan", dir + "p.json"});
+  EXPECT_EQ(alone.code, kExitOk) << alone.err;
+  Result other = RunCli({"search", "--plan", dir + "p.json", "--model", "gpt2"});
+  EXPECT_EQ(other.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(other.err, "--model gpt2 disagrees with the plan")) << other.err;
 }
 
 }  // namespace
