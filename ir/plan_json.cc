@@ -147,29 +147,6 @@ void AppendList(std::string* out, absl::string_view key, const std::vector<T>& i
   out->append(last ? "\n" : ",\n");
 }
 
-// The step source as one line; numbers through nlohmann, which writes a double so
-// that it reads back exactly.
-std::string StepSourceJson(const PlanStepSource& s) {
-  const TrainingOptions& t = s.training;
-  OrderedJson j;
-  j["model"] = s.model;
-  j["tiny"] = s.tiny;
-  j["layers"] = s.layers;
-  j["batch"] = s.batch;
-  j["seq"] = s.seq;
-  j["precision"] = std::string(PrecisionName(t.precision));
-  j["microbatches"] = t.microbatches;
-  j["max_grad_norm"] = t.max_grad_norm;
-  j["optimizer"] = std::string(OptimizerKindName(t.optimizer));
-  j["lr"] = t.lr;
-  j["beta1"] = t.beta1;
-  j["beta2"] = t.beta2;
-  j["eps"] = t.eps;
-  j["weight_decay"] = t.weight_decay;
-  j["optimizer_step"] = t.step;
-  return j.dump();
-}
-
 // ---- reading -------------------------------------------------------------------
 
 // Field lookups build their JSON path only when reporting an error.
@@ -701,6 +678,28 @@ absl::StatusOr<Plan> PlanReader::Read(const Json& root) {
 }
 
 }  // namespace
+
+// Numbers through nlohmann, which writes a double so that it reads back exactly.
+std::string StepSourceJson(const PlanStepSource& s) {
+  const TrainingOptions& t = s.training;
+  OrderedJson j;
+  j["model"] = s.model;
+  j["tiny"] = s.tiny;
+  j["layers"] = s.layers;
+  j["batch"] = s.batch;
+  j["seq"] = s.seq;
+  j["precision"] = std::string(PrecisionName(t.precision));
+  j["microbatches"] = t.microbatches;
+  j["max_grad_norm"] = t.max_grad_norm;
+  j["optimizer"] = std::string(OptimizerKindName(t.optimizer));
+  j["lr"] = t.lr;
+  j["beta1"] = t.beta1;
+  j["beta2"] = t.beta2;
+  j["eps"] = t.eps;
+  j["weight_decay"] = t.weight_decay;
+  j["optimizer_step"] = t.step;
+  return j.dump();
+}
 
 std::string PlanToJson(const Plan& plan) {
   std::string out;

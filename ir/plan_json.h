@@ -14,6 +14,9 @@ inline constexpr int kPlanJsonVersion = 1;
 
 // Versioned JSON form of a plan, explicit or factored (schema in docs/formats.md).
 // It never holds tensor data. PlanFromJson(PlanToJson(p)) reproduces p exactly.
+// A plan's step source as the plan file writes it: one JSON object (docs/formats.md).
+std::string StepSourceJson(const PlanStepSource& source);
+
 std::string PlanToJson(const Plan& plan);
 
 // Errors are InvalidArgument naming the file and JSON path

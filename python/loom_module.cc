@@ -33,6 +33,7 @@
 #include "ir/graph_stats.h"
 #include "ir/json_format.h"
 #include "ir/plan.h"
+#include "ir/plan_json.h"
 #include "python/capture_bindings.h"
 #include "verify/derive.h"
 #include "verify/report.h"
@@ -107,27 +108,10 @@ std::string ParallelConfigRepr(const ParallelConfig& c) {
                       ", factored=", Bool(c.factored), ")");
 }
 
+// The step a plan records as a dict: the plan file's own object (docs/formats.md).
 py::object StepSourceDict(const ir::Plan& plan) {
   if (!plan.step.has_value()) return py::none();
-  const ir::PlanStepSource& s = *plan.step;
-  const ir::TrainingOptions& t = s.training;
-  py::dict d;
-  d["model"] = s.model;
-  d["tiny"] = s.tiny;
-  d["layers"] = s.layers;
-  d["batch"] = s.batch;
-  d["seq"] = s.seq;
-  d["precision"] = std::string(ir::PrecisionName(t.precision));
-  d["microbatches"] = t.microbatches;
-  d["max_grad_norm"] = t.max_grad_norm;
-  d["optimizer"] = std::string(ir::OptimizerKindName(t.optimizer));
-  d["lr"] = t.lr;
-  d["beta1"] = t.beta1;
-  d["beta2"] = t.beta2;
-  d["eps"] = t.eps;
-  d["weight_decay"] = t.weight_decay;
-  d["optimizer_step"] = t.step;
-  return d;
+  return py::module_::import("json").attr("loads")(ir::StepSourceJson(*plan.step));
 }
 
 bool Equal(const ModelConfig& a, const ModelConfig& b) {
