@@ -2,9 +2,18 @@
 # Installs Loom's build and test dependencies: Debian's packages (Debian 12), only
 # those that are missing (needs root or sudo then), and the Python environment
 # .venv with the pinned packages of python/requirements.txt (torch, transformers,
-# pytest), made again whenever that file changes.
+# pytest), made again whenever that file changes. With --no-python, only the Debian
+# packages: enough to build the `loom` command (a CI gate needs no torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+python_env=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-python) python_env=0 ;;
+    *) echo "loom setup: unknown argument '$arg' (known: --no-python)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   g++ cmake ninja-build pkg-config git
@@ -27,6 +36,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "$python_env" = 0 ]; then
+  exit 0
 fi
 
 # The Python environment, from Debian's interpreter (the one pybind11 builds for).
