@@ -21,6 +21,7 @@
 #include "tools/flags.h"
 #include "tools/schedule_commands.h"
 #include "tools/spec_flags.h"
+#include "tools/terminal_status.h"
 #include "api/loom.h"
 #include "ir/status_macros.h"
 #include "tools/run_command.h"
@@ -314,7 +315,11 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.AddString("--output", "FILE", "where to write the plan (JSON)");
   flags.AddAlias("-o", "--output");
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
-  auto fail = [&](const absl::Status& s) { return Fail(err, "plan", s); };
+  TerminalStatus status("plan", err);
+  auto fail = [&](const absl::Status& s) {
+    status.Done();
+    return Fail(err, "plan", s);
+  };
   auto loaded = ConfigFromFlags(flags);
   if (!loaded.ok()) return fail(loaded.status());
   std::optional<TrainConfig> config = *std::move(loaded);
@@ -384,14 +389,19 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   parallel.microbatches = strategy.microbatches;
   auto source = StepSourceOf(model, parallel);
   if (!source.ok()) return fail(source.status());
+  status.Step(absl::StrCat("building the training step of ", *name));
   auto spec = BuildStep(*source);
   if (!spec.ok()) return fail(spec.status());
   std::vector<std::string> zero_whole;
+  status.Step(absl::StrCat("splitting it over ",
+                           int64_t{strategy.dp} * strategy.tp * strategy.pp, " devices"));
   auto plan = transform::Parallelize(*spec, strategy, &zero_whole);
   if (!plan.ok()) return fail(plan.status());
   plan->step = *source;
+  status.Step(absl::StrCat("writing ", *path));
   absl::Status saved = ir::SavePlanFile(*plan, *path);
   if (!saved.ok()) return fail(saved);
+  status.Done();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::map<std::string, int64_t> kinds;

@@ -13,6 +13,7 @@
 #include "tools/cli.h"
 #include "tools/flags.h"
 #include "tools/spec_flags.h"
+#include "tools/terminal_status.h"
 
 namespace loom::tools {
 namespace {
@@ -107,7 +108,11 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
                   "host memory the run may use (80GiB; default: what the machine has "
                   "available); a plan that needs more is refused before it starts");
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
-  auto fail = [&](const absl::Status& s) { return Fail(err, kCommand, s); };
+  TerminalStatus status(kCommand, err);
+  auto fail = [&](const absl::Status& s) {
+    status.Done();
+    return Fail(err, kCommand, s);
+  };
 
   std::optional<std::string> path = flags.GetString("--plan");
   if (!path.has_value()) path = flags.Positional();
@@ -148,7 +153,9 @@ int CmdRun(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   auto plan = LoadPlanShowingProgress(*path, kCommand);
   if (!plan.ok()) return fail(plan.status());
+  status.Step("building the training step the plan records");
   auto spec = SpecForPlan(flags, *plan);
+  status.Done();
   if (!spec.ok()) return fail(spec.status());
   const bool bf16_step = std::any_of(spec->tensors().begin(), spec->tensors().end(),
                                      [](const ir::Tensor& t) {

@@ -25,6 +25,7 @@
 #include "tools/cli.h"
 #include "tools/flags.h"
 #include "tools/spec_flags.h"
+#include "tools/terminal_status.h"
 
 namespace loom::tools {
 namespace {
@@ -176,6 +177,17 @@ absl::StatusOr<schedule::BlockModel> ModelFromFlags(const FlagSet& flags) {
   return model;
 }
 
+// The name printed after a plan's block memory figures: " MiB" for its unit of
+// 2^20 bytes (the cost model's), else the unit's size.
+std::string MemoryUnitName(int64_t bytes_per_unit) {
+  switch (bytes_per_unit) {
+    case int64_t{1} << 10: return " KiB";
+    case int64_t{1} << 20: return " MiB";
+    case int64_t{1} << 30: return " GiB";
+    default: return absl::StrCat(" x ", bytes_per_unit, " bytes");
+  }
+}
+
 // Memory figures of a block model in its unit: " MiB" for a plan's blocks, none
 // for an abstract model's own units.
 std::string CapText(const schedule::BlockModel& model, absl::string_view unit = "") {
@@ -316,7 +328,11 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.AddBool("--json", "print the figures as JSON");
   AddOutputFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
-  auto fail = [&](const absl::Status& s) { return Fail(err, "search", s); };
+  TerminalStatus status("search", err);
+  auto fail = [&](const absl::Status& s) {
+    status.Done();
+    return Fail(err, "search", s);
+  };
   // With --plan, the blocks come from the plan and the order goes back into it.
   std::optional<ir::Plan> plan;
   std::optional<ir::Graph> spec;
@@ -330,9 +346,11 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
     auto loaded = LoadPlanShowingProgress(*path, "search");
     if (!loaded.ok()) return fail(loaded.status());
     plan = *std::move(loaded);
+    status.Step("building the training step the plan records");
     auto built = SpecForPlan(flags, *plan);
     if (!built.ok()) return fail(built.status());
     spec = *std::move(built);
+    status.Step("timing the blocks of the plan's devices");
     auto blocks = schedule::BlocksFromPlan(*spec, *plan);
     if (!blocks.ok()) return fail(blocks.status());
     plan_blocks = *std::move(blocks);
@@ -357,7 +375,9 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   auto nodes = flags.GetInt("--node-limit", options.node_limit, 1, int64_t{1} << 40);
   if (!nodes.ok()) return fail(nodes.status());
   options.node_limit = *nodes;
+  status.Step("searching");
   auto result = schedule::SearchSchedule(*model, options);
+  status.Done();
   if (!result.ok()) {
     // No schedule within the limits is a finding about the input, not a crash.
     if (result.status().code() == absl::StatusCode::kResourceExhausted) {
@@ -370,7 +390,7 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (json) {
     out << SearchJson(*model, *result);
   } else {
-    PrintSearch(*model, *result, options.microbatches, plan.has_value() ? " MiB" : "", out);
+    PrintSearch(*model, *result, options.microbatches, plan_blocks.has_value() ? MemoryUnitName(plan_blocks->bytes_per_memory_unit) : "", out);
   }
   if (plan.has_value()) {
     if (options.microbatches != plan_blocks->microbatches) {
@@ -379,10 +399,12 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
           plan_blocks->microbatches)));
     }
     if (auto path = flags.GetString("--output")) {
+      status.Step(absl::StrCat("writing ", *path));
       auto ordered = schedule::ApplySchedule(*spec, *plan, *plan_blocks, result->schedule);
       if (!ordered.ok()) return fail(ordered.status());
       absl::Status saved = ir::SavePlanFile(*ordered, *path);
       if (!saved.ok()) return fail(saved);
+      status.Done();
       if (!json) {
         out << "wrote " << *path
             << (ordered->is_factored()
@@ -429,22 +451,29 @@ absl::StatusOr<schedule::LoadedSchedule> PredefinedFromFlags(const FlagSet& flag
   return loaded;
 }
 
-// The schedule the flags name: a schedule file (JSON, or a torch CSV by its
-// extension) or a predefined schedule.
+// A schedule to simulate, and for a plan's blocks the bytes of their memory unit
+// (0 for a model in abstract units).
+struct ScheduleToSimulate : schedule::LoadedSchedule {
+  int64_t bytes_per_memory_unit = 0;
+};
+
 // The block model of an ordered plan and the schedule its order runs.
-absl::StatusOr<schedule::LoadedSchedule> ScheduleFromPlan(const FlagSet& flags,
-                                                          const std::string& path) {
+absl::StatusOr<ScheduleToSimulate> ScheduleFromPlan(const FlagSet& flags,
+                                                    const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(ir::Plan plan, LoadPlanShowingProgress(path, "simulate"));
   LOOM_ASSIGN_OR_RETURN(ir::Graph spec, SpecForPlan(flags, plan));
   LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
   LOOM_ASSIGN_OR_RETURN(schedule::PlanBlocks blocks, schedule::BlocksFromPlan(spec, plan));
-  schedule::LoadedSchedule loaded;
+  ScheduleToSimulate loaded;
   LOOM_ASSIGN_OR_RETURN(loaded.schedule, schedule::ScheduleFromPlanOrder(plan, blocks));
   loaded.model = std::move(blocks.model);
+  loaded.bytes_per_memory_unit = blocks.bytes_per_memory_unit;
   return loaded;
 }
 
-absl::StatusOr<schedule::LoadedSchedule> ScheduleFromFlags(const FlagSet& flags) {
+// The schedule the flags name: a schedule file (JSON, or a torch CSV by its
+// extension), a predefined schedule or an ordered plan.
+absl::StatusOr<ScheduleToSimulate> ScheduleFromFlags(const FlagSet& flags) {
   auto file = flags.Positional();
   auto name = flags.GetString("--schedule");
   auto plan = flags.GetString("--plan");
@@ -453,19 +482,30 @@ absl::StatusOr<schedule::LoadedSchedule> ScheduleFromFlags(const FlagSet& flags)
         "give a schedule file, --schedule NAME or --plan FILE (one of them)");
   }
   if (plan.has_value()) return ScheduleFromPlan(flags, *plan);
-  if (name.has_value()) return PredefinedFromFlags(flags, *name);
+  ScheduleToSimulate loaded;
+  if (name.has_value()) {
+    LOOM_ASSIGN_OR_RETURN(static_cast<schedule::LoadedSchedule&>(loaded),
+                          PredefinedFromFlags(flags, *name));
+    return loaded;
+  }
   const bool csv = file->size() >= 4 && file->substr(file->size() - 4) == ".csv";
-  if (!csv) return schedule::LoadScheduleFile(*file);
+  if (!csv) {
+    LOOM_ASSIGN_OR_RETURN(static_cast<schedule::LoadedSchedule&>(loaded),
+                          schedule::LoadScheduleFile(*file));
+    return loaded;
+  }
   LOOM_ASSIGN_OR_RETURN(std::string text, ir::ReadTextFile(*file));
   schedule::TorchImportOptions options;
   LOOM_ASSIGN_OR_RETURN(options.costs, StageCostsFromFlags(flags, "1,1,1,0"));
   options.comm_steps = flags.GetBool("--comm-steps");
-  return schedule::ScheduleFromTorchCsv(text, *file, options);
+  LOOM_ASSIGN_OR_RETURN(static_cast<schedule::LoadedSchedule&>(loaded),
+                        schedule::ScheduleFromTorchCsv(text, *file, options));
+  return loaded;
 }
 
 void PrintSimulation(const std::string& what, const schedule::BlockModel& m,
                      const schedule::Schedule& schedule, const schedule::SimResult& sim,
-                     std::ostream& out) {
+                     absl::string_view unit, std::ostream& out) {
   out << "schedule:     " << what << ", " << m.name << " on " << m.num_devices << " devices, "
       << schedule.microbatches << " micro-batches\n";
   out << "valid:        " << (sim.valid ? "yes" : "no: " + sim.violation) << "\n";
@@ -475,7 +515,8 @@ void PrintSimulation(const std::string& what, const schedule::BlockModel& m,
   out << "makespan:     " << sim.makespan << "\n";
   out << "bubble:       " << Percent(sim.bubble_ratio) << " (per device "
       << absl::StrJoin(per_device, " ") << ")\n";
-  out << "peak memory:  " << Slashed(sim.peak_memory) << " (cap " << CapText(m) << ")\n";
+  out << "peak memory:  " << Slashed(sim.peak_memory) << unit << " (cap " << CapText(m, unit)
+      << ")\n";
 }
 
 }  // namespace
@@ -505,7 +546,9 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   AddStageFlags(flags);
   flags.AddBool("--comm-steps", "CSV input: count sends and receives as steps, as torch's "
                                 "simulator does");
-  flags.AddString("--memory", "M", "memory cap of every device (replaces the schedule's caps)");
+  flags.AddString("--memory", "M",
+                  "memory cap of every device (replaces the schedule's caps): in the model's "
+                  "units, or with --plan bytes with a unit (80GiB)");
   flags.AddBool("--json", "print the figures as JSON");
   AddOutputFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
@@ -513,10 +556,15 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   auto loaded = ScheduleFromFlags(flags);
   if (!loaded.ok()) return fail(loaded.status());
   if (flags.Has("--memory")) {
-    auto cap = flags.GetInt("--memory", 0, 0, int64_t{1} << 50);
+    auto cap = loaded->bytes_per_memory_unit > 0
+                   ? PlanMemoryCap(flags, loaded->bytes_per_memory_unit)
+                   : flags.GetInt("--memory", 0, 0, int64_t{1} << 50);
     if (!cap.ok()) return fail(cap.status());
     loaded->model.SetUniformCap(*cap);
   }
+  const std::string unit = loaded->bytes_per_memory_unit > 0
+                               ? MemoryUnitName(loaded->bytes_per_memory_unit)
+                               : std::string();
   auto sim = schedule::Simulate(loaded->model, loaded->schedule);
   if (!sim.ok()) return fail(sim.status());
   const bool json = flags.GetBool("--json");
@@ -532,7 +580,7 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   } else {
     std::string what = loaded->schedule.name;
     if (what.empty()) what = flags.Positional().value_or("schedule");
-    PrintSimulation(what, loaded->model, loaded->schedule, *sim, out);
+    PrintSimulation(what, loaded->model, loaded->schedule, *sim, unit, out);
   }
   absl::Status written = WriteOutputs(flags, loaded->model, loaded->schedule, *sim, json, out);
   if (!written.ok()) return fail(written);

@@ -23,6 +23,7 @@
 #include "tools/cli.h"
 #include "tools/flags.h"
 #include "tools/spec_flags.h"
+#include "tools/terminal_status.h"
 #include "verify/report.h"
 #include "verify/verify.h"
 
@@ -254,7 +255,9 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
   // Bad input still leaves a report and a JUnit file (verdict "error", exit 2),
   // so that a CI job shows why it stopped.
   const ReportPaths paths{report_file, junit_file};
+  TerminalStatus terminal("verify", err, flags.GetBool("--quiet"));
   auto fail = [&](const absl::Status& status) {
+    terminal.Done();
     WriteErrorReports(paths, status, flags.GetString("--model").value_or(""),
                       flags.GetString("--plan").value_or(""), out, err);
     return FailVerify(err, status);
@@ -268,9 +271,13 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (!plan.ok()) return fail(plan.status());
   auto model = ModelName(flags, *plan);
   if (!model.ok()) return fail(model.status());
+  terminal.Step("building the training step the plan records");
   auto spec = SpecForPlan(flags, *plan);
   if (!spec.ok()) return fail(spec.status());
-  if (absl::Status valid = ir::ValidatePlan(*spec, *plan); !valid.ok()) {
+  terminal.Step("checking that the plan is a plan of it");
+  absl::Status valid = ir::ValidatePlan(*spec, *plan);
+  terminal.Done();
+  if (!valid.ok()) {
     return fail(AboutPlanFile(*path, valid,
                                          absl::StrCat("not a plan of the training step of '",
                                                       *model, plan->step.has_value()

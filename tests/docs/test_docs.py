@@ -5,6 +5,7 @@ sandbox, in page order, as a reader following the page would."""
 import os
 import pathlib
 import re
+import subprocess
 import tempfile
 
 import pytest
@@ -80,3 +81,51 @@ def teardown_module():
     for sandbox in _sandboxes.values():
         sandbox.remove()
     _scratch.cleanup()
+
+
+def _flags_of(command):
+    loom = BUILD / "tools" / "loom"
+    help_text = subprocess.run([str(loom), command, "--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True).stdout
+    return set(re.findall(r"^\s+(--?[a-z][a-z0-9-]*)", help_text, re.M)) - {"--help"}
+
+
+def test_the_command_table_names_every_flag():
+    """README.md's table of commands: every flag a command's --help lists is on one of its
+    rows, or is a model flag of the paragraph below the table."""
+    text = (SOURCE / "README.md").read_text()
+    section = text[text.index("## The `loom` command"):]
+    section = section[:section.index("\n## ")]
+    model_flags = set(re.findall(r"--[a-z][a-z0-9-]*",
+                                 section[section.index("MODEL FLAGS,"):]))
+    missing = {}
+    for command in ["models", "ops", "show", "graph", "plan", "search", "simulate",
+                    "verify", "run"]:
+        rows = [line for line in section.splitlines() if line.startswith(f"| `loom {command}")]
+        assert rows, f"no row for loom {command}"
+        named = set(re.findall(r"(--?[a-z][a-z0-9-]*)", " ".join(r.split("` |")[0] for r in rows)))
+        if command not in ("models", "ops"):
+            named |= model_flags | {"--model"}
+        absent = _flags_of(command) - named
+        if absent:
+            missing[command] = sorted(absent)
+    assert not missing, f"flags missing from README.md's command table: {missing}"
+
+
+def test_the_ops_table_is_what_loom_ops_prints():
+    """README.md's Ops table says it is `loom ops`: every op kind, its gradient rule and
+    its signature, in the same order."""
+    printed = subprocess.run([str(BUILD / "tools" / "loom"), "ops"], stdout=subprocess.PIPE,
+                             text=True, check=True).stdout.splitlines()
+    want = []
+    for line in printed:
+        name, grad, signature = re.match(r"(\S+)\s+(grad|-)\s+(.*)$", line).groups()
+        want.append((name, "yes" if grad == "grad" else "-", signature))
+    text = (SOURCE / "README.md").read_text()
+    table = re.findall(r"^\| `([a-z0-9_]+)` \| (yes|-) \| (.*) \|$",
+                       text[text.index("\n## Ops\n"):text.index("\n## Layout\n")], re.M)
+    shown = [(n, g, s.replace("\\|", "|")) for n, g, s in table]
+    assert shown == want, (
+        f"README.md's Ops table ({len(shown)} ops) is not `loom ops` ({len(want)} ops): "
+        f"missing {sorted({w[0] for w in want} - {s[0] for s in shown})}, "
+        f"first difference {next((a, b) for a, b in zip(shown + [None] * len(want), want) if a != b)}")
