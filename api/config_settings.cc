@@ -290,8 +290,9 @@ std::string Nearest(absl::string_view key) {
 }
 
 // Every key accounted for (see the header); the ignored ones, as written, in
-// `ignored`.
-absl::Status CheckKeys(const Settings& settings, std::vector<std::string>& ignored) {
+// `ignored`; the architecture's, to be checked against the model, in `architecture`.
+absl::Status CheckKeys(const Settings& settings, std::vector<std::string>& ignored,
+                       std::vector<ArchitectureSetting>& architecture) {
   for (const Setting& s : settings.all()) {
     const std::string& key = s.key;
     if (In(kRead, key)) continue;
@@ -307,6 +308,10 @@ absl::Status CheckKeys(const Settings& settings, std::vector<std::string>& ignor
       return settings.Error(s, absl::StrCat("Loom does not model ", it->what,
                                             "; remove the key or set it to ",
                                             it->off.empty() ? "null" : it->off.front()));
+    }
+    if (In(kArchitecture, key) && s.scalar) {
+      architecture.push_back({s.key, s.spelled, s.value, s.where});
+      continue;
     }
     const absl::string_view last = absl::string_view(key).substr(key.rfind('.') + 1);
     if (In(kIgnored, key) || In(kArchitecture, key) || In(kIgnored, last) ||
@@ -445,7 +450,7 @@ absl::StatusOr<bool> RecomputeOf(const Settings& settings, std::optional<int64_t
 
 absl::StatusOr<TrainConfig> FromSettings(const Settings& settings) {
   TrainConfig c;
-  LOOM_CONFIG_OK(CheckKeys(settings, c.ignored));
+  LOOM_CONFIG_OK(CheckKeys(settings, c.ignored, c.architecture));
   for (const Setting& s : settings.all()) {
     if (In(kRead, s.key)) c.read.push_back(s.key);
   }
@@ -606,6 +611,9 @@ absl::StatusOr<TrainConfig> FromSettings(const Settings& settings) {
     return settings.Error(*settings.Find("zero_stage"), absl::StrCat(p.zero, " is above 3"));
   }
   LOOM_ASSIGN_OR_RETURN(p.recompute, RecomputeOf(settings, layers));
+  // A configuration that names its model is checked now; one that does not (a
+  // DeepSpeed file, a command line) when the model is given (CheckArchitecture).
+  if (!c.model.name.empty()) LOOM_CONFIG_OK(CheckArchitecture(c));
   return c;
 }
 

@@ -63,16 +63,40 @@ struct ParallelConfig {
 };
 
 // Both halves of a launcher's training configuration.
+// An architecture key of a training configuration (hidden_size, num_query_groups,
+// ...), as written, until it is checked against the zoo model (CheckArchitecture).
+struct ArchitectureSetting {
+  std::string key;      // Megatron-LM's name, underscores: "num_query_groups"
+  std::string spelled;  // as written: "--num-query-groups"
+  std::string value;    // "8"; "true" for a bare switch
+  std::string where;    // "args.txt: argument 12", "t.yaml:4:1"
+};
+
 struct TrainConfig {
   ModelConfig model;
   ParallelConfig parallel;
   // The configuration's keys that do not shape the step (learning rates, data,
-  // logging, the architecture, which is the zoo model's), as written: named, so
-  // that none is dropped silently.
+  // logging, architecture settings the zoo model does not encode), as written:
+  // named, so that none is dropped silently.
   std::vector<std::string> ignored;
-  // The keys it read, by Megatron-LM's names ("clip_grad", "tensor_model_parallel_size").
+  // The keys it read, by Megatron-LM's names ("clip_grad", "tensor_model_parallel_size"),
+  // architecture keys that agree with the zoo model included.
   std::vector<std::string> read;
+  // Architecture keys not yet checked: the readers check them when the configuration
+  // names its model; otherwise they wait for CheckArchitecture.
+  std::vector<ArchitectureSetting> architecture;
+  // The architecture keys that agree with the zoo model, as written.
+  std::vector<std::string> architecture_agreed;
 };
+
+// Checks the configuration's architecture keys against the zoo model it names
+// (models::PublishedArchitecture; the full-size model, also for a tiny plan): a
+// key that agrees is read, one the model does not encode (max_position_embeddings)
+// is named as ignored, one that disagrees is InvalidArgument naming the place, both
+// values and the model, since the plan would be of another model than the job's.
+// Moves every entry of `config.architecture` to `read` or `ignored`; an unnamed
+// model with architecture keys left is InvalidArgument.
+absl::Status CheckArchitecture(TrainConfig& config);
 
 // Reads a Megatron-style YAML training configuration (docs/python.md lists the
 // keys): tensor/pipeline/data/expert parallel sizes, virtual pipeline size,

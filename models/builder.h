@@ -121,6 +121,13 @@ absl::StatusOr<ir::Graph> BuildGpt2(absl::string_view name, const ModelOptions& 
 absl::StatusOr<ir::Graph> BuildLlama3(absl::string_view name, const ModelOptions& options);
 absl::StatusOr<ir::Graph> BuildDeepSeek(absl::string_view name, const ModelOptions& options);
 
+// Their full-size architectures (models.h, PublishedArchitecture); `name` is known
+// to the family.
+std::vector<ArchitectureFact> MlpArchitecture(absl::string_view name);
+std::vector<ArchitectureFact> Gpt2Architecture(absl::string_view name);
+std::vector<ArchitectureFact> Llama3Architecture(absl::string_view name);
+std::vector<ArchitectureFact> DeepSeekArchitecture(absl::string_view name);
+
 }  // namespace loom::models
 
 #endif  // LOOM_MODELS_BUILDER_H_

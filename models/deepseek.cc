@@ -203,6 +203,38 @@ absl::StatusOr<TensorId> Moe(GraphBuilder& b, TensorId x, const std::string& p,
 
 }  // namespace
 
+std::vector<ArchitectureFact> DeepSeekArchitecture(absl::string_view name) {
+  const DeepSeekConfig* c = &kDeepSeek[0];
+  for (const DeepSeekConfig& each : kDeepSeek) {
+    if (each.name == name) c = &each;
+  }
+  std::vector<ArchitectureFact> facts = {
+      {"hidden_size", absl::StrCat(c->d)},
+      {"ffn_hidden_size", absl::StrCat(c->ffn)},
+      {"num_attention_heads", absl::StrCat(c->heads)},
+      {"vocab_size", absl::StrCat(c->vocab)},
+      {"multi_latent_attention", "true"},
+      {"kv_lora_rank", absl::StrCat(c->kv_lora_rank)},
+      {"qk_head_dim", absl::StrCat(c->qk_nope_dim)},
+      {"qk_pos_emb_head_dim", absl::StrCat(c->qk_rope_dim)},
+      {"v_head_dim", absl::StrCat(c->v_dim)},
+      {"num_experts", absl::StrCat(c->experts)},
+      {"moe_router_topk", absl::StrCat(c->top_k)},
+      {"moe_ffn_hidden_size", absl::StrCat(c->moe_ffn)},
+      {"moe_shared_expert_intermediate_size", absl::StrCat(c->shared * c->moe_ffn)},
+      {"moe_router_score_function", c->score},
+      {"moe_router_topk_scaling_factor", absl::StrCat(c->routed_scale)},
+      {"normalization", "RMSNorm"},
+      {"norm_epsilon", absl::StrCat(c->eps)},
+      {"position_embedding_type", "rope"},
+      {"rotary_base", absl::StrCat(c->rope_theta)},
+      {"swiglu", "true"},
+      {"untie_embeddings_and_output_weights", "true"},
+      {"disable_bias_linear", "true"}};
+  if (c->q_lora_rank > 0) facts.push_back({"q_lora_rank", absl::StrCat(c->q_lora_rank)});
+  return facts;
+}
+
 absl::StatusOr<ir::Graph> BuildDeepSeek(absl::string_view name, const ModelOptions& options) {
   const DeepSeekConfig* full = nullptr;
   for (const DeepSeekConfig& c : kDeepSeek) {

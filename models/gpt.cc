@@ -79,6 +79,22 @@ absl::StatusOr<TensorId> Gpt2Attention(GraphBuilder& b, TensorId x, const std::s
 
 }  // namespace
 
+std::vector<ArchitectureFact> Gpt2Architecture(absl::string_view) {
+  const Gpt2Config& c = kGpt2;
+  return {{"hidden_size", absl::StrCat(c.d)},
+          {"ffn_hidden_size", absl::StrCat(c.ffn)},
+          {"num_attention_heads", absl::StrCat(c.heads)},
+          {"kv_channels", absl::StrCat(c.d / c.heads)},
+          {"vocab_size", absl::StrCat(c.vocab)},
+          {"max_position_embeddings", absl::StrCat(c.context)},
+          {"normalization", "LayerNorm"},
+          {"norm_epsilon", absl::StrCat(c.eps)},
+          {"position_embedding_type", "learned_absolute"},
+          {"swiglu", "false"},
+          {"untie_embeddings_and_output_weights", "false"},
+          {"disable_bias_linear", "false"}};
+}
+
 absl::StatusOr<ir::Graph> BuildGpt2(absl::string_view name, const ModelOptions& options) {
   const Gpt2Config& c = options.tiny ? kGpt2Tiny : kGpt2;
   LOOM_ASSIGN_OR_RETURN(BuildSize size, ResolveOptions(options, c.layers, c.seq));

@@ -25,6 +25,8 @@ constexpr MlpConfig kMlpTiny{/*vocab=*/128, /*d=*/32, /*ffn=*/64, /*layers=*/2, 
 
 }  // namespace
 
+std::vector<ArchitectureFact> MlpArchitecture(absl::string_view) { return {}; }
+
 absl::StatusOr<ir::Graph> BuildMlp(absl::string_view name, const ModelOptions& options) {
   const MlpConfig& c = options.tiny ? kMlpTiny : kMlp;
   LOOM_ASSIGN_OR_RETURN(BuildSize size, ResolveOptions(options, c.layers, c.seq));

@@ -29,6 +29,20 @@ struct ModelInfo {
 // The model zoo in a fixed order.
 std::vector<ModelInfo> ListModels();
 
+// One published architecture setting of a zoo model, named as Megatron-LM names its
+// argument ("hidden_size", "num_query_groups", "normalization") with the value it
+// takes there ("8192", "RMSNorm", "true" for a switch).
+struct ArchitectureFact {
+  std::string key;
+  std::string value;
+};
+
+// The full-size architecture Loom builds for a zoo model, in Megatron-LM's words,
+// so that a training configuration naming its architecture can be checked against
+// it (api/config_settings.h). Only what the model's graph encodes is listed.
+// NotFound for an unknown model, as BuildForward.
+absl::StatusOr<std::vector<ArchitectureFact>> PublishedArchitecture(absl::string_view name);
+
 // Builds the forward graph of one micro-batch: inputs `tokens` and `targets`
 // (i64 [batch, seq]), parameters (role parameter), and one output: the scalar
 // cross-entropy loss (role loss), f32 when the dtype is 16-bit (computed on logits

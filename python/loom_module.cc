@@ -125,6 +125,14 @@ bool Equal(const ParallelConfig& a, const ParallelConfig& b) {
          a.recompute == b.recompute && a.factored == b.factored;
 }
 
+// A configuration as Python gets it: named `model` when given (over the file's
+// name), its architecture keys checked against that model (CheckArchitecture).
+TrainConfig Checked(TrainConfig c, const std::string& model) {
+  if (!model.empty()) c.model.name = model;
+  ThrowIfError(CheckArchitecture(c));
+  return c;
+}
+
 py::tuple ConfigTuple(const TrainConfig& c) { return py::make_tuple(c.model, c.parallel); }
 
 // "1,234,567".
@@ -299,37 +307,44 @@ void DefineModule(py::module_& m) {
 
   m.def(
       "load_config",
-      [](const std::string& path) { return ConfigTuple(ValueOrThrow(LoadTrainConfig(path))); },
-      py::arg("path"),
+      [](const std::string& path, const std::string& model) {
+        return ConfigTuple(Checked(ValueOrThrow(LoadTrainConfig(path)), model));
+      },
+      py::arg("path"), py::arg("model") = "",
       "(ModelConfig, ParallelConfig) of a training configuration file: Megatron-LM or NeMo "
-      "YAML, or DeepSpeed JSON (*.json).");
+      "YAML, or DeepSpeed JSON (*.json). `model` names the zoo model (over the file's "
+      "loom_model); the file's architecture keys must agree with it.");
   m.def(
       "parse_config",
-      [](const std::string& text, const std::string& origin) {
-        return ConfigTuple(ValueOrThrow(ParseTrainConfig(text, origin)));
+      [](const std::string& text, const std::string& origin, const std::string& model) {
+        return ConfigTuple(Checked(ValueOrThrow(ParseTrainConfig(text, origin)), model));
       },
-      py::arg("text"), py::arg("origin") = "<config>",
+      py::arg("text"), py::arg("origin") = "<config>", py::arg("model") = "",
       "load_config of YAML text; `origin` names it in errors.");
   m.def(
       "parse_megatron_args",
-      [](const std::string& args, const std::string& origin) {
-        return ConfigTuple(ValueOrThrow(ParseMegatronArgs(args, origin)));
+      [](const std::string& args, const std::string& origin, const std::string& model) {
+        return ConfigTuple(Checked(ValueOrThrow(ParseMegatronArgs(args, origin)), model));
       },
-      py::arg("args"), py::arg("origin") = "<megatron args>",
+      py::arg("args"), py::arg("origin") = "<megatron args>", py::arg("model") = "",
       "(ModelConfig, ParallelConfig) of a Megatron-LM command line ('--tensor-model-parallel-"
-      "size 8 ...', optionally after torchrun and its sizes).");
+      "size 8 ...', optionally after torchrun and its sizes). `model` names the zoo model: "
+      "needed when the arguments describe the architecture (--hidden-size ...), which must "
+      "agree with it.");
   m.def(
       "parse_deepspeed_config",
-      [](const std::string& json, const std::string& origin) {
-        return ConfigTuple(ValueOrThrow(ParseDeepSpeedConfig(json, origin)));
+      [](const std::string& json, const std::string& origin, const std::string& model) {
+        return ConfigTuple(Checked(ValueOrThrow(ParseDeepSpeedConfig(json, origin)), model));
       },
-      py::arg("json"), py::arg("origin") = "<deepspeed config>",
+      py::arg("json"), py::arg("origin") = "<deepspeed config>", py::arg("model") = "",
       "(ModelConfig, ParallelConfig) of a DeepSpeed JSON configuration (the model name is not "
-      "in it: set ModelConfig.name).");
+      "in it: give `model`, or set ModelConfig.name).");
   m.def(
       "config_ignored",
-      [](const std::string& path) { return ValueOrThrow(LoadTrainConfig(path)).ignored; },
-      py::arg("path"),
+      [](const std::string& path, const std::string& model) {
+        return Checked(ValueOrThrow(LoadTrainConfig(path)), model).ignored;
+      },
+      py::arg("path"), py::arg("model") = "",
       "The settings of a configuration file that do not shape the step, as written (what "
       "`loom plan` names as ignored).");
 

@@ -434,13 +434,21 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         << absl::StrJoin(zero_whole.begin(), zero_whole.begin() + shown, ", ")
         << (zero_whole.size() > shown ? ", ..." : "") << "\n";
   }
+  if (config.has_value() && !config->architecture_agreed.empty()) {
+    const std::vector<std::string>& agreed = config->architecture_agreed;
+    const size_t shown = std::min<size_t>(agreed.size(), 8);
+    out << "architecture: " << agreed.size() << " setting" << (agreed.size() == 1 ? "" : "s")
+        << " checked, as " << *name << " has them: "
+        << absl::StrJoin(agreed.begin(), agreed.begin() + shown, ", ")
+        << (agreed.size() > shown ? ", ..." : "") << "\n";
+  }
   if (config.has_value() && !config->ignored.empty()) {
     // Named, never dropped silently: what the configuration sets that does not
     // shape the step.
     const size_t shown = std::min<size_t>(config->ignored.size(), 8);
     out << "ignored:      " << config->ignored.size() << " setting"
         << (config->ignored.size() == 1 ? "" : "s")
-        << " that do not shape the step (the architecture is the zoo model's): "
+        << " that do not shape the step: "
         << absl::StrJoin(config->ignored.begin(), config->ignored.begin() + shown, ", ")
         << (config->ignored.size() > shown ? ", ..." : "") << "\n";
   }

@@ -120,6 +120,7 @@ absl::StatusOr<std::optional<TrainConfig>> ConfigFromFlags(const FlagSet& flags)
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": no model named (give --model NAME, or set loom_model: NAME in a YAML file)"));
   }
+  LOOM_RETURN_IF_ERROR(CheckArchitecture(config));
   return std::optional<TrainConfig>(std::move(config));
 }
 

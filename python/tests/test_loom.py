@@ -388,3 +388,11 @@ def test_megatron_and_deepspeed_configs():
     assert model.max_grad_norm == 0  # DeepSpeed clips nothing unless told to
     with pytest.raises(ValueError, match=r"did you mean 'tensor_model_parallel_size'"):
         loom.parse_megatron_args("--tensor-model-paralel-size 2")
+    # The architecture a command line describes is checked against the model named.
+    model, _ = loom.parse_megatron_args("--hidden-size 8192 --num-query-groups 8",
+                                        model="llama3-70b")
+    assert model.name == "llama3-70b"
+    with pytest.raises(ValueError, match=r"4096 disagrees with llama3-70b, whose hidden_size"):
+        loom.parse_megatron_args("--hidden-size 4096", model="llama3-70b")
+    with pytest.raises(ValueError, match=r"names no model to check it against"):
+        loom.parse_megatron_args("--hidden-size 4096")

@@ -73,6 +73,53 @@ TEST(PlanConfigTest, ConfigurationsAreNeverReinterpreted) {
   EXPECT_EQ(nemo->parallel.tp, 2);
 }
 
+// A configuration's architecture is the zoo model's or an error: the plan would
+// otherwise be of another model than the job's.
+TEST(PlanConfigTest, TheArchitectureIsCheckedAgainstTheModel) {
+  const std::string head = "loom_model: llama3-70b\nnum_layers: 2\n";
+  auto agrees = ParseTrainConfig(head + "hidden_size: 8192\nnum-query-groups: 8\n"
+                                        "norm_epsilon: 0.00001\nnormalization: rmsnorm\n"
+                                        "swiglu: true\nrotary_base: 5e5\n"
+                                        "max_position_embeddings: 131072\n",
+                                 "a.yaml");
+  ASSERT_TRUE(agrees.ok()) << agrees.status();
+  EXPECT_EQ(agrees->architecture_agreed,
+            (std::vector<std::string>{"hidden_size", "num-query-groups", "norm_epsilon",
+                                      "normalization", "swiglu", "rotary_base"}));
+  // Not encoded by the graph (its positions are the sequence's): named as ignored.
+  EXPECT_EQ(agrees->ignored, (std::vector<std::string>{"max_position_embeddings"}));
+  for (const auto& [yaml, words] : std::vector<std::pair<std::string, std::string>>{
+           {head + "hidden_size: 4096\n",
+            "b.yaml:3:1: key 'hidden_size': 4096 disagrees with llama3-70b, whose hidden_size "
+            "is 8192"},
+           {head + "num_query_groups: 64\n", "whose num_query_groups is 8"},
+           {head + "swiglu: false\n", "whose swiglu is true"},
+           {head + "normalization: LayerNorm\n", "whose normalization is RMSNorm"},
+           {"loom_model: deepseek-v3-671b\nnum_experts: 64\n", "whose num_experts is 256"},
+       }) {
+    auto config = ParseTrainConfig(yaml, "b.yaml");
+    ASSERT_FALSE(config.ok()) << yaml;
+    EXPECT_TRUE(absl::StrContains(config.status().message(), words)) << config.status();
+  }
+  // A command line names no model: checked when it is given, refused without one.
+  const std::string out = ::testing::TempDir() + "arch_plan.json";
+  Result wrong = RunCli({"plan", "--megatron-args", "--hidden-size 4096 --num-layers 2",
+                         "--model", "llama3-70b", "-o", out});
+  EXPECT_EQ(wrong.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(wrong.err, "--megatron-args: argument 1: key '--hidden-size': "
+                                           "4096 disagrees with llama3-70b"))
+      << wrong.err;
+  Result right = RunCli({"plan", "--megatron-args", "--hidden-size 4096 --num-layers 2",
+                         "--model", "llama3-8b", "-o", out});
+  EXPECT_EQ(right.code, kExitOk) << right.err;
+  EXPECT_TRUE(absl::StrContains(right.out, "architecture: 1 setting checked, as llama3-8b has "
+                                           "them: --hidden-size")) << right.out;
+  TrainConfig unnamed = *ParseMegatronArgs("--hidden-size 4096", "args");
+  absl::Status status = CheckArchitecture(unnamed);
+  EXPECT_TRUE(absl::StrContains(status.message(), "names no model to check it against"))
+      << status;
+}
+
 // NeMo nests the keys under `model:`, and world_size stands for the dp size.
 TEST(PlanConfigTest, NestedKeysAndWorldSize) {
   auto flat = ParseTrainConfig(R"(
@@ -197,7 +244,9 @@ TEST(PlanConfigTest, MegatronCommandLineGivesTheFlagsPlan) {
                      from_args});
   ASSERT_EQ(a.code, kExitOk) << a.err;
   EXPECT_TRUE(absl::StrContains(a.out, "dp16 tp8 pp4 vpp2 sp zero1 mb8")) << a.out;
-  EXPECT_TRUE(absl::StrContains(a.out, "ignored:      39 settings")) << a.out;
+  EXPECT_TRUE(absl::StrContains(a.out, "architecture: 14 settings checked, as llama3-70b has "
+                                       "them: --hidden-size, --ffn-hidden-size")) << a.out;
+  EXPECT_TRUE(absl::StrContains(a.out, "ignored:      25 settings")) << a.out;
   Result b = RunCli({"plan", "--config", yaml, "-o", from_yaml});
   ASSERT_EQ(b.code, kExitOk) << b.err;
   EXPECT_EQ(Slurp(from_args), Slurp(from_yaml));
