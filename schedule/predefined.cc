@@ -19,14 +19,14 @@ namespace {
 
 // What a schedule step runs on one stage: a forward, a full backward (the B block,
 // or I then W at once in a split model), or one half of a split backward.
-enum class OpKind { kF, kB, kI, kW };
+enum class StepKind { kF, kB, kI, kW };
 
 // One step of a device's program: `kind` of stage `stage` of chain `chain` (0 for
 // a single pipeline; 0 down and 1 up in a bidirectional model) on micro-batch `mb`.
 struct Op {
   int chain = 0;
   int stage = 0;
-  OpKind kind = OpKind::kF;
+  StepKind kind = StepKind::kF;
   int mb = 0;
 };
 using Program = std::vector<std::vector<Op>>;  // per device
@@ -125,17 +125,17 @@ Schedule ToSchedule(const Chains& c, const Program& program, int microbatches,
     for (const Op& op : program[d]) {
       auto add = [&](int block) { s.order[d].push_back(Instance{block, op.mb}); };
       switch (op.kind) {
-        case OpKind::kF:
+        case StepKind::kF:
           add(c.f[op.chain][op.stage]);
           break;
-        case OpKind::kB:
+        case StepKind::kB:
           add(c.b[op.chain][op.stage]);
           if (c.split) add(c.w[op.chain][op.stage]);
           break;
-        case OpKind::kI:
+        case StepKind::kI:
           add(c.b[op.chain][op.stage]);
           break;
-        case OpKind::kW:
+        case StepKind::kW:
           add(c.w[op.chain][op.stage]);
           break;
       }
@@ -151,8 +151,8 @@ Schedule ToSchedule(const Chains& c, const Program& program, int microbatches,
 Program GPipe(int p, int m) {
   Program prog(p);
   for (int d = 0; d < p; ++d) {
-    for (int k = 0; k < m; ++k) prog[d].push_back(Op{0, d, OpKind::kF, k});
-    for (int k = 0; k < m; ++k) prog[d].push_back(Op{0, d, OpKind::kB, k});
+    for (int k = 0; k < m; ++k) prog[d].push_back(Op{0, d, StepKind::kF, k});
+    for (int k = 0; k < m; ++k) prog[d].push_back(Op{0, d, StepKind::kB, k});
   }
   return prog;
 }
@@ -176,11 +176,11 @@ Program Interleaved(int p, int v, int m) {
     int nf = 0, nb = 0;
     auto forward = [&] {
       auto [chunk, mb] = chunk_mb(nf++, false);
-      prog[d].push_back(Op{0, chunk * p + d, OpKind::kF, mb});
+      prog[d].push_back(Op{0, chunk * p + d, StepKind::kF, mb});
     };
     auto backward = [&] {
       auto [chunk, mb] = chunk_mb(nb++, true);
-      prog[d].push_back(Op{0, chunk * p + d, OpKind::kB, mb});
+      prog[d].push_back(Op{0, chunk * p + d, StepKind::kB, mb});
     };
     for (int k = 0; k < warmup; ++k) forward();
     for (int k = warmup; k < total; ++k) {
@@ -202,16 +202,16 @@ Program ZbH1(int p, int m) {
     const int warmup = std::min(p - 1 - d, m);
     int nf = 0, ni = 0, nw = 0;
     auto input = [&] {
-      prog[d].push_back(Op{0, d, OpKind::kI, ni});
-      if (ni++ >= d) prog[d].push_back(Op{0, d, OpKind::kW, nw++});
+      prog[d].push_back(Op{0, d, StepKind::kI, ni});
+      if (ni++ >= d) prog[d].push_back(Op{0, d, StepKind::kW, nw++});
     };
-    for (; nf < warmup;) prog[d].push_back(Op{0, d, OpKind::kF, nf++});
+    for (; nf < warmup;) prog[d].push_back(Op{0, d, StepKind::kF, nf++});
     while (nf < m) {
-      prog[d].push_back(Op{0, d, OpKind::kF, nf++});
+      prog[d].push_back(Op{0, d, StepKind::kF, nf++});
       input();
     }
     while (ni < m) input();
-    while (nw < m) prog[d].push_back(Op{0, d, OpKind::kW, nw++});
+    while (nw < m) prog[d].push_back(Op{0, d, StepKind::kW, nw++});
   }
   return prog;
 }
@@ -230,38 +230,38 @@ Program ZbV(int p, int m) {
     const int s0 = d, s1 = 2 * p - 1 - d;
     int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
     std::vector<Op>& out = prog[d];
-    auto add = [&](int stage, OpKind kind, int mb) {
+    auto add = [&](int stage, StepKind kind, int mb) {
       if (mb < m) out.push_back(Op{0, stage, kind, mb});
     };
-    for (int k = 0; k < 2 * (p - d) - 1; ++k) add(s0, OpKind::kF, f0++);
+    for (int k = 0; k < 2 * (p - d) - 1; ++k) add(s0, StepKind::kF, f0++);
     for (int k = 0; k < d; ++k) {
-      add(s1, OpKind::kF, f1++);
-      add(s0, OpKind::kF, f0++);
+      add(s1, StepKind::kF, f1++);
+      add(s0, StepKind::kF, f0++);
     }
     for (int k = 0; k < p - d; ++k) {
-      add(s1, OpKind::kF, f1++);
-      add(s1, OpKind::kI, b1);
-      add(s1, OpKind::kW, b1++);
+      add(s1, StepKind::kF, f1++);
+      add(s1, StepKind::kI, b1);
+      add(s1, StepKind::kW, b1++);
     }
     while (f1 < f0 || f0 < n) {
-      if (f0 < n) add(s0, OpKind::kF, f0++);
-      add(s0, OpKind::kI, b0);
-      add(s0, OpKind::kW, b0++);
-      add(s1, OpKind::kF, f1++);
-      add(s1, OpKind::kI, b1);
-      add(s1, OpKind::kW, b1++);
+      if (f0 < n) add(s0, StepKind::kF, f0++);
+      add(s0, StepKind::kI, b0);
+      add(s0, StepKind::kW, b0++);
+      add(s1, StepKind::kF, f1++);
+      add(s1, StepKind::kI, b1);
+      add(s1, StepKind::kW, b1++);
     }
     int w0 = b0, w1 = b1;
     for (int k = 0; k < d; ++k) {
-      add(s0, OpKind::kI, b0++);
-      add(s1, OpKind::kI, b1++);
+      add(s0, StepKind::kI, b0++);
+      add(s1, StepKind::kI, b1++);
     }
     for (int k = 0; k < p - d; ++k) {
-      add(s0, OpKind::kI, b0++);
-      add(s0, OpKind::kW, w0++);
+      add(s0, StepKind::kI, b0++);
+      add(s0, StepKind::kW, w0++);
     }
-    while (w1 < b1) add(s1, OpKind::kW, w1++);
-    while (w0 < b0) add(s0, OpKind::kW, w0++);
+    while (w1 < b1) add(s1, StepKind::kW, w1++);
+    while (w0 < b0) add(s0, StepKind::kW, w0++);
   }
   return prog;
 }
@@ -287,18 +287,18 @@ Program DualPipe(int p, int m) {
     std::vector<Op>& out = prog[d];
     auto fwd = [&](int phase) {
       const int c = phase ^ flip;
-      out.push_back(Op{c, stage[c], OpKind::kF, nf[c]++});
+      out.push_back(Op{c, stage[c], StepKind::kF, nf[c]++});
     };
     auto bwd = [&](int phase, bool defer_w) {
       const int c = phase ^ flip;
-      out.push_back(Op{c, stage[c], defer_w ? OpKind::kI : OpKind::kB, nb[c]});
+      out.push_back(Op{c, stage[c], defer_w ? StepKind::kI : StepKind::kB, nb[c]});
       if (defer_w) deferred.push_back({c, nb[c]});
       ++nb[c];
     };
     auto weight = [&] {
       auto [c, mb] = deferred.front();
       deferred.pop_front();
-      out.push_back(Op{c, stage[c], OpKind::kW, mb});
+      out.push_back(Op{c, stage[c], StepKind::kW, mb});
     };
     for (int i = 0; i < 2 * (half - h - 1); ++i) fwd(0);
     for (int i = 0; i < h + 1; ++i) fwd(0), fwd(1);
@@ -334,7 +334,7 @@ class Rule {
 
 // Index in `ready` of the step of `kind` (and `chain`, when >= 0) with the least
 // micro-batch, or -1.
-int Oldest(absl::Span<const Op> ready, OpKind kind, int chain = -1) {
+int Oldest(absl::Span<const Op> ready, StepKind kind, int chain = -1) {
   int best = -1;
   for (int i = 0; i < static_cast<int>(ready.size()); ++i) {
     if (ready[i].kind != kind || (chain >= 0 && ready[i].chain != chain)) continue;
@@ -345,12 +345,12 @@ int Oldest(absl::Span<const Op> ready, OpKind kind, int chain = -1) {
 
 int BlockOf(const Chains& c, const Op& op) {
   switch (op.kind) {
-    case OpKind::kF:
+    case StepKind::kF:
       return c.f[op.chain][op.stage];
-    case OpKind::kB:
-    case OpKind::kI:
+    case StepKind::kB:
+    case StepKind::kI:
       return c.b[op.chain][op.stage];
-    case OpKind::kW:
+    case StepKind::kW:
       return c.w[op.chain][op.stage];
   }
   return -1;
@@ -368,9 +368,9 @@ absl::StatusOr<Program> RunGreedy(const BlockModel& model, const Chains& c, int 
     for (int s = 0; s < c.stages; ++s) {
       for (int mb = 0; mb < m; ++mb) {
         std::vector<Op>& list = todo[c.device[k][s]];
-        list.push_back(Op{k, s, OpKind::kF, mb});
-        list.push_back(Op{k, s, c.split ? OpKind::kI : OpKind::kB, mb});
-        if (c.split) list.push_back(Op{k, s, OpKind::kW, mb});
+        list.push_back(Op{k, s, StepKind::kF, mb});
+        list.push_back(Op{k, s, c.split ? StepKind::kI : StepKind::kB, mb});
+        if (c.split) list.push_back(Op{k, s, StepKind::kW, mb});
       }
     }
   }
@@ -439,15 +439,15 @@ class ZbH2Rule : public Rule {
  public:
   explicit ZbH2Rule(int p) : cap_(2 * p - 1), in_flight_(p, 0) {}
   int Pick(int device, absl::Span<const Op> ready) override {
-    const int i = Oldest(ready, OpKind::kI);
+    const int i = Oldest(ready, StepKind::kI);
     if (i >= 0) return i;
-    const int f = Oldest(ready, OpKind::kF);
+    const int f = Oldest(ready, StepKind::kF);
     if (f >= 0 && in_flight_[device] < cap_) return f;
-    return Oldest(ready, OpKind::kW);
+    return Oldest(ready, StepKind::kW);
   }
   void Ran(int device, const Op& op) override {
-    if (op.kind == OpKind::kF) ++in_flight_[device];
-    if (op.kind == OpKind::kW) --in_flight_[device];
+    if (op.kind == StepKind::kF) ++in_flight_[device];
+    if (op.kind == StepKind::kW) --in_flight_[device];
   }
 
  private:
@@ -467,12 +467,12 @@ class ChimeraRule : public Rule {
   int Pick(int device, absl::Span<const Op> ready) override {
     int best = -1;
     for (int i = 0; i < static_cast<int>(ready.size()); ++i) {
-      if (ready[i].kind == OpKind::kB && (best < 0 || ready[i].mb < ready[best].mb)) best = i;
+      if (ready[i].kind == StepKind::kB && (best < 0 || ready[i].mb < ready[best].mb)) best = i;
     }
     if (best >= 0) return best;
     for (int i = 0; i < static_cast<int>(ready.size()); ++i) {
       const Op& op = ready[i];
-      if (op.kind != OpKind::kF) continue;
+      if (op.kind != StepKind::kF) continue;
       if (in_flight_[device][op.chain] >= std::min(p_ / 2, p_ - op.stage)) continue;
       if (best < 0 || forwards_[device][op.chain] < forwards_[device][ready[best].chain] ||
           (op.chain == ready[best].chain && op.mb < ready[best].mb)) {
@@ -482,8 +482,8 @@ class ChimeraRule : public Rule {
     return best;
   }
   void Ran(int device, const Op& op) override {
-    if (op.kind == OpKind::kF) ++in_flight_[device][op.chain], ++forwards_[device][op.chain];
-    if (op.kind == OpKind::kB) --in_flight_[device][op.chain];
+    if (op.kind == StepKind::kF) ++in_flight_[device][op.chain], ++forwards_[device][op.chain];
+    if (op.kind == StepKind::kB) --in_flight_[device][op.chain];
   }
 
  private:

@@ -2,8 +2,8 @@
 #define LOOM_TRANSFORM_PARTITION_H_
 
 // Partition decisions: how each logical op is split over the mesh axes and which
-// pipeline stages run it. Policies (transform/policy.h) fill them; Materialize
-// turns them into an ir::Plan, inserting the communication.
+// pipeline stages run it. The policy (MegatronPolicy, transform/parallelize.h)
+// fills them; Materialize turns them into an ir::Plan, inserting the communication.
 
 #include <string>
 #include <vector>

@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "ir/plan.h"
-#include "verify/derive.h"
+#include "verify/findings.h"
 
 namespace loom::verify {
 

@@ -32,28 +32,6 @@
 
 namespace loom::verify {
 
-std::string FailureClassName(FailureClass c) {
-  switch (c) {
-#define LOOM_FAILURE_NAME_(e, name, words) \
-  case FailureClass::e:                    \
-    return name;
-    LOOM_FAILURE_CLASS_LIST(LOOM_FAILURE_NAME_)
-#undef LOOM_FAILURE_NAME_
-  }
-  return "unknown";
-}
-
-std::string FailureClassWords(FailureClass c) {
-  switch (c) {
-#define LOOM_FAILURE_WORDS_(e, name, words) \
-  case FailureClass::e:                     \
-    return words;
-    LOOM_FAILURE_CLASS_LIST(LOOM_FAILURE_WORDS_)
-#undef LOOM_FAILURE_WORDS_
-  }
-  return "unknown";
-}
-
 namespace {
 
 using ir::Box;

@@ -3,7 +3,7 @@
 // Steps are (item, copy) pairs read from the order's runs; value copies are
 // numbered per factored value (a tagged value has one copy per micro-batch).
 
-#include "verify/factored_schedule_safety.h"
+#include "verify/factored_schedule_safety_internal.h"
 
 #include <algorithm>
 #include <cstdint>

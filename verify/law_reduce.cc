@@ -150,18 +150,6 @@ absl::StatusOr<LawUse> CropRoutingGroups(const LawUse& law) {
 
 bool ReducibleKind(ir::OpKind) { return true; }
 
-std::string LawKey(const LawUse& law) {
-  std::string key = absl::StrCat(ir::OpKindName(law.kind), "|", law.attrs.ToString(), "|");
-  for (const auto& ty : law.inputs) absl::StrAppend(&key, ty.ToString(), ";");
-  absl::StrAppend(&key, "|");
-  for (size_t k = 0; k < law.labels.size(); ++k) {
-    absl::StrAppend(&key, law.labels[k], "=", law.intervals[k].begin, ":", law.intervals[k].end,
-                    "/", law.extents[k], ";");
-  }
-  absl::StrAppend(&key, "|", absl::StrJoin(law.partial_inputs, ","));
-  return key;
-}
-
 std::set<std::string> SizeFixedLabels(const LawUse& law) {
   std::set<std::string> out;
   auto sig = ir::GetOpSchema(law.kind).signature(law.inputs, law.attrs);

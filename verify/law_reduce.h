@@ -36,20 +36,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "verify/derive.h"
+#include "verify/findings.h"
 
 namespace loom::verify {
 
 // Whether laws of this op kind are proved at reduced sizes.
 bool ReducibleKind(ir::OpKind kind);
-
-// The law with label `extents` in place of its own (every label of the law must
-// be listed; intervals, input shapes and size attributes are rescaled with it;
-// free output labels, verify/law_resize.h, may be listed, else keep their size)
-// and its key recomputed. Errors when a bound or a dim does not scale exactly,
-// the op does not build at the new sizes or its signature labels dims otherwise.
-// Defined in verify/law_resize.cc.
-absl::StatusOr<LawUse> ResizeLaw(const LawUse& law, const std::map<std::string, int64_t>& extents);
 
 // Labels whose extent an attribute fixes (top-k's k) or that must stay 1 (a
 // reshape's size-1 dims, expand's input dim): they keep their size.
@@ -70,10 +62,6 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law);
 // itself when its kind is not reducible or the reduced instance does not build
 // (then it is proved at its real sizes).
 LawUse ReduceLaw(const LawUse& law);
-
-// The canonical key of a law (kind, attributes, input types, label pattern,
-// partial operands): equal keys are the same law.
-std::string LawKey(const LawUse& law);
 
 }  // namespace loom::verify
 

@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "ir/shape.h"
 #include "ir/status_macros.h"
-#include "verify/law_reduce.h"
 
 namespace loom::verify {
 namespace {

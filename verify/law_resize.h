@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ir/op_schema.h"
-#include "verify/derive.h"
+#include "verify/findings.h"
 
 namespace loom::verify {
 
@@ -39,6 +39,14 @@ struct ReshapeGroup {
   std::vector<int> in_rest;
   std::vector<int> out_rest;
 };
+
+// The law with label `extents` in place of its own (every label of the law must
+// be listed; intervals, input shapes and size attributes are rescaled with it;
+// free output labels, below, may be listed, else keep their size) and its key
+// recomputed (verify/law_reduce.h chooses the extents). Errors when a bound or a
+// dim does not scale exactly, the op does not build at the new sizes or its
+// signature labels dims otherwise.
+absl::StatusOr<LawUse> ResizeLaw(const LawUse& law, const std::map<std::string, int64_t>& extents);
 
 // MoE routing kinds (moe_dispatch, moe_combine and their gradients) and the
 // token label of one: dim 0 of its integer routing indices ("" when none).

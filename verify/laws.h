@@ -22,7 +22,7 @@
 
 #include "ir/op_schema.h"
 #include "smt/solver.h"
-#include "verify/derive.h"
+#include "verify/findings.h"
 
 namespace loom::verify {
 

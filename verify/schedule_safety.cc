@@ -18,7 +18,7 @@
 #include "ir/op_kind.h"
 #include "ir/shape.h"
 #include "ir/status_macros.h"
-#include "verify/factored_schedule_safety.h"
+#include "verify/factored_schedule_safety_internal.h"
 #include "verify/schedule_memory.h"
 
 namespace loom::verify {

@@ -41,7 +41,7 @@
 //     keep the copy alive.
 //
 // A factored plan's order is checked on its scale unit over every micro-batch
-// copy, without expanding the plan (verify/factored_schedule_safety.h; a pair of
+// copy, without expanding the plan (verify/factored_schedule_safety_internal.h; a pair of
 // devices issuing shared collectives in different orders is reported as the
 // deadlock it causes): every data-parallel replica runs its unit device's
 // program, so replica r's run is replica 0's with devices and items shifted. A
@@ -74,7 +74,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ir/plan.h"
-#include "verify/derive.h"
+#include "verify/findings.h"
 
 namespace loom::verify {
 

@@ -18,7 +18,7 @@
 #include "ir/plan.h"
 #include "verify/factored.h"
 #include "verify/scratch.h"
-#include "verify/stages.h"
+#include "verify/stage.h"
 
 namespace loom::verify::stage_encoding {
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/attributes.h"
 #include "verify/sym_ops_internal.h"
-#include "verify/sym_util_a.h"
+#include "verify/sym_elements.h"
 
 namespace loom::verify::internal {
 namespace {

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
-#include "verify/sym_util_b.h"
+#include "verify/sym_formulas.h"
 
 namespace loom::verify::internal {
 namespace {

@@ -10,7 +10,7 @@
 #include "ir/ops/op_attrs.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
-#include "verify/sym_util_b.h"
+#include "verify/sym_formulas.h"
 
 namespace loom::verify::internal {
 namespace {

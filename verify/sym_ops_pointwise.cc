@@ -18,8 +18,8 @@
 #include "ir/attributes.h"
 #include "ir/ops/op_util.h"
 #include "verify/sym_ops_internal.h"
-#include "verify/sym_util_a.h"
-#include "verify/sym_util_b.h"
+#include "verify/sym_elements.h"
+#include "verify/sym_formulas.h"
 
 namespace loom::verify::internal {
 namespace {

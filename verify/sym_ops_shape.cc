@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
-#include "verify/sym_util_a.h"
+#include "verify/sym_elements.h"
 
 namespace loom::verify::internal {
 namespace {

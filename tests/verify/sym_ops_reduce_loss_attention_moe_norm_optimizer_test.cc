@@ -132,7 +132,7 @@ int64_t ExpectMatchesReference(OpKind kind, const std::vector<HostTensor>& value
 }
 
 // Every kind of the six families has symbolic semantics.
-TEST(SymOpsB, EveryFamilyKindHasSymbolicSemantics) {
+TEST(SymOpsReductionFamiliesTest, EveryFamilyKindHasSymbolicSemantics) {
   for (OpKind kind : FamilyKinds()) {
     EXPECT_TRUE(HasSymbolicSemantics(kind)) << ir::OpKindName(kind);
     EXPECT_GE(SemanticsVersion(kind), 1) << ir::OpKindName(kind);
@@ -141,7 +141,7 @@ TEST(SymOpsB, EveryFamilyKindHasSymbolicSemantics) {
 
 // The shared op samples of the six families, over several seeds: symbolic outputs
 // evaluate to the reference kernel's outputs, and every kind is covered.
-TEST(SymOpsB, SharedSamplesMatchReferenceKernels) {
+TEST(SymOpsReductionFamiliesTest, SharedSamplesMatchReferenceKernels) {
   std::set<OpKind> covered;
   int64_t compared = 0;
   for (uint64_t seed : {1u, 7u, 42u}) {
@@ -166,7 +166,7 @@ TEST(SymOpsB, SharedSamplesMatchReferenceKernels) {
 
 // Discrete choices stay uninterpreted functions of the values they depend on, and
 // the rope rotation uses the reference's cosines and sines.
-TEST(SymOpsB, ChoicesAreUninterpretedFunctions) {
+TEST(SymOpsReductionFamiliesTest, ChoicesAreUninterpretedFunctions) {
   smt::Terms terms;
   SymTensor a{
       ir::Shape({1, 3}), ir::DType::kF64, {terms.Var("a0"), terms.Var("a1"), terms.Var("a2")}};
@@ -212,7 +212,7 @@ HostTensor Fill(const TensorType& t, std::mt19937_64& rng, double lo = -1.0, dou
 }
 
 // Attribute variants the shared samples leave out.
-TEST(SymOpsB, AttributeVariantsMatchReferenceKernels) {
+TEST(SymOpsReductionFamiliesTest, AttributeVariantsMatchReferenceKernels) {
   std::mt19937_64 rng(11);
   // Non-causal attention with the default scale, more keys than queries.
   {
@@ -282,7 +282,7 @@ TEST(SymOpsB, AttributeVariantsMatchReferenceKernels) {
 }
 
 // Errors of the symbolic kernels name the op and the attribute.
-TEST(SymOpsB, ErrorsNameOpAndAttribute) {
+TEST(SymOpsReductionFamiliesTest, ErrorsNameOpAndAttribute) {
   smt::Terms terms;
   // A mean over an empty dim has no value (the reference divides 0 by 0).
   SymTensor x{ir::Shape({2, 0}), ir::DType::kF64, {}};

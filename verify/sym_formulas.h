@@ -1,10 +1,12 @@
-#ifndef LOOM_VERIFY_SYM_UTIL_B_H_
-#define LOOM_VERIFY_SYM_UTIL_B_H_
+#ifndef LOOM_VERIFY_SYM_FORMULAS_H_
+#define LOOM_VERIFY_SYM_FORMULAS_H_
 
-// Helpers shared by the symbolic kernels of the reduce, loss, attention, MoE, norm
-// and optimizer families (verify/sym_ops_<family>.cc): output allocation, row
-// access, the softmax and log-sum-exp formulas of the reference kernels, and
-// lookups by integer-valued terms.
+// The formulas shared by the symbolic kernels of the reduce, loss, attention, MoE,
+// norm, pointwise and optimizer families (verify/sym_ops_<family>.cc): the
+// uninterpreted functions (argmax, top-k, cos, ...) and their numeric meaning, the
+// transcendental functions, the softmax and log-sum-exp formulas of the reference
+// kernels, row access, lookups by integer-valued terms, and the registration of a
+// kernel under its op.
 
 #include <cstdint>
 #include <string>
@@ -108,4 +110,4 @@ double TruncValue(absl::Span<const double> args);
 
 }  // namespace loom::verify::internal
 
-#endif  // LOOM_VERIFY_SYM_UTIL_B_H_
+#endif  // LOOM_VERIFY_SYM_FORMULAS_H_

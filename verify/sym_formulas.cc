@@ -1,4 +1,4 @@
-#include "verify/sym_util_b.h"
+#include "verify/sym_formulas.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,10 @@
-#ifndef LOOM_VERIFY_SYM_UTIL_A_H_
-#define LOOM_VERIFY_SYM_UTIL_A_H_
+#ifndef LOOM_VERIFY_SYM_ELEMENTS_H_
+#define LOOM_VERIFY_SYM_ELEMENTS_H_
 
-// Helpers shared by the symbolic kernels of the elementwise, shape and matmul
-// families: output allocation, index arithmetic mirroring the reference kernels,
-// and op-named errors.
+// Element-level helpers shared by the symbolic kernels of the elementwise, shape,
+// matmul and pointwise families: tensors filled with one term, maps over elements
+// (with broadcasting), copies along a dim with the reference kernels' index
+// arithmetic, and op-named errors.
 
 #include <cstdint>
 #include <functional>
@@ -48,4 +49,4 @@ absl::Status OpError(absl::string_view op, const absl::Status& status);
 
 }  // namespace loom::verify::internal
 
-#endif  // LOOM_VERIFY_SYM_UTIL_A_H_
+#endif  // LOOM_VERIFY_SYM_ELEMENTS_H_

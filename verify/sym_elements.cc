@@ -1,4 +1,4 @@
-#include "verify/sym_util_a.h"
+#include "verify/sym_elements.h"
 
 #include "absl/strings/str_cat.h"
 #include "ir/ops/op_util.h"

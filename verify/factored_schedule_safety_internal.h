@@ -1,5 +1,5 @@
-#ifndef LOOM_VERIFY_FACTORED_SCHEDULE_SAFETY_H_
-#define LOOM_VERIFY_FACTORED_SCHEDULE_SAFETY_H_
+#ifndef LOOM_VERIFY_FACTORED_SCHEDULE_SAFETY_INTERNAL_H_
+#define LOOM_VERIFY_FACTORED_SCHEDULE_SAFETY_INTERNAL_H_
 
 // Internal to verify/schedule_safety.cc: the schedule-safety checks of a factored
 // plan's order (verify/schedule_safety.h), run on the scale unit's programs over
@@ -29,4 +29,4 @@ absl::StatusOr<SafetyReport> CheckFactoredScheduleSafety(const ir::Graph& spec,
 
 }  // namespace loom::verify
 
-#endif  // LOOM_VERIFY_FACTORED_SCHEDULE_SAFETY_H_
+#endif  // LOOM_VERIFY_FACTORED_SCHEDULE_SAFETY_INTERNAL_H_

@@ -130,7 +130,7 @@ void ExpectMatchesReference(const ir::testing::OpSample& sample, int draws, uint
 }
 
 // Every kind of the four families (elementwise, shape, matmul, pointwise) has symbolic semantics.
-TEST(SymOpsATest, EveryFamilyKindHasSymbolicSemantics) {
+TEST(SymOpsElementwiseShapeMatmulTest, EveryFamilyKindHasSymbolicSemantics) {
   for (OpKind kind : FamilyKinds()) {
     EXPECT_TRUE(HasSymbolicSemantics(kind)) << ir::OpKindName(kind);
     EXPECT_GE(SemanticsVersion(kind), 1) << ir::OpKindName(kind);
@@ -139,7 +139,7 @@ TEST(SymOpsATest, EveryFamilyKindHasSymbolicSemantics) {
 
 // The symbolic kernels agree with the reference kernels on every shared sample of
 // the four families (elementwise, shape, matmul, pointwise), over several seeds and input draws.
-TEST(SymOpsATest, MatchesReferenceKernelsOnSamples) {
+TEST(SymOpsElementwiseShapeMatmulTest, MatchesReferenceKernelsOnSamples) {
   int checked = 0;
   std::vector<bool> seen(ir::kNumOpKinds, false);
   for (uint64_t seed : {1u, 2u, 3u}) {
@@ -159,7 +159,7 @@ TEST(SymOpsATest, MatchesReferenceKernelsOnSamples) {
 // Instances the shared samples do not cover: negative dims, integer and
 // non-integer exponents, pad on both sides, a rank-2 linear_wgrad, an
 // embedding piece whose offset moves every id out of range.
-TEST(SymOpsATest, MatchesReferenceKernelsOnExtraInstances) {
+TEST(SymOpsElementwiseShapeMatmulTest, MatchesReferenceKernelsOnExtraInstances) {
   using ir::testing::F64;
   using ir::testing::I64;
   using ir::testing::OpSample;
@@ -222,7 +222,7 @@ TEST(SymOpsATest, MatchesReferenceKernelsOnExtraInstances) {
 
 // A token id is a term: the looked-up row is a sum of indicator-selected rows,
 // and a concrete id selects exactly its row.
-TEST(SymOpsATest, EmbeddingSelectsRowsByIndicator) {
+TEST(SymOpsElementwiseShapeMatmulTest, EmbeddingSelectsRowsByIndicator) {
   smt::Terms terms;
   SymTensor ids{ir::Shape({1}), ir::DType::kI64, {terms.Int(3)}};
   SymTensor table{ir::Shape({2, 1}), ir::DType::kF64, {terms.Var("r0"), terms.Var("r1")}};
@@ -238,7 +238,7 @@ TEST(SymOpsATest, EmbeddingSelectsRowsByIndicator) {
 }
 
 // Attributes the reference kernel would reject are errors naming the op.
-TEST(SymOpsATest, RejectsBadAttributes) {
+TEST(SymOpsElementwiseShapeMatmulTest, RejectsBadAttributes) {
   smt::Terms terms;
   SymTensor x{ir::Shape({2}), ir::DType::kF64, {terms.Var("a"), terms.Var("b")}};
   const SymTensor* in[] = {&x};
