@@ -1,5 +1,10 @@
 // Deriver: the operands and attributes of a compute task, checked against its
-// logical op. Included by verify/derive.cc inside its anonymous namespace.
+// logical op.
+
+#include "verify/derive_internal.h"
+
+namespace loom::verify::derivation {
+namespace {
 
 // Attributes whose meaning the derivation knows: a factor the op's output is
 // proportional to, a divisor it is inversely proportional to (a different value
@@ -32,6 +37,8 @@ std::optional<AttrRole> RoleOf(OpKind kind, const std::string& name) {
 
 // Ops whose output is the sum of their operands, in any order.
 bool SumsOperands(OpKind kind) { return kind == OpKind::kAdd || kind == OpKind::kAccumulate; }
+
+}  // namespace
 
 std::vector<KernelOperand> Deriver::Operands(const std::vector<ValueId>& inputs) const {
   std::vector<KernelOperand> out;
@@ -239,3 +246,5 @@ std::string Deriver::FirstGap(const Box& whole, const std::vector<Box>& boxes) c
   }
   return "(one of them)";
 }
+
+}  // namespace loom::verify::derivation

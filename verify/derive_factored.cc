@@ -1,5 +1,9 @@
 // Deriver: the phantoms and replica checks of a sliced factored plan
-// (verify/factored.h). Included by verify/derive.cc inside its anonymous namespace.
+// (verify/factored.h).
+
+#include "verify/derive_internal.h"
+
+namespace loom::verify::derivation {
 
 std::string Deriver::OpOutputName(ir::OpId op, int k) const { return OpName(op, k); }
 
@@ -113,3 +117,5 @@ void Deriver::CheckReplicas(const std::function<bool(ValueId)>* walked) {
                           ") extrapolate to; verify the explicit plan"));
   }
 }
+
+}  // namespace loom::verify::derivation

@@ -1,4 +1,8 @@
-// Deriver: collectives. Included by verify/derive.cc inside its anonymous namespace.
+// Deriver: collectives.
+
+#include "verify/derive_internal.h"
+
+namespace loom::verify::derivation {
 
 void Deriver::DeriveCollective(const ir::Collective& c) {
   const std::string item = CollName(c);
@@ -163,3 +167,5 @@ void Deriver::DeriveReplicaSum(const ir::Collective& c, const std::vector<Fact>&
   if (!sum) return OutputsFromClaims(c.outputs);
   for (ValueId v : c.outputs) SetOutput(v, *sum, item, c.microbatch, "", rule);
 }
+
+}  // namespace loom::verify::derivation
