@@ -244,6 +244,38 @@ class Deriver {
   void DeriveLeaf(ValueId v);
   void DeriveTask(const ir::Task& t);
   void DeriveCompute(const ir::Task& t);
+  // A compute task while DeriveCompute derives its piece: where its findings are
+  // placed, and what each step establishes for the next.
+  struct ComputePiece {
+    const ir::Task* task = nullptr;
+    const ir::Op* op = nullptr;
+    std::string item, first_op;
+    int mb = 0;
+    std::vector<int64_t> devs;
+    ValueId place = ir::kNoId;
+    const OpTypes* types = nullptr;             // the op's input and output types
+    const ir::DimSignature* sig = nullptr;      // its partition signature
+    std::vector<Fact> in;                       // what each operand holds, unscaled
+    ir::Rational out_factor = ir::Rational::One();
+    std::map<std::string, Interval> interval;   // each label's interval in the piece
+    std::map<std::string, int64_t> extent;      // and the extent it is an interval of
+    std::vector<Box> out_boxes;
+    std::vector<ContribId> out_contrib;
+    std::vector<int> linear_group;              // the positions the piece is additive in
+  };
+  // The steps of DeriveCompute, in order. Each returns false when it recorded a
+  // finding; the task's outputs then read as their claims.
+  bool UnscaleOperands(ComputePiece& p);
+  bool LabelIntervals(ComputePiece& p);
+  bool OutputBoxes(ComputePiece& p);
+  bool OutputContributions(ComputePiece& p);
+  bool PieceAttributes(ComputePiece& p);
+  void RecordLaw(const ComputePiece& p);
+  // A failure of the piece (its outputs then read as their claims), and a piece the
+  // derivation cannot decide (its outputs opaque): both return false.
+  bool FailPiece(const ComputePiece& p, FailureClass cls, std::string message,
+                 std::string counterexample);
+  bool UndecidePiece(const ComputePiece& p, std::string reason);
   // Checks that a compute task reads the op's operands in order; records a
   // failure (swapped, doubled or missing operand of a sum, other) and returns
   // false when it does not. The operands of a commutative op may come in any

@@ -85,36 +85,27 @@ int FindShareGroups(const ir::Plan& plan, absl::Span<const int64_t> producer,
   return count;
 }
 
-}  // namespace
+// The counts of a plan's items: tasks, then collectives, then a slice's phantoms.
+struct ItemCounts {
+  int64_t nt = 0, nc = 0, np = 0, nitems = 0, nv = 0;
+};
 
-StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
-                               const StageOptions& options) {
-  const SlicedPlan* sliced = options.sliced;
-  const ir::MicrobatchMap* mbmap =
-      options.mbmap != nullptr ? options.mbmap : sliced != nullptr ? &sliced->mbmap : nullptr;
-  const int64_t nt = static_cast<int64_t>(plan.tasks.size());
-  const int64_t nc = static_cast<int64_t>(plan.collectives.size());
-  const int64_t np = sliced == nullptr ? 0 : static_cast<int64_t>(sliced->phantoms.size());
-  const int64_t nitems = nt + nc + np;
-  const int64_t nv = static_cast<int64_t>(plan.values.size());
+constexpr int kUnsetLayer = -2;
 
-  // The passes' per-item and per-value arrays are in scratch memory.
-  constexpr size_t kSlack = 4096;  // per array, for alignment
-  Scratch scratch(static_cast<size_t>(nitems) * sizeof(int) +
-                  static_cast<size_t>(nv) * (sizeof(int64_t) + sizeof(int) + 3) +
-                  static_cast<size_t>(nc) * sizeof(int) + 8 * kSlack);
-
-  // One pass over the items' own records: their ids checked, their inputs and
-  // outputs counted, the tasks' layers read.
-  constexpr int kUnset = -2;
-  std::pmr::vector<int> layer(nitems, kUnset, &scratch);
+// One pass over the items' own records: their ids checked (false when one is
+// out of range), their inputs and outputs counted, the tasks' layers read.
+bool ReadItems(const ir::Graph& spec, const ir::Plan& plan, const SlicedPlan* sliced,
+               const ItemCounts& n, std::pmr::vector<int>& layer, size_t& total_in,
+               size_t& total_out) {
+  const int64_t nt = n.nt, nc = n.nc, nv = n.nv;
   const ir::OpId num_ops = spec.num_ops();
   auto in_range = [nv](ir::ValueId v) { return v >= 0 && v < nv; };
   auto all_in_range = [&](const std::vector<ir::ValueId>& vs) {
     return std::all_of(vs.begin(), vs.end(), in_range);
   };
   bool ids_ok = all_in_range(plan.outputs);
-  size_t total_in = 2 * static_cast<size_t>(np), total_out = static_cast<size_t>(np);
+  total_in = 2 * static_cast<size_t>(n.np);
+  total_out = static_cast<size_t>(n.np);
   for (int64_t i = 0; i < nt; ++i) {
     const ir::Task& t = plan.tasks[i];
     ids_ok = ids_ok && t.op >= ir::kNoId && t.op < num_ops && all_in_range(t.inputs) &&
@@ -144,16 +135,13 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
       ids_ok = ids_ok && in_range(t.r0) && in_range(t.r1) && in_range(t.last);
     }
   }
-  if (!ids_ok) {
-    StagePartition bad;
-    bad.ids_out_of_range = true;
-    return bad;
-  }
+  return ids_ok;
+}
 
-  // Every item's inputs and outputs, and the producing item of every value.
-  Scratch flat_scratch((total_in + total_out) * sizeof(ir::ValueId) +
-                       2 * static_cast<size_t>(nitems + 1) * sizeof(int64_t) + 4 * kSlack);
-  FlatIds inputs(&flat_scratch), outputs(&flat_scratch);
+// Every item's inputs and outputs, flattened.
+void FlattenItems(const ir::Plan& plan, const SlicedPlan* sliced, const ItemCounts& n,
+                  size_t total_in, size_t total_out, FlatIds& inputs, FlatIds& outputs) {
+  const int64_t nt = n.nt, nc = n.nc, nitems = n.nitems;
   inputs.begin.assign(nitems + 1, 0);
   outputs.begin.assign(nitems + 1, 0);
   inputs.ids.reserve(total_in);
@@ -177,25 +165,28 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     inputs.begin[i + 1] = static_cast<int64_t>(inputs.ids.size());
     outputs.begin[i + 1] = static_cast<int64_t>(outputs.ids.size());
   }
-  std::pmr::vector<int64_t> producer(nv, -1, &scratch);
-  for (int64_t i = 0; i < nitems; ++i) {
-    for (ir::ValueId v : outputs.of(i)) producer[v] = i;
-  }
+}
 
-  // The layer of every item. A task has its own (read above). A collective whose outputs only
-  // tasks of one layer read belongs to that layer (it brings that layer's inputs
-  // into the layout they need, wherever they came from); any other collective, and
-  // a phantom, belongs to the layer whose items compute all it reads (so the
-  // collective that completes a layer's partial sums is cut with that layer), to
-  // none otherwise.
+// The layer of every item. A task has its own (ReadItems). A collective whose
+// outputs only tasks of one layer read belongs to that layer (it brings that
+// layer's inputs into the layout they need, wherever they came from); any other
+// collective, and a phantom, belongs to the layer whose items compute all it reads
+// (so the collective that completes a layer's partial sums is cut with that
+// layer), to none otherwise.
+void AssignLayers(const ir::Plan& plan, const SlicedPlan* sliced, const ItemCounts& n,
+                  const FlatIds& inputs, absl::Span<const int64_t> producer,
+                  std::pmr::vector<int>& layer, Scratch& scratch) {
+  const int64_t nt = n.nt, nc = n.nc, nitems = n.nitems;
   {
     constexpr int kMixed = -3;
-    std::pmr::vector<int> served(nc, kUnset, &scratch);
+    std::pmr::vector<int> served(nc, kUnsetLayer, &scratch);
     auto read_by = [&](ir::ValueId v, int reader_layer) {
       const int64_t p = producer[v];
       if (p < nt || p >= nt + nc) return;
       int& s = served[p - nt];
-      s = reader_layer < 0 ? kMixed : s == kUnset || s == reader_layer ? reader_layer : kMixed;
+      s = reader_layer < 0                           ? kMixed
+          : s == kUnsetLayer || s == reader_layer ? reader_layer
+                                                  : kMixed;
     };
     for (int64_t i = 0; i < nitems; ++i) {
       const int reader_layer = i < nt ? layer[i] : kMixed;
@@ -209,20 +200,20 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
       }
     }
     for (int64_t i = 0; i < nc; ++i) {
-      if (layer[nt + i] == kUnset && served[i] >= 0) layer[nt + i] = served[i];
+      if (layer[nt + i] == kUnsetLayer && served[i] >= 0) layer[nt + i] = served[i];
     }
   }
   std::vector<int64_t> stack;
   for (int64_t start = nt; start < nitems; ++start) {
-    if (layer[start] != kUnset) continue;
+    if (layer[start] != kUnsetLayer) continue;
     stack.push_back(start);
     while (!stack.empty()) {
       const int64_t i = stack.back();
-      if (layer[i] != kUnset) {
+      if (layer[i] != kUnsetLayer) {
         stack.pop_back();
         continue;
       }
-      int common = kUnset;
+      int common = kUnsetLayer;
       bool waiting = false;
       for (ir::ValueId v : inputs.of(i)) {
         const int64_t p = producer[v];
@@ -230,21 +221,24 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
           common = -1;
           break;
         }
-        if (layer[p] == kUnset) {
+        if (layer[p] == kUnsetLayer) {
           stack.push_back(p);
           waiting = true;
           continue;
         }
-        common = common == kUnset || common == layer[p] ? layer[p] : -1;
+        common = common == kUnsetLayer || common == layer[p] ? layer[p] : -1;
       }
       if (waiting) continue;
-      layer[i] = common == kUnset ? -1 : common;
+      layer[i] = common == kUnsetLayer ? -1 : common;
       stack.pop_back();
     }
   }
+}
 
-  StagePartition out;
-  // Stages by layer, in order of their first item.
+// The stages: the items of each layer (StagePartition::item_stage, Stage::items),
+// in order of the layer's first item.
+void GroupStages(absl::Span<const int> layer, StagePartition& out) {
+  const int64_t nitems = static_cast<int64_t>(layer.size());
   absl::flat_hash_map<int, int> stage_of_layer;
   std::vector<int>& item_stage = out.item_stage;
   item_stage.assign(nitems, -1);
@@ -276,33 +270,22 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     }
   }
   out.layers = static_cast<int64_t>(out.stages.size());
+}
 
-  // Values read across stages; the opaque share groups among them.
-  std::vector<ir::ValueId> listed(plan.outputs.begin(), plan.outputs.end());
-  if (sliced != nullptr) {
-    for (const auto& [a, b] : sliced->same_in_every_replica) {
-      listed.push_back(a);
-      listed.push_back(b);
-    }
-  }
+// Which stages are cut (per stage), and each stage's boundary outputs: a stage
+// that reads a share from outside is not cut, unless it reads it as an opaque
+// share.
+std::vector<bool> CutStages(const ir::Plan& plan, const ItemCounts& n, const FlatIds& inputs,
+                            absl::Span<const int64_t> producer,
+                            const std::vector<ir::ValueId>& listed,
+                            const std::vector<int>* share_group, Scratch& scratch,
+                            StagePartition& out) {
+  const int64_t nitems = n.nitems, nv = n.nv;
+  const std::vector<int>& item_stage = out.item_stage;
   auto from_stage = [&](ir::ValueId v) {
     const int64_t p = producer[v];
     return p >= 0 ? item_stage[p] : -1;
   };
-  const std::vector<int>* share_group = options.share_group;
-  if (options.find_shares) {
-    std::pmr::vector<char> crossing(nv, 0, &scratch);
-    for (int64_t i = 0; i < nitems; ++i) {
-      for (ir::ValueId v : inputs.of(i)) {
-        if (from_stage(v) != item_stage[i]) crossing[v] = 1;
-      }
-    }
-    out.num_share_groups = FindShareGroups(plan, producer, item_stage, crossing, out.share_group);
-    share_group = &out.share_group;
-  }
-
-  // Boundary values; a stage that reads a share from outside is not cut, unless
-  // it reads it as an opaque share.
   const bool factored = plan.is_factored();
   std::vector<bool> cut(out.stages.size(), true);
   std::pmr::vector<char> is_boundary_output(nv, 0, &scratch);
@@ -313,7 +296,8 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
     if (part.IsFull()) return !(factored && pv.dp_share);
     return share_group != nullptr && (*share_group)[v] >= 0;
   };
-  std::pmr::vector<char> whole(nv, 2, &scratch);  // claims_whole, once per value (2: not yet asked)
+  // claims_whole, once per value (2: not yet asked).
+  std::pmr::vector<char> whole(nv, 2, &scratch);
   auto claims_whole_once = [&](ir::ValueId v) {
     if (whole[v] == 2) whole[v] = claims_whole(v) ? 1 : 0;
     return whole[v] == 1;
@@ -331,10 +315,12 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   for (ir::ValueId v = 0; v < nv; ++v) {
     if (is_boundary_output[v]) out.stages[item_stage[producer[v]]].boundary_outputs.push_back(v);
   }
+  return cut;
+}
 
-  // Per value: its replica-check partners and how the final checks list it.
-  Partners partners;
-  std::pmr::vector<int> listing(nv, 0, &scratch);
+// Per value: its replica-check partners and how the final checks list it.
+void ListChecks(const ir::Plan& plan, const SlicedPlan* sliced, Partners& partners,
+                std::pmr::vector<int>& listing) {
   for (ir::ValueId v : plan.outputs) listing[v] |= 1;
   if (sliced != nullptr) {
     for (const auto& t : sliced->replica_checks) {
@@ -352,31 +338,19 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
       partners[b].push_back(a);
     }
   }
+}
 
-  if (options.await_mbmap) {
-    mbmap = options.await_mbmap();
-    if (mbmap == nullptr) {
-      out.no_map = true;
-      out.stages.clear();
-      return out;
-    }
-  }
-
-  // Classes of alike cut stages: stages whose signatures are equal. This thread
-  // takes the cut stages from the front, a helping one (options.help) from the
-  // back, each with its own rename tables and classes; a stage's signature is
-  // first compared with the representative of the class that worker's previous
-  // stage joined (alike layers follow one another), then looked up among the
-  // worker's classes by hash. Equality of signatures is an equivalence, so the
-  // merged classes are the same whoever encoded what; they are ordered by their
-  // first stage.
-  std::vector<int> cut_list;  // kept index -> stage
-  std::vector<int> kept_index(out.stages.size(), -2);  // -2: not cut
-  for (size_t s = 0; s < out.stages.size(); ++s) {
-    if (!cut[s]) continue;
-    kept_index[s] = static_cast<int>(cut_list.size());
-    cut_list.push_back(static_cast<int>(s));
-  }
+// Classes of alike cut stages (`cut_list`: the stage of each kept index):
+// stages whose signatures are equal. This thread takes the cut stages from the
+// front, a helping one (`help`) from the back, each with its own rename tables and
+// classes; a stage's signature is first compared with the representative of the
+// class that worker's previous stage joined (alike layers follow one another),
+// then looked up among the worker's classes by hash. Equality of signatures is an
+// equivalence, so the merged classes are the same whoever encoded what; they are
+// ordered by their first stage. Encoding gives each stage its renaming.
+std::vector<std::vector<int>> ClassifyStages(const EncodeInputs& encode_inputs,
+                                             const std::vector<int>& cut_list,
+                                             EncodeHelp* help, std::vector<Stage>& stages) {
   struct Classes {
     std::vector<Signature> reps;
     std::vector<std::vector<int>> members;                  // kept indices
@@ -403,12 +377,10 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
       return c;
     }
   };
-  const EncodeInputs encode_inputs{spec,   plan,   sliced,  mbmap,    share_group, item_stage,
-                                   producer, inputs, outputs, partners, listing};
   std::mutex claim;
   int front = 0, back = static_cast<int>(cut_list.size());  // kept stages not taken yet
   auto work = [&](Classes& classes, bool from_back) {
-    RenameTables tables(spec, plan);
+    RenameTables tables(encode_inputs.spec, encode_inputs.plan);
     Signature sig;  // written stage by stage into the same buffers
     int last = -1;
     for (;;) {
@@ -419,16 +391,16 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
         k = from_back ? --back : front++;
       }
       const int s = cut_list[k];
-      EncodeStage(encode_inputs, s, out.stages[s], tables, sig);
+      EncodeStage(encode_inputs, s, stages[s], tables, sig);
       last = classes.Add(sig, k, last);
     }
   };
   Classes mine[2];
-  if (options.help != nullptr) {
-    options.help->Offer([&] { work(mine[1], /*from_back=*/true); });
+  if (help != nullptr) {
+    help->Offer([&] { work(mine[1], /*from_back=*/true); });
   }
   work(mine[0], /*from_back=*/false);
-  if (options.help != nullptr) options.help->Withdraw();
+  if (help != nullptr) help->Withdraw();
   Classes merged;
   for (Classes& c : mine) {
     for (size_t i = 0; i < c.members.size(); ++i) {
@@ -439,7 +411,95 @@ StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
   }
   for (std::vector<int>& members : merged.members) std::sort(members.begin(), members.end());
   std::sort(merged.members.begin(), merged.members.end());
-  out.classes = std::move(merged.members);
+  return std::move(merged.members);
+}
+
+}  // namespace
+
+StagePartition PartitionStages(const ir::Graph& spec, const ir::Plan& plan,
+                               const StageOptions& options) {
+  const SlicedPlan* sliced = options.sliced;
+  const ir::MicrobatchMap* mbmap =
+      options.mbmap != nullptr ? options.mbmap : sliced != nullptr ? &sliced->mbmap : nullptr;
+  ItemCounts n;
+  n.nt = static_cast<int64_t>(plan.tasks.size());
+  n.nc = static_cast<int64_t>(plan.collectives.size());
+  n.np = sliced == nullptr ? 0 : static_cast<int64_t>(sliced->phantoms.size());
+  n.nitems = n.nt + n.nc + n.np;
+  n.nv = static_cast<int64_t>(plan.values.size());
+  const int64_t nitems = n.nitems, nv = n.nv;
+
+  // The passes' per-item and per-value arrays are in scratch memory.
+  constexpr size_t kSlack = 4096;  // per array, for alignment
+  Scratch scratch(static_cast<size_t>(nitems) * sizeof(int) +
+                  static_cast<size_t>(nv) * (sizeof(int64_t) + sizeof(int) + 3) +
+                  static_cast<size_t>(n.nc) * sizeof(int) + 8 * kSlack);
+  std::pmr::vector<int> layer(nitems, kUnsetLayer, &scratch);
+  size_t total_in = 0, total_out = 0;
+  if (!ReadItems(spec, plan, sliced, n, layer, total_in, total_out)) {
+    StagePartition bad;
+    bad.ids_out_of_range = true;
+    return bad;
+  }
+  // Every item's inputs and outputs, and the producing item of every value.
+  Scratch flat_scratch((total_in + total_out) * sizeof(ir::ValueId) +
+                       2 * static_cast<size_t>(nitems + 1) * sizeof(int64_t) + 4 * kSlack);
+  FlatIds inputs(&flat_scratch), outputs(&flat_scratch);
+  FlattenItems(plan, sliced, n, total_in, total_out, inputs, outputs);
+  std::pmr::vector<int64_t> producer(nv, -1, &scratch);
+  for (int64_t i = 0; i < nitems; ++i) {
+    for (ir::ValueId v : outputs.of(i)) producer[v] = i;
+  }
+  AssignLayers(plan, sliced, n, inputs, producer, layer, scratch);
+
+  StagePartition out;
+  GroupStages(layer, out);
+  const std::vector<int>& item_stage = out.item_stage;
+
+  // Values read across stages; the opaque share groups among them.
+  std::vector<ir::ValueId> listed(plan.outputs.begin(), plan.outputs.end());
+  if (sliced != nullptr) {
+    for (const auto& [a, b] : sliced->same_in_every_replica) {
+      listed.push_back(a);
+      listed.push_back(b);
+    }
+  }
+  const std::vector<int>* share_group = options.share_group;
+  if (options.find_shares) {
+    std::pmr::vector<char> crossing(nv, 0, &scratch);
+    for (int64_t i = 0; i < nitems; ++i) {
+      for (ir::ValueId v : inputs.of(i)) {
+        const int64_t p = producer[v];
+        if ((p >= 0 ? item_stage[p] : -1) != item_stage[i]) crossing[v] = 1;
+      }
+    }
+    out.num_share_groups = FindShareGroups(plan, producer, item_stage, crossing, out.share_group);
+    share_group = &out.share_group;
+  }
+  const std::vector<bool> cut =
+      CutStages(plan, n, inputs, producer, listed, share_group, scratch, out);
+  Partners partners;
+  std::pmr::vector<int> listing(nv, 0, &scratch);
+  ListChecks(plan, sliced, partners, listing);
+
+  if (options.await_mbmap) {
+    mbmap = options.await_mbmap();
+    if (mbmap == nullptr) {
+      out.no_map = true;
+      out.stages.clear();
+      return out;
+    }
+  }
+  std::vector<int> cut_list;  // kept index -> stage
+  std::vector<int> kept_index(out.stages.size(), -2);  // -2: not cut
+  for (size_t s = 0; s < out.stages.size(); ++s) {
+    if (!cut[s]) continue;
+    kept_index[s] = static_cast<int>(cut_list.size());
+    cut_list.push_back(static_cast<int>(s));
+  }
+  const EncodeInputs encode_inputs{spec,   plan,   sliced,  mbmap,    share_group, item_stage,
+                                   producer, inputs, outputs, partners, listing};
+  out.classes = ClassifyStages(encode_inputs, cut_list, options.help, out.stages);
   std::vector<Stage> kept;
   kept.reserve(cut_list.size());
   for (int s : cut_list) kept.push_back(std::move(out.stages[s]));
