@@ -187,6 +187,20 @@ absl::Status GraphBuilder::Loss(TensorId logits, TensorId targets) {
   return absl::OkStatus();
 }
 
+std::vector<ArchitectureFact> LlamaStyleFacts(double eps, double rope_theta) {
+  // The add_bias_linear and add_qkv_bias switches are off where disable_bias_linear
+  // is on (Megatron-LM's spellings of one choice).
+  return {{"normalization", "RMSNorm"},
+          {"norm_epsilon", absl::StrCat(eps)},
+          {"position_embedding_type", "rope"},
+          {"rotary_base", absl::StrCat(rope_theta)},
+          {"swiglu", "true"},
+          {"untie_embeddings_and_output_weights", "true"},
+          {"disable_bias_linear", "true"},
+          {"add_bias_linear", "false"},
+          {"add_qkv_bias", "false"}};
+}
+
 absl::StatusOr<TensorId> SwiGluFfn(GraphBuilder& b, TensorId x, absl::string_view prefix,
                                    int64_t d, int64_t ffn) {
   LOOM_ASSIGN_OR_RETURN(TensorId w_gate, b.Param(absl::StrCat(prefix, ".w_gate"), {ffn, d}));

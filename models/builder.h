@@ -121,6 +121,11 @@ absl::StatusOr<ir::Graph> BuildGpt2(absl::string_view name, const ModelOptions& 
 absl::StatusOr<ir::Graph> BuildLlama3(absl::string_view name, const ModelOptions& options);
 absl::StatusOr<ir::Graph> BuildDeepSeek(absl::string_view name, const ModelOptions& options);
 
+// The architecture settings the Llama-style families share (models.h,
+// PublishedArchitecture): RMSNorm with `eps`, rotary positions with base
+// `rope_theta`, SwiGLU MLPs, untied embeddings, no biases.
+std::vector<ArchitectureFact> LlamaStyleFacts(double eps, double rope_theta);
+
 // Their full-size architectures (models.h, PublishedArchitecture); `name` is known
 // to the family.
 std::vector<ArchitectureFact> MlpArchitecture(absl::string_view name);

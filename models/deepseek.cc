@@ -223,14 +223,8 @@ std::vector<ArchitectureFact> DeepSeekArchitecture(absl::string_view name) {
       {"moe_ffn_hidden_size", absl::StrCat(c->moe_ffn)},
       {"moe_shared_expert_intermediate_size", absl::StrCat(c->shared * c->moe_ffn)},
       {"moe_router_score_function", c->score},
-      {"moe_router_topk_scaling_factor", absl::StrCat(c->routed_scale)},
-      {"normalization", "RMSNorm"},
-      {"norm_epsilon", absl::StrCat(c->eps)},
-      {"position_embedding_type", "rope"},
-      {"rotary_base", absl::StrCat(c->rope_theta)},
-      {"swiglu", "true"},
-      {"untie_embeddings_and_output_weights", "true"},
-      {"disable_bias_linear", "true"}};
+      {"moe_router_topk_scaling_factor", absl::StrCat(c->routed_scale)}};
+  for (ArchitectureFact& f : LlamaStyleFacts(c->eps, c->rope_theta)) facts.push_back(f);
   if (c->q_lora_rank > 0) facts.push_back({"q_lora_rank", absl::StrCat(c->q_lora_rank)});
   return facts;
 }

@@ -77,22 +77,16 @@ std::vector<ArchitectureFact> Llama3Architecture(absl::string_view name) {
   for (const Llama3Config& each : kLlama3) {
     if (each.name == name) c = &each;
   }
-  return {{"hidden_size", absl::StrCat(c->d)},
-          {"ffn_hidden_size", absl::StrCat(c->ffn)},
-          {"num_attention_heads", absl::StrCat(c->heads)},
-          {"group_query_attention", "true"},
-          {"num_query_groups", absl::StrCat(c->kv_heads)},
-          {"kv_channels", absl::StrCat(c->d / c->heads)},
-          {"vocab_size", absl::StrCat(c->vocab)},
-          {"normalization", "RMSNorm"},
-          {"norm_epsilon", absl::StrCat(c->eps)},
-          {"position_embedding_type", "rope"},
-          {"rotary_base", absl::StrCat(c->rope_theta)},
-          {"swiglu", "true"},
-          {"untie_embeddings_and_output_weights", "true"},
-          {"disable_bias_linear", "true"},
-          {"add_bias_linear", "false"},
-          {"add_qkv_bias", "false"}};
+  std::vector<ArchitectureFact> facts = {
+      {"hidden_size", absl::StrCat(c->d)},
+      {"ffn_hidden_size", absl::StrCat(c->ffn)},
+      {"num_attention_heads", absl::StrCat(c->heads)},
+      {"group_query_attention", "true"},
+      {"num_query_groups", absl::StrCat(c->kv_heads)},
+      {"kv_channels", absl::StrCat(c->d / c->heads)},
+      {"vocab_size", absl::StrCat(c->vocab)}};
+  for (ArchitectureFact& f : LlamaStyleFacts(c->eps, c->rope_theta)) facts.push_back(f);
+  return facts;
 }
 
 absl::StatusOr<ir::Graph> BuildLlama3(absl::string_view name, const ModelOptions& options) {
