@@ -1,7 +1,7 @@
 #include "ir/autodiff.h"
 
-#include <map>
 #include <algorithm>
+#include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -158,11 +158,31 @@ absl::StatusOr<std::vector<std::optional<TensorId>>> AppendBackward(
                                                    loss_tensor.type().ToString(),
                                                    ", expected a float scalar"));
   }
+  // The ops the loss depends on, in creation order: only they can carry its
+  // gradient. Walked from the loss, so that the backward of one micro-batch costs
+  // that micro-batch's ops, not every op the graph holds by then.
+  const OpId last_op = loss_tensor.producer;
+  std::vector<OpId> ancestors;
+  {
+    absl::flat_hash_set<OpId> seen;
+    std::vector<OpId> stack;
+    if (last_op != kNoId) stack.push_back(last_op);
+    while (!stack.empty()) {
+      const OpId id = stack.back();
+      stack.pop_back();
+      if (!seen.insert(id).second) continue;
+      ancestors.push_back(id);
+      for (TensorId in : graph.op(id).inputs) {
+        const OpId producer = graph.tensor(in).producer;
+        if (producer != kNoId && !seen.contains(producer)) stack.push_back(producer);
+      }
+    }
+    std::sort(ancestors.begin(), ancestors.end());
+  }
   // Tensors that depend on some `wrt` tensor: only their gradients are needed.
   absl::flat_hash_set<TensorId> depends;
   for (TensorId w : wrt) depends.insert(w);
-  const OpId last_op = loss_tensor.producer;
-  for (OpId id = 0; id <= last_op; ++id) {
+  for (OpId id : ancestors) {
     const Op& op = graph.op(id);
     bool any = std::any_of(op.inputs.begin(), op.inputs.end(),
                            [&](TensorId in) { return depends.contains(in); });
@@ -186,7 +206,8 @@ absl::StatusOr<std::vector<std::optional<TensorId>>> AppendBackward(
                                 absl::StrCat("d.", loss_tensor.name), TensorRole::kGradient));
   contributions[loss].push_back(seed);
 
-  for (OpId id = last_op; id >= 0; --id) {
+  for (auto ancestor = ancestors.rbegin(); ancestor != ancestors.rend(); ++ancestor) {
+    const OpId id = *ancestor;
     // Copy what we need: emitting ops may reallocate the graph's op vector.
     const Op op = graph.op(id);
     bool has_grad = std::any_of(op.outputs.begin(), op.outputs.end(),
