@@ -331,6 +331,90 @@ absl::Status AppendUpdate(Graph& g, const TrainingOptions& options, OpInfo info,
   return absl::OkStatus();
 }
 
+// The gradient of each parameter over the step: its micro-batches' gradients
+// accumulated, or zeros (f32 in mixed precision) where the loss does not depend on it.
+absl::StatusOr<std::vector<TensorId>> AccumulateGradients(
+    Graph& g, const Graph& forward, const std::vector<TensorId>& fwd_params,
+    const std::vector<TensorId>& params, const std::vector<std::vector<TensorId>>& param_grads,
+    bool mixed) {
+  std::vector<TensorId> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor p = g.tensor(params[i]);
+    OpInfo info{Phase::kBackward, ParamLayer(forward, fwd_params[i]), -1};
+    if (param_grads[i].empty()) {
+      // The loss does not depend on this parameter: its gradient is zero.
+      const DType grad_dtype = mixed ? DType::kF32 : p.dtype;
+      AttrMap attrs{{"shape", p.shape.dims()},
+                    {"value", 0.0},
+                    {"dtype", std::string(DTypeName(grad_dtype))}};
+      LOOM_ASSIGN_OR_RETURN(TensorId zero, EmitOp1(g, OpKind::kFill, {}, attrs, info,
+                                                   absl::StrCat("grad.", p.name),
+                                                   TensorRole::kGradient));
+      grads.push_back(zero);
+    } else if (param_grads[i].size() == 1) {
+      grads.push_back(param_grads[i][0]);
+    } else {
+      LOOM_ASSIGN_OR_RETURN(TensorId acc,
+                            EmitOp1(g, OpKind::kAccumulate, param_grads[i], {}, info,
+                                    absl::StrCat("grad.", p.name), TensorRole::kGradient));
+      grads.push_back(acc);
+    }
+  }
+  return grads;
+}
+
+// Global grad-norm clipping of `grads`. Each layer sums its parameters' squares
+// first (tagged with the layer, like Megatron's per-rank local sums), so the total
+// reads one value per layer rather than one per parameter.
+absl::Status ClipGradients(Graph& g, const Graph& forward, const std::vector<TensorId>& fwd_params,
+                           const std::vector<TensorId>& params, double max_grad_norm,
+                           std::vector<TensorId>& grads) {
+  std::vector<TensorId> squares;  // untagged parameters', then one per layer
+  std::map<int, std::vector<TensorId>> by_layer;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int layer = ParamLayer(forward, fwd_params[i]);
+    OpInfo info{Phase::kOptimizer, layer, -1};
+    LOOM_ASSIGN_OR_RETURN(TensorId sq,
+                          EmitOp1(g, OpKind::kSumSquares, {grads[i]}, {}, info,
+                                  absl::StrCat("grad_sq.", g.tensor(params[i]).name),
+                                  TensorRole::kGradient));
+    if (layer < 0) {
+      squares.push_back(sq);
+    } else {
+      by_layer[layer].push_back(sq);
+    }
+  }
+  for (const auto& [layer, layer_squares] : by_layer) {
+    if (layer_squares.size() == 1) {
+      squares.push_back(layer_squares[0]);
+      continue;
+    }
+    OpInfo info{Phase::kOptimizer, layer, -1};
+    LOOM_ASSIGN_OR_RETURN(TensorId sum,
+                          EmitOp1(g, OpKind::kAccumulate, layer_squares, {}, info,
+                                  absl::StrCat("grad_sq.layer.", layer), TensorRole::kGradient));
+    squares.push_back(sum);
+  }
+  OpInfo info{Phase::kOptimizer, -1, -1};
+  TensorId total = squares[0];
+  if (squares.size() > 1) {
+    LOOM_ASSIGN_OR_RETURN(total, EmitOp1(g, OpKind::kAccumulate, squares, {}, info,
+                                         "grad_sq.total", TensorRole::kGradient));
+  }
+  LOOM_ASSIGN_OR_RETURN(TensorId coef,
+                        EmitOp1(g, OpKind::kClipCoef, {total},
+                                {{"max_norm", max_grad_norm}}, info, "clip_coef",
+                                TensorRole::kGradient));
+  for (size_t i = 0; i < params.size(); ++i) {
+    OpInfo pinfo{Phase::kOptimizer, ParamLayer(forward, fwd_params[i]), -1};
+    LOOM_ASSIGN_OR_RETURN(grads[i],
+                          EmitOp1(g, OpKind::kMulScalar, {grads[i], coef}, {}, pinfo,
+                                  absl::StrCat("grad_clipped.", g.tensor(params[i]).name),
+                                  TensorRole::kGradient));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOptions& options) {
@@ -446,77 +530,11 @@ absl::StatusOr<Graph> BuildTrainingStep(const Graph& forward, const TrainingOpti
                                               TensorRole::kLoss));
   }
 
-  // Gradient accumulation across micro-batches.
-  std::vector<TensorId> grads;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor p = g.tensor(params[i]);
-    OpInfo info{Phase::kBackward, ParamLayer(forward, fwd_params[i]), -1};
-    if (param_grads[i].empty()) {
-      // The loss does not depend on this parameter: its gradient is zero.
-      const DType grad_dtype = mixed ? DType::kF32 : p.dtype;
-      AttrMap attrs{{"shape", p.shape.dims()},
-                    {"value", 0.0},
-                    {"dtype", std::string(DTypeName(grad_dtype))}};
-      LOOM_ASSIGN_OR_RETURN(TensorId zero, EmitOp1(g, OpKind::kFill, {}, attrs, info,
-                                                   absl::StrCat("grad.", p.name),
-                                                   TensorRole::kGradient));
-      grads.push_back(zero);
-    } else if (param_grads[i].size() == 1) {
-      grads.push_back(param_grads[i][0]);
-    } else {
-      LOOM_ASSIGN_OR_RETURN(TensorId acc,
-                            EmitOp1(g, OpKind::kAccumulate, param_grads[i], {}, info,
-                                    absl::StrCat("grad.", p.name), TensorRole::kGradient));
-      grads.push_back(acc);
-    }
-  }
-  // Global grad-norm clipping. Each layer sums its parameters' squares first
-  // (tagged with the layer, like Megatron's per-rank local sums), so the total
-  // reads one value per layer rather than one per parameter.
+  LOOM_ASSIGN_OR_RETURN(std::vector<TensorId> grads,
+                        AccumulateGradients(g, forward, fwd_params, params, param_grads, mixed));
   if (options.max_grad_norm > 0 && !params.empty()) {
-    std::vector<TensorId> squares;  // untagged parameters', then one per layer
-    std::map<int, std::vector<TensorId>> by_layer;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const int layer = ParamLayer(forward, fwd_params[i]);
-      OpInfo info{Phase::kOptimizer, layer, -1};
-      LOOM_ASSIGN_OR_RETURN(TensorId sq,
-                            EmitOp1(g, OpKind::kSumSquares, {grads[i]}, {}, info,
-                                    absl::StrCat("grad_sq.", g.tensor(params[i]).name),
-                                    TensorRole::kGradient));
-      if (layer < 0) {
-        squares.push_back(sq);
-      } else {
-        by_layer[layer].push_back(sq);
-      }
-    }
-    for (const auto& [layer, layer_squares] : by_layer) {
-      if (layer_squares.size() == 1) {
-        squares.push_back(layer_squares[0]);
-        continue;
-      }
-      OpInfo info{Phase::kOptimizer, layer, -1};
-      LOOM_ASSIGN_OR_RETURN(TensorId sum,
-                            EmitOp1(g, OpKind::kAccumulate, layer_squares, {}, info,
-                                    absl::StrCat("grad_sq.layer.", layer), TensorRole::kGradient));
-      squares.push_back(sum);
-    }
-    OpInfo info{Phase::kOptimizer, -1, -1};
-    TensorId total = squares[0];
-    if (squares.size() > 1) {
-      LOOM_ASSIGN_OR_RETURN(total, EmitOp1(g, OpKind::kAccumulate, squares, {}, info,
-                                           "grad_sq.total", TensorRole::kGradient));
-    }
-    LOOM_ASSIGN_OR_RETURN(TensorId coef,
-                          EmitOp1(g, OpKind::kClipCoef, {total},
-                                  {{"max_norm", options.max_grad_norm}}, info, "clip_coef",
-                                  TensorRole::kGradient));
-    for (size_t i = 0; i < params.size(); ++i) {
-      OpInfo pinfo{Phase::kOptimizer, ParamLayer(forward, fwd_params[i]), -1};
-      LOOM_ASSIGN_OR_RETURN(grads[i],
-                            EmitOp1(g, OpKind::kMulScalar, {grads[i], coef}, {}, pinfo,
-                                    absl::StrCat("grad_clipped.", g.tensor(params[i]).name),
-                                    TensorRole::kGradient));
-    }
+    LOOM_RETURN_IF_ERROR(
+        ClipGradients(g, forward, fwd_params, params, options.max_grad_norm, grads));
   }
 
   // Optimizer update.
