@@ -1,7 +1,5 @@
 #include "tools/spec_flags.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <cstdint>
@@ -15,6 +13,7 @@
 #include "ir/plan_json.h"
 #include "ir/status_macros.h"
 #include "models/models.h"
+#include "tools/terminal_status.h"
 
 namespace loom::tools {
 namespace {
@@ -129,18 +128,13 @@ absl::StatusOr<ir::Plan> LoadPlanShowingProgress(const std::string& path,
   constexpr int64_t kLargePlanBytes = int64_t{32} << 20;  // about a second to read
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
-  const bool show = !quiet && !ec && static_cast<int64_t>(size) >= kLargePlanBytes &&
-                    isatty(STDERR_FILENO) == 1;
-  if (show) {
-    const double mb = static_cast<double>(size) / 1e6;
-    std::cerr << command << ": reading " << path
-              << (mb >= 1000 ? absl::StrFormat(" (%.1f GB)", mb / 1e3)
-                             : absl::StrFormat(" (%.0f MB)", mb))
-              << std::flush;
-  }
-  absl::StatusOr<ir::Plan> plan = ir::LoadPlanFile(path);
-  if (show) std::cerr << "\r\033[K" << std::flush;
-  return plan;
+  TerminalStatus status(command, std::cerr,
+                        quiet || ec || static_cast<int64_t>(size) < kLargePlanBytes);
+  const double mb = ec ? 0 : static_cast<double>(size) / 1e6;
+  status.Step(absl::StrCat("reading ", path,
+                           mb >= 1000 ? absl::StrFormat(" (%.1f GB)", mb / 1e3)
+                                      : absl::StrFormat(" (%.0f MB)", mb)));
+  return ir::LoadPlanFile(path);
 }
 
 absl::StatusOr<double> MaxGradNorm(const FlagSet& flags) {
