@@ -34,6 +34,7 @@ SchemaTable BuildTable() {
   RegisterOptimizerOps(table);
   RegisterPointwiseOps(table);
   RegisterIndexOps(table);
+  table.CheckDeclarations();
   return table;
 }
 
@@ -163,7 +164,7 @@ absl::StatusOr<std::vector<TensorType>> InferOutputTypes(OpKind kind,
   return out;
 }
 
-void SchemaTable::Register(OpSchema schema) {
+OpSchema& SchemaTable::Register(OpSchema schema) {
   if (schema.attributes.empty()) schema.attributes = DocAttributes(schema.doc);
   int index = static_cast<int>(schema.kind);
   if (schemas_[index].has_value()) {
@@ -171,6 +172,67 @@ void SchemaTable::Register(OpSchema schema) {
     std::abort();
   }
   schemas_[index] = std::move(schema);
+  return *schemas_[index];
+}
+
+void SchemaTable::CheckDeclarations() const {
+  for (const std::optional<OpSchema>& s : schemas_) {
+    if (!s.has_value()) continue;
+    for (const AttrUse& use : s->attr_roles) {
+      if (std::find(s->attributes.begin(), s->attributes.end(), use.name) == s->attributes.end()) {
+        std::cerr << "loom: op '" << OpKindName(s->kind) << "' declares a role for attribute '"
+                  << use.name << "', which it does not read\n";
+        std::abort();
+      }
+    }
+  }
+}
+
+OpSchema& OpSchema::Linear(std::vector<std::vector<int>> groups) {
+  linear_in = std::move(groups);
+  return *this;
+}
+
+OpSchema& OpSchema::LinearInEveryInput() {
+  linear_in_every_input = true;
+  return *this;
+}
+
+OpSchema& OpSchema::LinearBetweenFloatsOnly() {
+  linear_between_floats_only = true;
+  return *this;
+}
+
+OpSchema& OpSchema::Homogeneous(std::vector<int> positions, int exponent) {
+  homogeneous_in.push_back({std::move(positions), exponent});
+  return *this;
+}
+
+OpSchema& OpSchema::SumsOperands() {
+  sums_operands = true;
+  return *this;
+}
+
+OpSchema& OpSchema::Attr(std::string name, AttrRole role) {
+  attr_roles.push_back({std::move(name), role});
+  return *this;
+}
+
+OpSchema& OpSchema::Resizes(ResizeAttrsFn fn) {
+  resize_attrs = fn;
+  return *this;
+}
+
+OpSchema& OpSchema::RoutesTokens() {
+  routes_tokens = true;
+  return *this;
+}
+
+std::optional<AttrRole> OpSchema::RoleOf(absl::string_view name) const {
+  for (const AttrUse& use : attr_roles) {
+    if (use.name == name) return use.role;
+  }
+  return std::nullopt;
 }
 
 const OpSchema* SchemaTable::Find(OpKind kind) const {

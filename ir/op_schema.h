@@ -105,8 +105,44 @@ using ShardAttrsFn = absl::StatusOr<AttrMap> (*)(const AttrMap& attrs,
                                                  absl::Span<const TensorType> out,
                                                  absl::Span<const Box> out_boxes);
 
+// ---------------------------------------------------------------------------
+// What the verifier may assume of an op beyond its shapes and partition
+// signature. The derivation (verify/derive.h) lets partial sums and scaled
+// values through an op only where these say so, and proves every use as a law
+// (verify/laws.h); tests/verify/homogeneity_test.cc checks each group on the
+// op's reference kernel.
+
+// Input positions in which the output is homogeneous: scaling every operand of
+// the group by k scales the output by k^exponent.
+struct InputGroup {
+  std::vector<int> positions;
+  int exponent = 1;
+};
+
+// What an attribute means to the verifier. An attribute with no role is part of
+// the computation: a piece whose value differs computes something else.
+enum class AttrRole {
+  kFactor,     // the output is proportional to it (scale's factor)
+  kDivisor,    // the output is inversely proportional to it (a mean's count)
+  kOffset,     // the piece's offset in the op's index space (an embedding's vocab_begin)
+  kPosition,   // a position along the op's `dim` (slice's begin): scales with that dim
+  kPositions,  // a list of lengths along the op's `dim` (split's sizes), likewise
+};
+struct AttrUse {
+  std::string name;
+  AttrRole role;
+};
+
+// The attributes of an op at other sizes, for ops whose attributes size a dim
+// that only an output carries (fill's shape, expand's size, a vocabulary):
+// `label_sizes` gives the new size of such labels of `sig`, `old_out` the output
+// types at the old sizes and `new_in` the input types at the new ones.
+using ResizeAttrsFn = absl::StatusOr<AttrMap> (*)(
+    const AttrMap& attrs, const DimSignature& sig, absl::Span<const TensorType> old_out,
+    absl::Span<const TensorType> new_in, const std::map<std::string, int64_t>& label_sizes);
+
 // Everything an op kind knows, in one place. Adding an op = one list entry in
-// ir/op_kind.h and one schema.
+// ir/op_kind.h and one schema (docs/ir.md, "Adding an op").
 struct OpSchema {
   OpKind kind = OpKind::kAdd;
   InferFn infer = nullptr;          // required
@@ -123,6 +159,36 @@ struct OpSchema {
   // inputs ("rmsnorm(x, gamma) {eps=1e-5} -> ..."), filled at registration. An
   // attribute of another name is an error (InferOutputTypes), never ignored.
   std::vector<std::string> attributes;
+
+  // The verifier's facts (above); an op declares none by default: no partial sum
+  // or scaled value passes through it and every attribute is computation.
+  // Groups of input positions in which the op is jointly linear: a piece may hold
+  // partial sums there, and the pieces' outputs add up to the op's output.
+  std::vector<std::vector<int>> linear_in;
+  bool linear_in_every_input = false;  // one group of all inputs, however many (accumulate)
+  bool linear_between_floats_only = false;  // cast: the identity over the reals
+  // Further homogeneous groups: a gradient op's incoming gradient, a divisor (-1).
+  std::vector<InputGroup> homogeneous_in;
+  // The output is the sum of the operands, in any order (add, accumulate).
+  bool sums_operands = false;
+  std::vector<AttrUse> attr_roles;
+  ResizeAttrsFn resize_attrs = nullptr;  // nullptr: no attribute sizes an output-only dim
+  // An MoE routing op: integer routing indices place tokens into expert slots.
+  bool routes_tokens = false;
+
+  // Declarations, chained after registration:
+  //   reg(OpKind::kScale, ...).Linear({{0}}).Attr("factor", AttrRole::kFactor);
+  OpSchema& Linear(std::vector<std::vector<int>> groups);
+  OpSchema& LinearInEveryInput();
+  OpSchema& LinearBetweenFloatsOnly();
+  OpSchema& Homogeneous(std::vector<int> positions, int exponent);
+  OpSchema& SumsOperands();
+  OpSchema& Attr(std::string name, AttrRole role);
+  OpSchema& Resizes(ResizeAttrsFn fn);
+  OpSchema& RoutesTokens();
+
+  // The role of attribute `name`, if it has one.
+  std::optional<AttrRole> RoleOf(absl::string_view name) const;
 };
 
 // The registry: every OpKind has exactly one schema.
@@ -136,7 +202,11 @@ absl::StatusOr<std::vector<TensorType>> InferOutputTypes(OpKind kind,
 // Per-family registration (ir/ops/*.cc), called once by the registry.
 class SchemaTable {
  public:
-  void Register(OpSchema schema);
+  // Returns the stored schema, for the declarations chained after it.
+  OpSchema& Register(OpSchema schema);
+  // Checks what registration cannot see yet: every attribute with a role is one
+  // the op reads. Aborts naming the op otherwise.
+  void CheckDeclarations() const;
   const OpSchema* Find(OpKind kind) const;
 
  private:

@@ -58,9 +58,12 @@ struct Fact {
 };
 
 // Ops whose pieces write the part of an output-only dim (a vocabulary range) that
-// their attributes name (vocab_begin, vocab).
+// their attributes name: an offset (vocab_begin) into a dim they size (vocab).
 inline bool WritesClaimedVocabRange(OpKind kind) {
-  return kind == OpKind::kPickGrad || kind == OpKind::kEmbeddingGrad;
+  const ir::OpSchema& schema = ir::GetOpSchema(kind);
+  if (schema.resize_attrs == nullptr) return false;
+  return std::any_of(schema.attr_roles.begin(), schema.attr_roles.end(),
+                     [](const ir::AttrUse& a) { return a.role == ir::AttrRole::kOffset; });
 }
 
 inline bool Subset(const std::vector<int>& a, const std::vector<int>& b) {

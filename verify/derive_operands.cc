@@ -6,37 +6,20 @@
 namespace loom::verify::derivation {
 namespace {
 
-// Attributes whose meaning the derivation knows: a factor the op's output is
-// proportional to, a divisor it is inversely proportional to (a different value
-// scales the output), or the offset of the piece in the op's index space (a
-// different value shifts the piece: a wrong offset). Other attribute differences
-// change the computation.
-enum class AttrRole { kFactor, kDivisor, kOffset };
-struct KnownAttr {
-  OpKind kind;
-  const char* name;
-  AttrRole role;
-};
-constexpr KnownAttr kKnownAttrs[] = {
-    {OpKind::kCrossEntropy, "count", AttrRole::kDivisor},
-    {OpKind::kCrossEntropyGrad, "count", AttrRole::kDivisor},
-    {OpKind::kMean, "count", AttrRole::kDivisor},
-    {OpKind::kEmbedding, "vocab_begin", AttrRole::kOffset},
-    {OpKind::kEmbeddingGrad, "vocab_begin", AttrRole::kOffset},
-    {OpKind::kPick, "vocab_begin", AttrRole::kOffset},
-    {OpKind::kPickGrad, "vocab_begin", AttrRole::kOffset},
-    {OpKind::kScale, "factor", AttrRole::kFactor},
-};
+using ir::AttrRole;
 
+// The role the op's schema gives attribute `name`, where it matters here: a
+// factor the op's output is proportional to, a divisor it is inversely
+// proportional to (a different value scales the output), or the offset of the
+// piece in the op's index space (a different value shifts the piece: a wrong
+// offset). Other attribute differences change the computation.
 std::optional<AttrRole> RoleOf(OpKind kind, const std::string& name) {
-  for (const KnownAttr& a : kKnownAttrs) {
-    if (a.kind == kind && name == a.name) return a.role;
+  const std::optional<AttrRole> role = ir::GetOpSchema(kind).RoleOf(name);
+  if (role == AttrRole::kFactor || role == AttrRole::kDivisor || role == AttrRole::kOffset) {
+    return role;
   }
   return std::nullopt;
 }
-
-// Ops whose output is the sum of their operands, in any order.
-bool SumsOperands(OpKind kind) { return kind == OpKind::kAdd || kind == OpKind::kAccumulate; }
 
 }  // namespace
 
@@ -100,7 +83,7 @@ bool Deriver::CheckOperands(const ir::Task& t, const ir::Op& o, const std::strin
          std::move(example));
     return false;
   }
-  if (SumsOperands(o.kind)) {
+  if (ir::GetOpSchema(o.kind).sums_operands) {
     // A sum reading a tensor more often than the spec adds it, or missing one.
     bool foreign = false;
     for (const auto& [x, at] : task_at) foreign |= spec_at.count(x) == 0;

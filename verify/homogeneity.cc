@@ -5,106 +5,32 @@
 #include <utility>
 #include <vector>
 
-namespace loom::verify {
+#include "ir/op_schema.h"
 
-using ir::OpKind;
+namespace loom::verify {
 
 std::vector<std::vector<int>> LinearGroups(ir::OpKind kind, absl::Span<const ir::TensorType> in,
                                            absl::Span<const ir::TensorType> out) {
-  const int num_inputs = static_cast<int>(in.size());
-  std::vector<int> all(num_inputs);
-  for (int i = 0; i < num_inputs; ++i) all[i] = i;
-  switch (kind) {
-    case OpKind::kCast:
-      if (!in.empty() && !out.empty() && ir::IsFloat(in[0].dtype) && ir::IsFloat(out[0].dtype)) {
-        return {{0}};
-      }
-      return {};
-    case OpKind::kAdd:
-    case OpKind::kSub:
-    case OpKind::kAccumulate:
-    case OpKind::kConcat:
-      return {all};
-    case OpKind::kNeg:
-    case OpKind::kScale:
-    case OpKind::kTranspose:
-    case OpKind::kReshape:
-    case OpKind::kSlice:
-    case OpKind::kSplit:
-    case OpKind::kExpand:
-    case OpKind::kPad:
-    case OpKind::kSum:
-    case OpKind::kStopGradient:
-    case OpKind::kMulScalar:
-    case OpKind::kDivScalar:
-    case OpKind::kDiv:
-    case OpKind::kCumsum:
-    case OpKind::kIndex:
-      return {{0}};
-    case OpKind::kWhere:
-      return {{1, 2}};
-    case OpKind::kMul:
-    case OpKind::kMatMul:
-    case OpKind::kLinearWGrad:
-      return {{0}, {1}};
-    case OpKind::kLinear:
-      return {{0, 2}, {1, 2}};
-    case OpKind::kEmbedding:
-    case OpKind::kEmbeddingGrad:
-      return {{1}};
-    default:
-      return {};
+  const ir::OpSchema& schema = ir::GetOpSchema(kind);
+  if (schema.linear_between_floats_only &&
+      (in.empty() || out.empty() || !ir::IsFloat(in[0].dtype) || !ir::IsFloat(out[0].dtype))) {
+    return {};
   }
+  std::vector<std::vector<int>> groups = schema.linear_in;
+  if (schema.linear_in_every_input) {
+    std::vector<int> all(in.size());
+    for (size_t i = 0; i < in.size(); ++i) all[i] = static_cast<int>(i);
+    groups.push_back(std::move(all));
+  }
+  return groups;
 }
 
 std::vector<Homogeneity> HomogeneousGroups(ir::OpKind kind, absl::Span<const ir::TensorType> in,
                                            absl::Span<const ir::TensorType> out) {
   std::vector<Homogeneity> groups;
   for (std::vector<int>& g : LinearGroups(kind, in, out)) groups.push_back({std::move(g), 1});
-  switch (kind) {
-    case OpKind::kDiv:
-    case OpKind::kDivScalar:
-      groups.push_back({{1}, -1});
-      break;
-    case OpKind::kMulScalar:
-      groups.push_back({{1}, 1});
-      break;
-    case OpKind::kPick:
-    case OpKind::kMean:
-    case OpKind::kRope:
-    case OpKind::kMoeDispatch:
-    case OpKind::kMoeDispatchGrad:
-      groups.push_back({{0}, 1});
-      break;
-    case OpKind::kMoeCombine:
-      groups.push_back({{0}, 1});
-      groups.push_back({{1}, 1});
-      break;
-    case OpKind::kSiluGrad:
-    case OpKind::kReluGrad:
-    case OpKind::kGeluGrad:
-    case OpKind::kGeluExactGrad:
-    case OpKind::kTanhGrad:
-    case OpKind::kSigmoidGrad:
-    case OpKind::kSoftmaxGrad:
-    case OpKind::kLogSoftmaxGrad:
-    case OpKind::kMaxGrad:
-    case OpKind::kPickGrad:
-      groups.push_back({{1}, 1});
-      break;
-    case OpKind::kRmsNormGrad:
-    case OpKind::kLayerNormGrad:
-    case OpKind::kSwiGluGrad:
-    case OpKind::kCrossEntropyGrad:
-    case OpKind::kTopKGateGrad:
-      groups.push_back({{2}, 1});
-      break;
-    case OpKind::kAttentionGrad:
-    case OpKind::kMoeCombineGrad:
-      groups.push_back({{3}, 1});
-      break;
-    default:
-      break;
+  for (const ir::InputGroup& g : ir::GetOpSchema(kind).homogeneous_in) {
+    groups.push_back({g.positions, g.exponent});
   }
   // Positions the op has (a linear without its bias has no operand 2).
   std::vector<Homogeneity> kept;

@@ -15,17 +15,18 @@
 namespace loom::verify {
 
 // Input positions in which an op is jointly linear (a piece may hold partial sums
-// there and the pieces' outputs then add up to the op's output). A cast between
-// float dtypes is the identity over the reals, so linear; a cast to an integer or
-// bool is not. Each use is still proved as a law (verify/laws.h).
+// there and the pieces' outputs then add up to the op's output), as its schema
+// declares (ir::OpSchema::linear_in): a cast only between float dtypes, where it
+// is the identity over the reals. Each use is still proved as a law (verify/laws.h).
 std::vector<std::vector<int>> LinearGroups(ir::OpKind kind, absl::Span<const ir::TensorType> in,
                                            absl::Span<const ir::TensorType> out);
 
 // Groups of input positions in which an op's output is homogeneous: scaling every
 // operand of the group by k scales the output by k^exponent. The linear groups,
-// a gradient op's incoming gradient, a divisor (exponent -1). A value a program
-// scaled on its way (a rank's gradient of its own mean loss) passes through these
-// with its factor; anywhere else the factor changes what the op computes.
+// then those the schema declares (ir::OpSchema::homogeneous_in: a gradient op's
+// incoming gradient, a divisor with exponent -1). A value a program scaled on its
+// way (a rank's gradient of its own mean loss) passes through these with its
+// factor; anywhere else the factor changes what the op computes.
 // tests/verify/homogeneity_test.cc checks every group on the reference kernels.
 struct Homogeneity {
   std::vector<int> positions;

@@ -377,7 +377,7 @@ absl::StatusOr<LawUse> CropSpatialLabels(const LawUse& law) {
     // The output follows the cropped rows: each group's leading dim is solved
     // again from its input dims.
     LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
-                          ReshapeShape(sig, (*out_types)[0].shape, out.inputs[0].shape, {}));
+                          ir::ReshapeShape(sig, (*out_types)[0].shape, out.inputs[0].shape, {}));
     out.attrs.Set("shape", shape);
   }
   LOOM_ASSIGN_OR_RETURN(ir::DimSignature after, schema.signature(out.inputs, out.attrs));

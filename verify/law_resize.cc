@@ -34,37 +34,30 @@ std::set<std::string> InputLabels(const ir::DimSignature& sig) {
   return out;
 }
 
-// The kinds whose attributes size an output-only dim.
-bool SizesOutputDims(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::kFill:
-    case ir::OpKind::kExpand:
-    case ir::OpKind::kPickGrad:
-    case ir::OpKind::kEmbeddingGrad:
-    case ir::OpKind::kReshape:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// The attributes that are positions along the op's `dim` (a list for split).
+// The attributes that are positions along the op's `dim` (a list for split), as
+// its schema declares them.
 struct PositionNames {
   std::vector<std::string> scalars;
   std::string list;
 };
 
 PositionNames PositionAttrNames(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::kSlice:
-      return {{"begin", "end"}, ""};
-    case ir::OpKind::kPad:
-      return {{"before", "after"}, ""};
-    case ir::OpKind::kSplit:
-      return {{}, "sizes"};
-    default:
-      return {};
+  PositionNames names;
+  for (const ir::AttrUse& a : ir::GetOpSchema(kind).attr_roles) {
+    if (a.role == ir::AttrRole::kPosition) names.scalars.push_back(a.name);
+    if (a.role == ir::AttrRole::kPositions) names.list = a.name;
   }
+  return names;
+}
+
+bool HasOffset(ir::OpKind kind, const ir::AttrMap& attrs, std::string* name) {
+  for (const ir::AttrUse& a : ir::GetOpSchema(kind).attr_roles) {
+    if (a.role == ir::AttrRole::kOffset && attrs.Has(a.name)) {
+      *name = a.name;
+      return true;
+    }
+  }
+  return false;
 }
 
 // The label of input 0's `dim`.
@@ -84,43 +77,8 @@ absl::StatusOr<ir::AttrMap> ResizeAttrs(const LawUse& law, const ir::DimSignatur
                                         const LawUse& out,
                                         const std::map<std::string, int64_t>& free_sizes) {
   ir::AttrMap attrs = law.attrs;
-  auto free_size = [&](const std::string& l) -> absl::StatusOr<int64_t> {
-    auto it = free_sizes.find(l);
-    LOOM_RET_CHECK(it != free_sizes.end()) << "no size for output label " << l;
-    return it->second;
-  };
-  switch (law.kind) {
-    case ir::OpKind::kFill: {
-      std::vector<int64_t> dims;
-      for (const std::string& l : sig.outputs[0]) {
-        LOOM_ASSIGN_OR_RETURN(int64_t d, free_size(l));
-        dims.push_back(d);
-      }
-      attrs.Set("shape", dims);
-      break;
-    }
-    case ir::OpKind::kExpand: {
-      LOOM_ASSIGN_OR_RETURN(int64_t raw, law.attrs.GetInt("dim"));
-      LOOM_ASSIGN_OR_RETURN(int dim, ir::NormalizeDim(raw, old_out[0].shape.rank()));
-      LOOM_ASSIGN_OR_RETURN(int64_t size, free_size(sig.outputs[0][dim]));
-      attrs.Set("size", size);
-      break;
-    }
-    case ir::OpKind::kPickGrad:
-    case ir::OpKind::kEmbeddingGrad: {
-      LOOM_ASSIGN_OR_RETURN(int64_t vocab, free_size("v"));
-      attrs.Set("vocab", vocab);
-      break;
-    }
-    case ir::OpKind::kReshape: {
-      LOOM_ASSIGN_OR_RETURN(
-          std::vector<int64_t> dims,
-          ReshapeShape(sig, old_out[0].shape, out.inputs[0].shape, free_sizes));
-      attrs.Set("shape", dims);
-      break;
-    }
-    default:
-      break;
+  if (const ir::ResizeAttrsFn resize = ir::GetOpSchema(law.kind).resize_attrs) {
+    LOOM_ASSIGN_OR_RETURN(attrs, resize(law.attrs, sig, old_out, out.inputs, free_sizes));
   }
   const PositionNames names = PositionAttrNames(law.kind);
   if (!names.scalars.empty() || !names.list.empty()) {
@@ -187,70 +145,10 @@ absl::StatusOr<ir::AttrMap> ResizeRoutingAttrs(const LawUse& law, const ir::DimS
 
 }  // namespace
 
-absl::StatusOr<std::vector<int64_t>> ReshapeShape(
-    const ir::DimSignature& sig, const ir::Shape& old_out, const ir::Shape& new_in,
-    const std::map<std::string, int64_t>& free_sizes) {
-  std::vector<int64_t> dims = old_out.dims();
-  for (size_t j = 0; j < dims.size(); ++j) {
-    auto it = free_sizes.find(sig.outputs[0][j]);
-    if (it != free_sizes.end()) dims[j] = it->second;
-  }
-  std::vector<bool> grouped(dims.size(), false);
-  for (const ReshapeGroup& g : ReshapeGroups(sig)) {
-    int64_t in = new_in.dim(g.in_lead);
-    for (int i : g.in_rest) in *= new_in.dim(i);
-    int64_t rest = 1;
-    for (int j : g.out_rest) rest *= dims[j], grouped[j] = true;
-    grouped[g.out_lead] = true;
-    if (rest <= 0 || in % rest != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("reshape group ", g.label, ": ", in,
-                                                     " elements do not fill ", rest, " per row"));
-    }
-    dims[g.out_lead] = in / rest;
-  }
-  for (size_t j = 0; j < dims.size(); ++j) {
-    if (!grouped[j] && dims[j] != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("reshape output dim ", j, " is in no group"));
-    }
-  }
-  return dims;
-}
-
-std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig) {
-  std::vector<ReshapeGroup> groups;
-  if (sig.inputs.size() != 1 || sig.outputs.size() != 1) return groups;
-  const std::vector<std::string>& in = sig.inputs[0];
-  const std::vector<std::string>& out = sig.outputs[0];
-  const std::set<std::string> in_set(in.begin(), in.end());
-  std::map<std::string, size_t> by_label;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (std::find(out.begin(), out.end(), in[i]) == out.end()) {
-      if (!groups.empty()) groups.back().in_rest.push_back(static_cast<int>(i));
-      continue;
-    }
-    ReshapeGroup g;
-    g.label = in[i];
-    g.in_lead = static_cast<int>(i);
-    by_label[in[i]] = groups.size();
-    groups.push_back(std::move(g));
-  }
-  ReshapeGroup* current = nullptr;
-  for (size_t j = 0; j < out.size(); ++j) {
-    auto it = by_label.find(out[j]);
-    if (it != by_label.end()) {
-      current = &groups[it->second];
-      current->out_lead = static_cast<int>(j);
-    } else if (current != nullptr && in_set.count(out[j]) == 0) {
-      current->out_rest.push_back(static_cast<int>(j));
-    }
-  }
-  return groups;
-}
-
 absl::StatusOr<std::map<std::string, int64_t>> FreeOutputLabels(const LawUse& law,
                                                                const ir::DimSignature& sig) {
   std::map<std::string, int64_t> out;
-  if (!SizesOutputDims(law.kind)) return out;
+  if (ir::GetOpSchema(law.kind).resize_attrs == nullptr) return out;
   LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorType> types,
                         ir::InferOutputTypes(law.kind, law.inputs, law.attrs));
   const std::set<std::string> inputs = InputLabels(sig);
@@ -307,7 +205,7 @@ absl::Status ReduceSizeLabels(const LawUse& law, const ir::DimSignature& sig,
   const bool unit_dims = unit_in != unit_out;
   // Each group: the leading label's units times the factor that lets the two
   // sides' other dims (products X and Y) divide the group evenly.
-  for (const ReshapeGroup& g : ReshapeGroups(sig)) {
+  for (const ir::ReshapeGroup& g : ir::ReshapeGroups(sig)) {
     int64_t x = 1, y = 1;
     // A dim the map does not list (a size-1 output dim) keeps its size.
     auto size = [&](const std::string& l, int64_t own) -> int64_t {
@@ -336,10 +234,7 @@ absl::Status ReduceSizeLabels(const LawUse& law, const ir::DimSignature& sig,
   return absl::OkStatus();
 }
 
-bool IsRouting(ir::OpKind kind) {
-  return kind == ir::OpKind::kMoeCombine || kind == ir::OpKind::kMoeCombineGrad ||
-         kind == ir::OpKind::kMoeDispatch || kind == ir::OpKind::kMoeDispatchGrad;
-}
+bool IsRouting(ir::OpKind kind) { return ir::GetOpSchema(kind).routes_tokens; }
 
 // The token label of a routing op: dim 0 of its integer routing indices.
 std::string TokenLabel(const LawUse& law, const ir::DimSignature& sig) {
@@ -392,10 +287,10 @@ absl::StatusOr<LawUse> ResizeLaw(const LawUse& law,
     if (it != extents.end()) size = it->second;
     if (size <= 0) return absl::InvalidArgumentError(absl::StrCat("size ", size, " of ", label));
   }
-  if (law.attrs.Has("vocab_begin")) {
-    // The logical op addresses a vocabulary range by position: resized only when
-    // the range starts at 0.
-    LOOM_ASSIGN_OR_RETURN(int64_t begin, law.attrs.GetInt("vocab_begin"));
+  if (std::string offset; HasOffset(law.kind, law.attrs, &offset)) {
+    // The logical op addresses a range (of a vocabulary) by position: resized only
+    // when the range starts at 0.
+    LOOM_ASSIGN_OR_RETURN(int64_t begin, law.attrs.GetInt(offset));
     bool changes = out.extents != law.extents;
     for (const auto& [label, size] : free) changes = changes || size != old_free.find(label)->second;
     if (begin != 0 && changes) {

@@ -5,16 +5,19 @@
 //
 // A law's labels are those of the op's inputs; most op kinds carry no sizes in
 // their attributes, so the law at new label extents is the same op on rescaled
-// input shapes. The kinds below carry sizes, which ResizeLaw rewrites:
+// input shapes. Some carry sizes, which ResizeLaw rewrites as their schemas say
+// (ir/op_schema.h):
 //   - free output labels, those only an output carries and an attribute sizes
 //     (fill's dims, expand's expanded dim, the vocabulary of pick_grad and
 //     embedding_grad, a reshape's non-leading output dims), take the size the
-//     extents list for them, else keep theirs; `shape`, `size` or `vocab`
-//     follows;
+//     extents list for them, else keep theirs; the schema's resize rule
+//     (OpSchema::resize_attrs) writes `shape`, `size` or `vocab`;
 //   - a reshape's leading output dim of each group is solved from the group's
-//     input product, so every group keeps equal products on both sides;
-//   - positions along a fixed label (slice's begin and end, pad's before and
-//     after, split's sizes) scale with that label, exactly.
+//     input product (ir/ops/reshape.h), so every group keeps equal products on
+//     both sides;
+//   - attributes that are positions along the op's dim (AttrRole::kPosition:
+//     slice's begin and end, pad's before and after; kPositions: split's sizes)
+//     scale with that dim's label, exactly.
 // The signature at the new sizes must label every dim as before.
 
 #include <cstdint>
@@ -26,19 +29,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ir/op_schema.h"
+#include "ir/ops/reshape.h"
 #include "verify/findings.h"
 
 namespace loom::verify {
-
-// One dim group of a reshape (SignatureReshape): the label shared by the
-// leading dim of each side, and the group's other dims.
-struct ReshapeGroup {
-  std::string label;
-  int in_lead = 0;
-  int out_lead = 0;
-  std::vector<int> in_rest;
-  std::vector<int> out_rest;
-};
 
 // The law with label `extents` in place of its own (every label of the law must
 // be listed; intervals, input shapes and size attributes are rescaled with it;
@@ -56,18 +50,6 @@ bool IsRouting(ir::OpKind kind);
 // follow from the labels' new extents).
 inline constexpr char kRoutingGroups[] = "#groups";
 std::string TokenLabel(const LawUse& law, const ir::DimSignature& sig);
-
-// The groups of a reshape signature, in dim order. Dims before the first group
-// (size-1 dims) belong to none.
-std::vector<ReshapeGroup> ReshapeGroups(const ir::DimSignature& sig);
-
-// A reshape's `shape` for new input dims: free output labels at their sizes in
-// `free_sizes` (others keep theirs from `old_out`), the leading dim of each group
-// solved from the group's product of new input dims. Errors when a group's
-// elements do not fill its rows.
-absl::StatusOr<std::vector<int64_t>> ReshapeShape(
-    const ir::DimSignature& sig, const ir::Shape& old_out, const ir::Shape& new_in,
-    const std::map<std::string, int64_t>& free_sizes);
 
 // The free output labels of a law (see above), each with its current size; a
 // reshape's size-1 output dims are not free (they stay 1).

@@ -353,17 +353,19 @@ Grads GradRope(GradBuilder& b) {
 
 void RegisterAttentionOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
+                 GradFn grad, const char* doc) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
   };
   reg(OpKind::kAttention, InferAttention, SignatureAttention, KernelAttention, FlopsAttention,
       GradAttention,
       "attention(q [b,s,hq,dk], k [b,t,hkv,dk], v [b,t,hkv,dv]) {causal=1, scale} -> "
       "[b,s,hq,dv]");
   reg(OpKind::kAttentionGrad, InferAttentionGrad, SignatureAttentionGrad, KernelAttentionGrad,
-      FlopsAttentionGrad, nullptr, "attention_grad(q, k, v, dout) {causal, scale} -> (dq, dk, dv)");
+      FlopsAttentionGrad, nullptr, "attention_grad(q, k, v, dout) {causal, scale} -> (dq, dk, dv)")
+      .Homogeneous({3}, 1);
   reg(OpKind::kRope, InferRope, SignatureRope, KernelRope, FlopsRope, GradRope,
-      "rope(x [b,s,h,d]) {theta=10000, inverse=0} -> x rotated by position (rotate-half)");
+      "rope(x [b,s,h,d]) {theta=10000, inverse=0} -> x rotated by position (rotate-half)")
+      .Homogeneous({0}, 1);
 }
 
 }  // namespace loom::ir

@@ -3,6 +3,7 @@
 // mul broadcast their inputs (NumPy's rule).
 
 #include <cmath>
+#include <map>
 
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
@@ -456,59 +457,93 @@ Grads GradSwiGlu(GradBuilder& b) {
   return std::vector<std::optional<TensorId>>{d[0], d[1]};
 }
 
+// fill's shape: the new sizes of its output labels.
+absl::StatusOr<AttrMap> ResizeFill(const AttrMap& attrs, const DimSignature& sig,
+                                   absl::Span<const TensorType>, absl::Span<const TensorType>,
+                                   const std::map<std::string, int64_t>& label_sizes) {
+  LOOM_RET_CHECK(!sig.outputs.empty()) << "fill without an output";
+  std::vector<int64_t> dims;
+  for (const std::string& l : sig.outputs[0]) {
+    LOOM_ASSIGN_OR_RETURN(int64_t d, ops::LabelSize(label_sizes, l));
+    dims.push_back(d);
+  }
+  AttrMap out = attrs;
+  out.Set("shape", dims);
+  return out;
+}
+
 }  // namespace
 
 void RegisterElementwiseOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
                  GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr,
-                 bool commutative = false) {
+                 bool commutative = false) -> OpSchema& {
     OpSchema schema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs};
     schema.commutative = commutative;
-    table.Register(std::move(schema));
+    return table.Register(std::move(schema));
   };
   reg(OpKind::kAccumulate, InferSameType, SignatureAll, KernelAccumulate, FlopsAccumulate,
       GradAccumulate, "accumulate(x0, x1, ...) -> sum of the inputs (gradient accumulation)",
-      nullptr, /*commutative=*/true);
+      nullptr, /*commutative=*/true)
+      .LinearInEveryInput()
+      .SumsOperands();
   reg(OpKind::kAdd, InferBroadcast, SignatureBroadcast, KernelAdd, Flops<1>, GradAdd,
-      "add(a, b) -> a + b (one dtype; dims broadcast)", nullptr, /*commutative=*/true);
+      "add(a, b) -> a + b (one dtype; dims broadcast)", nullptr, /*commutative=*/true)
+      .LinearInEveryInput()
+      .SumsOperands();
   reg(OpKind::kDivScalar, InferTensorScalar, SignatureTensorScalar, KernelDivScalar, Flops<1>,
-      GradDivScalar, "div_scalar(a, s) -> a / s, s a scalar tensor");
+      GradDivScalar, "div_scalar(a, s) -> a / s, s a scalar tensor")
+      .Linear({{0}})
+      .Homogeneous({1}, -1);
   reg(OpKind::kExp, InferUnary, SignatureAll, KernelExp, Flops<4>, GradExp, "exp(x)");
   reg(OpKind::kFill, InferFill, SignatureFill, KernelFill, Flops<0>, nullptr,
-      "fill() {shape, value, dtype} -> constant tensor", ShardAttrsFill);
+      "fill() {shape, value, dtype} -> constant tensor", ShardAttrsFill)
+      .Resizes(ResizeFill);
   reg(OpKind::kGelu, InferUnary, SignatureAll, KernelGelu, Flops<8>,
       GradActivation<OpKind::kGeluGrad>, "gelu(x), tanh approximation");
   reg(OpKind::kGeluGrad, InferSameType, SignatureAll, KernelGeluGrad, Flops<12>, nullptr,
-      "gelu_grad(x, dy) -> dx");
+      "gelu_grad(x, dy) -> dx")
+      .Homogeneous({1}, 1);
   reg(OpKind::kGeluExact, InferUnary, SignatureAll, KernelGeluExact, Flops<8>,
       GradActivation<OpKind::kGeluExactGrad>, "gelu_exact(x) -> 0.5 x (1 + erf(x / sqrt 2))");
   reg(OpKind::kGeluExactGrad, InferSameType, SignatureAll, KernelGeluExactGrad, Flops<12>,
-      nullptr, "gelu_exact_grad(x, dy) -> dx");
+      nullptr, "gelu_exact_grad(x, dy) -> dx")
+      .Homogeneous({1}, 1);
   reg(OpKind::kLog, InferUnary, SignatureAll, KernelLog, Flops<4>, GradLog,
       "log(x) -> natural logarithm");
   reg(OpKind::kMul, InferBroadcast, SignatureBroadcast, KernelMul, Flops<1>, GradMul,
-      "mul(a, b) -> a * b (one dtype; dims broadcast)", nullptr, /*commutative=*/true);
+      "mul(a, b) -> a * b (one dtype; dims broadcast)", nullptr, /*commutative=*/true)
+      .Linear({{0}, {1}});
   reg(OpKind::kMulScalar, InferTensorScalar, SignatureTensorScalar, KernelMulScalar, Flops<1>,
-      GradMulScalar, "mul_scalar(a, s) -> a * s, s a scalar tensor");
-  reg(OpKind::kNeg, InferUnary, SignatureAll, KernelNeg, Flops<1>, GradNeg, "neg(x) -> -x");
+      GradMulScalar, "mul_scalar(a, s) -> a * s, s a scalar tensor")
+      .Linear({{0}})
+      .Homogeneous({1}, 1);
+  reg(OpKind::kNeg, InferUnary, SignatureAll, KernelNeg, Flops<1>, GradNeg, "neg(x) -> -x")
+      .Linear({{0}});
   reg(OpKind::kPow, InferUnaryWithFloat<kExponent>, SignatureAll, KernelPow, Flops<4>, GradPow,
       "pow(x) {exponent} -> x^exponent");
   reg(OpKind::kRsqrt, InferUnary, SignatureAll, KernelRsqrt, Flops<2>, GradRsqrt,
       "rsqrt(x) -> 1/sqrt(x)");
   reg(OpKind::kScale, InferUnaryWithFloat<kFactor>, SignatureAll, KernelScale, Flops<1>, GradScale,
-      "scale(x) {factor} -> x * factor");
+      "scale(x) {factor} -> x * factor")
+      .Linear({{0}})
+      .Attr("factor", AttrRole::kFactor);
   reg(OpKind::kSilu, InferUnary, SignatureAll, KernelSilu, Flops<5>,
       GradActivation<OpKind::kSiluGrad>, "silu(x) -> x * sigmoid(x)");
   reg(OpKind::kSiluGrad, InferSameType, SignatureAll, KernelSiluGrad, Flops<8>, nullptr,
-      "silu_grad(x, dy) -> dx");
+      "silu_grad(x, dy) -> dx")
+      .Homogeneous({1}, 1);
   reg(OpKind::kStopGradient, InferUnary, SignatureAll, KernelIdentity, Flops<0>,
-      GradStopGradient, "stop_gradient(x) -> x; no gradient flows back to x");
+      GradStopGradient, "stop_gradient(x) -> x; no gradient flows back to x")
+      .Linear({{0}});
   reg(OpKind::kSub, InferBroadcast, SignatureBroadcast, KernelSub, Flops<1>, GradSub,
-      "sub(a, b) -> a - b (one dtype; dims broadcast)");
+      "sub(a, b) -> a - b (one dtype; dims broadcast)")
+      .LinearInEveryInput();
   reg(OpKind::kSwiGlu, InferSameType, SignatureAll, KernelSwiGlu, Flops<6>, GradSwiGlu,
       "swiglu(gate, up) -> silu(gate) * up");
   reg(OpKind::kSwiGluGrad, InferSameTypeTwoOut, SignatureTwoOut, KernelSwiGluGrad, Flops<10>,
-      nullptr, "swiglu_grad(gate, up, dy) -> (dgate, dup)");
+      nullptr, "swiglu_grad(gate, up, dy) -> (dgate, dup)")
+      .Homogeneous({2}, 1);
 }
 
 }  // namespace loom::ir

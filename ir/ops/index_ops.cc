@@ -203,13 +203,15 @@ void RegisterIndexOps(SchemaTable& table) {
                           ShardAttrsArange});
   table.Register(OpSchema{OpKind::kCumsum, InferCumsum, SignatureCumsum, KernelCumsum,
                           FlopsCumsum, nullptr, "cumsum(x) {dim} -> running sums along dim",
-                          nullptr});
+                          nullptr})
+      .Linear({{0}});
   table.Register(OpSchema{OpKind::kIndex, InferIndex, SignatureIndex, KernelIndex, FlopsNone,
                           nullptr,
                           "index(x, i0, ..., ik-1) -> x[i0, ..., ik-1, ...]: index tensors "
                           "(broadcast together) address x's first k dims; negative ids count "
                           "from the end",
-                          nullptr});
+                          nullptr})
+      .Linear({{0}});
 }
 
 }  // namespace loom::ir

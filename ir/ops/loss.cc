@@ -373,26 +373,34 @@ Grads GradPick(GradBuilder& b) {
 
 void RegisterLossOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kCrossEntropy, InferCrossEntropy, SignatureCrossEntropy, KernelCrossEntropy,
       FlopsPerInput<6>, GradCrossEntropy,
       "cross_entropy(logits [..., V], targets [...] int) {count?} -> sum of "
       "-log_softmax[target] / count (default: the number of positions, i.e. the mean)",
-      ShardAttrsCrossEntropy);
+      ShardAttrsCrossEntropy)
+      .Attr("count", AttrRole::kDivisor);
   reg(OpKind::kCrossEntropyGrad, InferCrossEntropyGrad, SignatureCrossEntropyGrad,
       KernelCrossEntropyGrad, Flops<12>, nullptr,
       "cross_entropy_grad(logits, targets, dloss) {count?} -> (softmax - onehot) * dloss / count",
-      ShardAttrsCrossEntropy);
+      ShardAttrsCrossEntropy)
+      .Homogeneous({2}, 1)
+      .Attr("count", AttrRole::kDivisor);
   reg(OpKind::kPick, InferPick, SignaturePick, KernelPick, Flops<0>, GradPick,
       "pick(x [..., V], targets [...] int) {vocab_begin?} -> x[..., target - vocab_begin] "
       "when in [0, V), else 0 (without vocab_begin a target outside [0, V) is an error)",
-      ShardAttrsPick);
+      ShardAttrsPick)
+      .Homogeneous({0}, 1)
+      .Attr("vocab_begin", AttrRole::kOffset);
   reg(OpKind::kPickGrad, InferPickGrad, SignaturePickGrad, KernelPickGrad, Flops<0>, nullptr,
       "pick_grad(targets [...] int, dy [...]) {vocab, vocab_begin?} -> [..., vocab]: dy at "
       "target - vocab_begin when in range, 0 elsewhere",
-      ShardAttrsPickGrad);
+      ShardAttrsPickGrad)
+      .Homogeneous({1}, 1)
+      .Attr("vocab_begin", AttrRole::kOffset)
+      .Resizes(ops::ResizeVocab);
 }
 
 }  // namespace loom::ir

@@ -498,26 +498,34 @@ Grads GradEmbedding(GradBuilder& b) {
 
 void RegisterMatMulOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kEmbedding, InferEmbedding, SignatureEmbedding, KernelEmbedding, FlopsEmbedding,
       GradEmbedding,
       "embedding(ids [...], table [V, d]) {vocab_begin?} -> rows of table [..., d]; with "
       "vocab_begin the table holds ids [vocab_begin, vocab_begin + V), other ids give zero rows",
-      ShardAttrsEmbedding);
+      ShardAttrsEmbedding)
+      .Linear({{1}})
+      .Attr("vocab_begin", AttrRole::kOffset);
   reg(OpKind::kEmbeddingGrad, InferEmbeddingGrad, SignatureEmbeddingGrad, KernelEmbeddingGrad,
       FlopsEmbeddingGrad, nullptr,
       "embedding_grad(ids [...], dy [..., d]) {vocab, vocab_begin?} -> dtable [vocab, d], "
       "scatter-add; with vocab_begin only ids in [vocab_begin, vocab_begin + vocab) add",
-      ShardAttrsEmbeddingGrad);
+      ShardAttrsEmbeddingGrad)
+      .Linear({{1}})
+      .Attr("vocab_begin", AttrRole::kOffset)
+      .Resizes(ops::ResizeVocab);
   reg(OpKind::kLinear, InferLinear, SignatureLinear, KernelLinear, FlopsLinear, GradLinear,
-      "linear(x [..., in], w [out, in], bias [out]?) -> x w^T + bias [..., out]");
+      "linear(x [..., in], w [out, in], bias [out]?) -> x w^T + bias [..., out]")
+      .Linear({{0, 2}, {1, 2}});
   reg(OpKind::kLinearWGrad, InferLinearWGrad, SignatureLinearWGrad, KernelLinearWGrad,
       FlopsLinearWGrad, nullptr,
-      "linear_wgrad(dy [..., out], x [..., in]) -> dw [out, in], summed over positions");
+      "linear_wgrad(dy [..., out], x [..., in]) -> dw [out, in], summed over positions")
+      .Linear({{0}, {1}});
   reg(OpKind::kMatMul, InferMatMul, SignatureMatMul, KernelMatMul, FlopsMatMul, GradMatMul,
-      "matmul(a [..., m, k], b [..., k, n] or [k, n]) -> a @ b [..., m, n]");
+      "matmul(a [..., m, k], b [..., k, n] or [k, n]) -> a @ b [..., m, n]")
+      .Linear({{0}, {1}});
 }
 
 }  // namespace loom::ir

@@ -608,36 +608,46 @@ Grads GradCombine(GradBuilder& b) {
 
 void RegisterMoeOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kMoeCombine, InferCombine, SignatureCombine, KernelCombine, FlopsCombine,
       GradCombine,
       "moe_combine(expert_out [E,G*C,d], weights [T,k], indices [T,k]) {groups=1} -> y [T,d], "
       "sum_j weights * expert_out at each pair's slot",
-      ShardAttrsCombine);
+      ShardAttrsCombine)
+      .Homogeneous({0}, 1)
+      .Homogeneous({1}, 1)
+      .RoutesTokens();
   reg(OpKind::kMoeCombineGrad, InferCombineGrad, SignatureCombineGrad, KernelCombineGrad,
       FlopsCombineGrad, nullptr,
       "moe_combine_grad(expert_out, weights, indices, dy) {groups=1} -> "
       "(d_expert_out, d_weights)",
-      ShardAttrsCombine);
+      ShardAttrsCombine)
+      .Homogeneous({3}, 1)
+      .RoutesTokens();
   reg(OpKind::kMoeDispatch, InferDispatch, SignatureDispatch, KernelDispatch, FlopsZero,
       GradDispatch,
       "moe_dispatch(x [T,d], indices [T,k]) {experts, capacity, groups=1} -> [E,G*C,d], "
       "token rows in expert slots per group of T/G tokens, overflow dropped",
-      ShardAttrsDispatch);
+      ShardAttrsDispatch)
+      .Homogeneous({0}, 1)
+      .RoutesTokens();
   reg(OpKind::kMoeDispatchGrad, InferDispatchGrad, SignatureDispatchGrad, KernelDispatchGrad,
       FlopsZero, nullptr,
       "moe_dispatch_grad(dy [E,G*C,d], indices [T,k]) {experts, capacity, tokens, groups=1} "
       "-> dx [T,d]",
-      ShardAttrsDispatchGrad);
+      ShardAttrsDispatchGrad)
+      .Homogeneous({0}, 1)
+      .RoutesTokens();
   reg(OpKind::kTopKGate, InferTopKGate, SignatureTopKGate, KernelTopKGate, FlopsTopKGate,
       GradTopKGate,
       "topk_gate(logits [T,E]) {k, score=\"softmax\" or \"sigmoid\", normalize=0 or 1} -> "
       "(weights [T,k], indices i64 [T,k]), k best scores");
   reg(OpKind::kTopKGateGrad, InferTopKGateGrad, SignatureTopKGateGrad, KernelTopKGateGrad,
       FlopsTopKGateGrad, nullptr,
-      "topk_gate_grad(logits, indices, dweights) {k, score, normalize} -> dlogits");
+      "topk_gate_grad(logits, indices, dweights) {k, score, normalize} -> dlogits")
+      .Homogeneous({2}, 1);
 }
 
 }  // namespace loom::ir

@@ -278,17 +278,19 @@ Grads GradRmsNorm(GradBuilder& b) {
 
 void RegisterNormOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
+                 GradFn grad, const char* doc) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc});
   };
   reg(OpKind::kLayerNorm, InferNorm, SignatureNorm, KernelLayerNorm, Flops<8>, GradLayerNorm,
       "layernorm(x [..., d], gamma [d], beta [d]) {eps=1e-5} -> normalised over the last dim");
   reg(OpKind::kLayerNormGrad, InferLayerNormGrad, SignatureLayerNormGrad, KernelLayerNormGrad,
-      Flops<16>, nullptr, "layernorm_grad(x, gamma, dy) {eps} -> (dx, dgamma, dbeta)");
+      Flops<16>, nullptr, "layernorm_grad(x, gamma, dy) {eps} -> (dx, dgamma, dbeta)")
+      .Homogeneous({2}, 1);
   reg(OpKind::kRmsNorm, InferNorm, SignatureNorm, KernelRmsNorm, Flops<6>, GradRmsNorm,
       "rmsnorm(x [..., d], gamma [d]) {eps=1e-5} -> x / sqrt(mean(x^2) + eps) * gamma");
   reg(OpKind::kRmsNormGrad, InferRmsNormGrad, SignatureRmsNormGrad, KernelRmsNormGrad,
-      Flops<12>, nullptr, "rmsnorm_grad(x, gamma, dy) {eps} -> (dx, dgamma)");
+      Flops<12>, nullptr, "rmsnorm_grad(x, gamma, dy) {eps} -> (dx, dgamma)")
+      .Homogeneous({2}, 1);
 }
 
 }  // namespace loom::ir

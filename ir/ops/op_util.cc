@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_join.h"
+#include "ir/status_macros.h"
 
 namespace loom::ir::ops {
 
@@ -173,6 +174,22 @@ double FlopsPerOutputElement(absl::Span<const TensorType> out, double per_elemen
 
 TensorType Like(const TensorType& t, std::vector<int64_t> dims) {
   return TensorType{Shape(std::move(dims)), t.dtype};
+}
+
+absl::StatusOr<int64_t> LabelSize(const std::map<std::string, int64_t>& label_sizes,
+                                  const std::string& label) {
+  auto it = label_sizes.find(label);
+  LOOM_RET_CHECK(it != label_sizes.end()) << "no size for output label " << label;
+  return it->second;
+}
+
+absl::StatusOr<AttrMap> ResizeVocab(const AttrMap& attrs, const DimSignature&,
+                                    absl::Span<const TensorType>, absl::Span<const TensorType>,
+                                    const std::map<std::string, int64_t>& label_sizes) {
+  LOOM_ASSIGN_OR_RETURN(int64_t vocab, LabelSize(label_sizes, "v"));
+  AttrMap out = attrs;
+  out.Set("vocab", vocab);
+  return out;
 }
 
 }  // namespace loom::ir::ops

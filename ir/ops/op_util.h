@@ -3,6 +3,7 @@
 
 // Small helpers shared by the op schemas in ir/ops/.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,17 @@ double FlopsPerOutputElement(absl::Span<const TensorType> out, double per_elemen
 
 // Result type with the dtype of input `i` and the given dims.
 TensorType Like(const TensorType& t, std::vector<int64_t> dims);
+
+// For resize rules (OpSchema::resize_attrs): the new size of `label`, an
+// internal error when the caller gave none.
+absl::StatusOr<int64_t> LabelSize(const std::map<std::string, int64_t>& label_sizes,
+                                  const std::string& label);
+// The resize rule of ops whose `vocab` attribute sizes their output's vocabulary
+// label "v" (pick_grad, embedding_grad).
+absl::StatusOr<AttrMap> ResizeVocab(const AttrMap& attrs, const DimSignature& sig,
+                                    absl::Span<const TensorType> old_out,
+                                    absl::Span<const TensorType> new_in,
+                                    const std::map<std::string, int64_t>& label_sizes);
 
 }  // namespace loom::ir::ops
 

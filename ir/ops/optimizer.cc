@@ -171,8 +171,8 @@ absl::Status KernelClipCoef(absl::Span<const HostTensor* const> in, const AttrMa
 
 void RegisterOptimizerOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, /*grad=*/nullptr, doc});
+                 const char* doc) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, /*grad=*/nullptr, doc});
   };
   reg(OpKind::kAdamW, InferAdamW, SignatureAdamW, KernelAdamW, Flops<12>,
       "adamw(param, grad, m, v) {lr, beta1, beta2, eps, weight_decay, step} -> "

@@ -342,37 +342,45 @@ Grads GradCast(GradBuilder& b) {
 
 void RegisterPointwiseOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, nullptr});
+                 GradFn grad, const char* doc) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, nullptr});
   };
   reg(OpKind::kCast, InferCast, SignatureSame, KernelCast, Flops<0>, GradCast,
       "cast(x) {dtype} -> x in dtype: floats keep their value, integers truncate toward "
-      "zero, bool is x != 0");
+      "zero, bool is x != 0")
+      .Linear({{0}})
+      .LinearBetweenFloatsOnly();
   reg(OpKind::kCompare, InferCompare, SignatureBroadcast, KernelCompare, Flops<1>, nullptr,
       "compare(a, b) {op=eq|ne|lt|le|gt|ge} -> bool, dims broadcast");
   reg(OpKind::kCos, InferUnaryFloat, SignatureSame, KernelCos, Flops<4>, GradTrig<true>,
       "cos(x)");
   reg(OpKind::kDiv, InferDiv, SignatureBroadcast, KernelDiv, Flops<1>, GradDiv,
-      "div(a, b) -> a / b (one dtype; dims broadcast)");
+      "div(a, b) -> a / b (one dtype; dims broadcast)")
+      .Linear({{0}})
+      .Homogeneous({1}, -1);
   reg(OpKind::kLogical, InferLogical, SignatureBroadcast, KernelLogical, Flops<1>, nullptr,
       "logical(a, b) {op=and|or} -> bool, of two bool inputs whose dims broadcast");
   reg(OpKind::kRelu, InferUnaryFloat, SignatureSame, KernelRelu, Flops<1>,
       GradFunction<OpKind::kReluGrad, false>, "relu(x) -> max(x, 0)");
   reg(OpKind::kReluGrad, InferPair, SignatureSame, KernelReluGrad, Flops<1>, nullptr,
-      "relu_grad(x, dy) -> dy where x > 0, else 0");
+      "relu_grad(x, dy) -> dy where x > 0, else 0")
+      .Homogeneous({1}, 1);
   reg(OpKind::kSigmoid, InferUnaryFloat, SignatureSame, KernelSigmoid, Flops<4>,
       GradFunction<OpKind::kSigmoidGrad, true>, "sigmoid(x) -> 1 / (1 + exp(-x))");
   reg(OpKind::kSigmoidGrad, InferPair, SignatureSame, KernelSigmoidGrad, Flops<3>, nullptr,
-      "sigmoid_grad(y, dy) -> dy * y * (1 - y), y = sigmoid(x)");
+      "sigmoid_grad(y, dy) -> dy * y * (1 - y), y = sigmoid(x)")
+      .Homogeneous({1}, 1);
   reg(OpKind::kSin, InferUnaryFloat, SignatureSame, KernelSin, Flops<4>, GradTrig<false>,
       "sin(x)");
   reg(OpKind::kSqrt, InferUnaryFloat, SignatureSame, KernelSqrt, Flops<2>, GradSqrt, "sqrt(x)");
   reg(OpKind::kTanh, InferUnaryFloat, SignatureSame, KernelTanh, Flops<4>,
       GradFunction<OpKind::kTanhGrad, true>, "tanh(x)");
   reg(OpKind::kTanhGrad, InferPair, SignatureSame, KernelTanhGrad, Flops<3>, nullptr,
-      "tanh_grad(y, dy) -> dy * (1 - y^2), y = tanh(x)");
+      "tanh_grad(y, dy) -> dy * (1 - y^2), y = tanh(x)")
+      .Homogeneous({1}, 1);
   reg(OpKind::kWhere, InferWhere, SignatureBroadcast, KernelWhere, Flops<1>, nullptr,
-      "where(cond, a, b) -> a where cond, else b (cond bool; dims broadcast)");
+      "where(cond, a, b) -> a where cond, else b (cond bool; dims broadcast)")
+      .Linear({{1, 2}});
 }
 
 }  // namespace loom::ir

@@ -494,27 +494,33 @@ Grads GradFromOutput(GradBuilder& b) {
 
 void RegisterReduceOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, FlopsFn flops,
-                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) {
-    table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
+                 GradFn grad, const char* doc, ShardAttrsFn shard_attrs = nullptr) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, flops, grad, doc, shard_attrs});
   };
   reg(OpKind::kLogSoftmax, InferLastDim, SignatureLastDimFixed, KernelLogSoftmax, Flops<5>,
       GradFromOutput<OpKind::kLogSoftmaxGrad>, "log_softmax(x) over the last dim");
   reg(OpKind::kLogSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelLogSoftmaxGrad,
-      Flops<10>, nullptr, "log_softmax_grad(y, dy) -> dy - exp(y) * sum_last(dy)");
+      Flops<10>, nullptr, "log_softmax_grad(y, dy) -> dy - exp(y) * sum_last(dy)")
+      .Homogeneous({1}, 1);
   reg(OpKind::kMax, InferMax, SignatureMax, KernelMax, FlopsPerInput<1>, GradMax,
       "max(a) {dim} -> largest value along dim (dim removed; split, partial maxima)");
   reg(OpKind::kMaxGrad, InferMaxGrad, SignatureMaxGrad, KernelMaxGrad, FlopsPerInput<1>,
-      nullptr, "max_grad(a, dy) {dim} -> dy at the first argmax along dim, 0 elsewhere");
+      nullptr, "max_grad(a, dy) {dim} -> dy at the first argmax along dim, 0 elsewhere")
+      .Homogeneous({1}, 1);
   reg(OpKind::kMean, InferMean, SignatureMean, KernelMean, FlopsMean, GradMean,
       "mean(a) {dims, count?} -> the sum of a over dims (dims removed) divided by count "
       "(default: the elements it sums; split, partial sums of the whole op's count)",
-      ShardAttrsMean);
+      ShardAttrsMean)
+      .Homogeneous({0}, 1)
+      .Attr("count", AttrRole::kDivisor);
   reg(OpKind::kSoftmax, InferLastDim, SignatureLastDimFixed, KernelSoftmax, Flops<5>,
       GradFromOutput<OpKind::kSoftmaxGrad>, "softmax(x) over the last dim");
   reg(OpKind::kSoftmaxGrad, InferLastDim, SignatureLastDimFixed, KernelSoftmaxGrad,
-      Flops<10>, nullptr, "softmax_grad(y, dy) -> y * (dy - sum_last(y * dy))");
+      Flops<10>, nullptr, "softmax_grad(y, dy) -> y * (dy - sum_last(y * dy))")
+      .Homogeneous({1}, 1);
   reg(OpKind::kSum, InferReduce, SignatureSum, KernelSum, FlopsPerInput<1>, GradSum,
-      "sum(a) {dims} -> a summed over dims (dims removed)");
+      "sum(a) {dims} -> a summed over dims (dims removed)")
+      .Linear({{0}});
   reg(OpKind::kSumSquares, InferSumSquares, SignatureSumSquares, KernelSumSquares,
       FlopsPerInput<2>, GradSumSquares, "sum_squares(a) -> scalar sum of a^2");
 }

@@ -3,10 +3,14 @@
 // changes carries its own fixed label on each side; every other dim is spatial.
 // Reshape labels its dim groups instead (see SignatureReshape).
 
+#include <algorithm>
+#include <map>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/str_join.h"
 #include "ir/ops/op_util.h"
+#include "ir/ops/reshape.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
 
@@ -550,29 +554,129 @@ Grads GradExpand(GradBuilder& b) {
   return std::vector<std::optional<TensorId>>{dx};
 }
 
+// The schema's resize rules (OpSchema::resize_attrs).
+absl::StatusOr<AttrMap> ResizeExpand(const AttrMap& attrs, const DimSignature& sig,
+                                     absl::Span<const TensorType> old_out,
+                                     absl::Span<const TensorType>,
+                                     const std::map<std::string, int64_t>& label_sizes) {
+  LOOM_RET_CHECK(!old_out.empty() && !sig.outputs.empty()) << "expand without an output";
+  LOOM_ASSIGN_OR_RETURN(int64_t raw, attrs.GetInt("dim"));
+  LOOM_ASSIGN_OR_RETURN(int dim, NormalizeDim(raw, old_out[0].shape.rank()));
+  LOOM_ASSIGN_OR_RETURN(int64_t size, ops::LabelSize(label_sizes, sig.outputs[0][dim]));
+  AttrMap out = attrs;
+  out.Set("size", size);
+  return out;
+}
+
+absl::StatusOr<AttrMap> ResizeReshape(const AttrMap& attrs, const DimSignature& sig,
+                                      absl::Span<const TensorType> old_out,
+                                      absl::Span<const TensorType> new_in,
+                                      const std::map<std::string, int64_t>& label_sizes) {
+  LOOM_RET_CHECK(!old_out.empty() && !new_in.empty()) << "reshape without its tensors";
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims,
+                        ReshapeShape(sig, old_out[0].shape, new_in[0].shape, label_sizes));
+  AttrMap out = attrs;
+  out.Set("shape", dims);
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ReshapeShape(
+    const DimSignature& sig, const Shape& old_out, const Shape& new_in,
+    const std::map<std::string, int64_t>& sizes) {
+  std::vector<int64_t> dims = old_out.dims();
+  for (size_t j = 0; j < dims.size(); ++j) {
+    auto it = sizes.find(sig.outputs[0][j]);
+    if (it != sizes.end()) dims[j] = it->second;
+  }
+  std::vector<bool> grouped(dims.size(), false);
+  for (const ReshapeGroup& g : ReshapeGroups(sig)) {
+    int64_t in = new_in.dim(g.in_lead);
+    for (int i : g.in_rest) in *= new_in.dim(i);
+    int64_t rest = 1;
+    for (int j : g.out_rest) rest *= dims[j], grouped[j] = true;
+    grouped[g.out_lead] = true;
+    if (rest <= 0 || in % rest != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reshape group ", g.label, ": ", in,
+                                                     " elements do not fill ", rest, " per row"));
+    }
+    dims[g.out_lead] = in / rest;
+  }
+  for (size_t j = 0; j < dims.size(); ++j) {
+    if (!grouped[j] && dims[j] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("reshape output dim ", j, " is in no group"));
+    }
+  }
+  return dims;
+}
+
+std::vector<ReshapeGroup> ReshapeGroups(const DimSignature& sig) {
+  std::vector<ReshapeGroup> groups;
+  if (sig.inputs.size() != 1 || sig.outputs.size() != 1) return groups;
+  const std::vector<std::string>& in = sig.inputs[0];
+  const std::vector<std::string>& out = sig.outputs[0];
+  const std::set<std::string> in_set(in.begin(), in.end());
+  std::map<std::string, size_t> by_label;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::find(out.begin(), out.end(), in[i]) == out.end()) {
+      if (!groups.empty()) groups.back().in_rest.push_back(static_cast<int>(i));
+      continue;
+    }
+    ReshapeGroup g;
+    g.label = in[i];
+    g.in_lead = static_cast<int>(i);
+    by_label[in[i]] = groups.size();
+    groups.push_back(std::move(g));
+  }
+  ReshapeGroup* current = nullptr;
+  for (size_t j = 0; j < out.size(); ++j) {
+    auto it = by_label.find(out[j]);
+    if (it != by_label.end()) {
+      current = &groups[it->second];
+      current->out_lead = static_cast<int>(j);
+    } else if (current != nullptr && in_set.count(out[j]) == 0) {
+      current->out_rest.push_back(static_cast<int>(j));
+    }
+  }
+  return groups;
+}
 
 void RegisterShapeOps(SchemaTable& table) {
   auto reg = [&](OpKind kind, InferFn infer, SignatureFn sig, KernelFn kernel, GradFn grad,
-                 const char* doc, ShardAttrsFn shard_attrs = nullptr) {
-    table.Register(OpSchema{kind, infer, sig, kernel, NoFlops, grad, doc, shard_attrs});
+                 const char* doc, ShardAttrsFn shard_attrs = nullptr) -> OpSchema& {
+    return table.Register(OpSchema{kind, infer, sig, kernel, NoFlops, grad, doc, shard_attrs});
   };
   reg(OpKind::kConcat, InferConcat, SignatureConcat, KernelConcat, GradConcat,
-      "concat(x0, x1, ...) {dim} -> inputs joined along dim (equal elsewhere)");
+      "concat(x0, x1, ...) {dim} -> inputs joined along dim (equal elsewhere)")
+      .LinearInEveryInput();
   reg(OpKind::kExpand, InferExpand, SignatureExpand, KernelExpand, GradExpand,
       "expand(a) {dim, size} -> a repeated `size` times along dim, where a has size 1",
-      ShardAttrsExpand);
+      ShardAttrsExpand)
+      .Linear({{0}})
+      .Resizes(ResizeExpand);
   reg(OpKind::kPad, InferPad, SignatureOneDim, KernelPad, GradPad,
-      "pad(a) {dim, before, after} -> a with zeros added before and after along dim");
+      "pad(a) {dim, before, after} -> a with zeros added before and after along dim")
+      .Linear({{0}})
+      .Attr("before", AttrRole::kPosition)
+      .Attr("after", AttrRole::kPosition);
   reg(OpKind::kReshape, InferReshape, SignatureReshape, KernelReshape, GradReshape,
       "reshape(a) {shape} -> a with new dims, same element count; one -1 is inferred",
-      ShardAttrsReshape);
+      ShardAttrsReshape)
+      .Linear({{0}})
+      .Resizes(ResizeReshape);
   reg(OpKind::kSlice, InferSlice, SignatureOneDim, KernelSlice, GradSlice,
-      "slice(a) {dim, begin, end} -> positions [begin, end) of a along dim");
+      "slice(a) {dim, begin, end} -> positions [begin, end) of a along dim")
+      .Linear({{0}})
+      .Attr("begin", AttrRole::kPosition)
+      .Attr("end", AttrRole::kPosition);
   reg(OpKind::kSplit, InferSplit, SignatureSplit, KernelSplit, GradSplit,
-      "split(a) {dim, sizes} -> one piece per size along dim, in order");
+      "split(a) {dim, sizes} -> one piece per size along dim, in order")
+      .Linear({{0}})
+      .Attr("sizes", AttrRole::kPositions);
   reg(OpKind::kTranspose, InferTranspose, SignatureTranspose, KernelTranspose, GradTranspose,
-      "transpose(a) {perm} -> a with output dim i taken from input dim perm[i]");
+      "transpose(a) {perm} -> a with output dim i taken from input dim perm[i]")
+      .Linear({{0}});
 }
 
 }  // namespace loom::ir
