@@ -158,20 +158,20 @@ struct OpSchema {
   // The attribute names the op reads: those its doc lists between braces after its
   // inputs ("rmsnorm(x, gamma) {eps=1e-5} -> ..."), filled at registration. An
   // attribute of another name is an error (InferOutputTypes), never ignored.
-  std::vector<std::string> attributes;
+  std::vector<std::string> attributes = {};
 
   // The verifier's facts (above); an op declares none by default: no partial sum
   // or scaled value passes through it and every attribute is computation.
   // Groups of input positions in which the op is jointly linear: a piece may hold
   // partial sums there, and the pieces' outputs add up to the op's output.
-  std::vector<std::vector<int>> linear_in;
+  std::vector<std::vector<int>> linear_in = {};
   bool linear_in_every_input = false;  // one group of all inputs, however many (accumulate)
   bool linear_between_floats_only = false;  // cast: the identity over the reals
   // Further homogeneous groups: a gradient op's incoming gradient, a divisor (-1).
-  std::vector<InputGroup> homogeneous_in;
+  std::vector<InputGroup> homogeneous_in = {};
   // The output is the sum of the operands, in any order (add, accumulate).
   bool sums_operands = false;
-  std::vector<AttrUse> attr_roles;
+  std::vector<AttrUse> attr_roles = {};
   ResizeAttrsFn resize_attrs = nullptr;  // nullptr: no attribute sizes an output-only dim
   // An MoE routing op: integer routing indices place tokens into expert slots.
   bool routes_tokens = false;

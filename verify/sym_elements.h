@@ -31,7 +31,7 @@ int64_t DimProduct(const ir::Shape& s, int begin, int end);
 
 // Copies positions [src_begin, src_begin + count) along `dim` of `src` to the
 // positions starting at `dst_begin` of `dst`; the two agree on every other dim.
-// The row-major walk of the reference kernels' CopyAlongDim (ir/ops/shape_ops.cc).
+// The row-major walk of the reference kernels' CopyAlongDim (ir/ops/shape.cc).
 void CopyAlongDim(const SymTensor& src, int64_t src_begin, SymTensor& dst, int64_t dst_begin,
                   int64_t count, int dim);
 

@@ -18,7 +18,8 @@ const std::vector<std::optional<SymKernel>>& Table() {
                         internal::MatmulSymKernels, internal::ReduceSymKernels,
                         internal::AttentionSymKernels, internal::LossSymKernels,
                         internal::MoeSymKernels, internal::NormSymKernels,
-                        internal::OptimizerSymKernels, internal::PointwiseSymKernels}) {
+                        internal::OptimizerSymKernels, internal::PointwiseSymKernels,
+                        internal::IndexSymKernels}) {
       for (const SymKernel& k : family()) (*t)[static_cast<int>(k.kind)] = k;
     }
     return t;

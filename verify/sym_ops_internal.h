@@ -21,6 +21,7 @@ std::vector<SymKernel> MoeSymKernels();
 std::vector<SymKernel> NormSymKernels();
 std::vector<SymKernel> OptimizerSymKernels();
 std::vector<SymKernel> PointwiseSymKernels();
+std::vector<SymKernel> IndexSymKernels();
 
 }  // namespace loom::verify::internal
 

@@ -1,16 +1,12 @@
-// Symbolic kernels of the pointwise and index families (reference kernels:
-// ir/ops/pointwise.cc, ir/ops/index_ops.cc).
+// Symbolic kernels of the pointwise family (reference kernels: ir/ops/pointwise.cc).
 //
 // Arithmetic is exact: division multiplies by the inverse, where(c, a, b) is
 // c a + (1 - c) b for a 0/1 condition, and/or are a b and a + b - a b, relu is
 // max(x, 0), equality is the indicator of its sides. Square root, cosine, sine,
 // tanh and sigmoid are uninterpreted functions named after the real ones; the
 // orders (lt, le), the step x > 0 and truncation toward zero are uninterpreted
-// functions whose numeric meaning DefineSymbolicFunctions registers. A gather by
-// index tensors sums, over every row an index may name, the indicator of the
-// index times that row (an index may also count from the end, as the kernel's).
+// functions whose numeric meaning DefineSymbolicFunctions registers.
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -115,93 +111,15 @@ Outputs Cast(Terms& t, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) 
   })};
 }
 
-Outputs Arange(Terms& t, Inputs, const ir::AttrMap& attrs, OutTypes out_types) {
-  absl::StatusOr<double> start = attrs.GetFloat("start");
-  if (!start.ok()) return OpError("arange", start.status());
-  absl::StatusOr<double> step = attrs.GetFloat("step");
-  if (!step.ok()) return OpError("arange", step.status());
-  if (!std::isfinite(*start) || !std::isfinite(*step)) {
-    return absl::InvalidArgumentError("op 'arange': start and step must be finite");
-  }
-  SymTensor y = FilledLike(out_types[0], t.Zero());
-  for (size_t i = 0; i < y.data.size(); ++i) {
-    y.data[i] = t.Add(t.Double(*start), t.Mul(t.Int(static_cast<int64_t>(i)), t.Double(*step)));
-  }
-  return std::vector<SymTensor>{std::move(y)};
-}
-
-Outputs Cumsum(Terms& t, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
-  absl::StatusOr<int64_t> d = attrs.GetInt("dim");
-  if (!d.ok()) return OpError("cumsum", d.status());
-  const SymTensor& x = *in[0];
-  absl::StatusOr<int> dim = ir::NormalizeDim(*d, x.shape.rank());
-  if (!dim.ok()) return OpError("cumsum", dim.status());
-  SymTensor y = FilledLike(out_types[0], t.Zero());
-  const int64_t outer = DimProduct(x.shape, 0, *dim);
-  const int64_t n = x.shape.dim(*dim);
-  const int64_t inner = DimProduct(x.shape, *dim + 1, x.shape.rank());
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t i = 0; i < inner; ++i) {
-      TermId acc = t.Zero();
-      for (int64_t k = 0; k < n; ++k) {
-        const int64_t at = (o * n + k) * inner + i;
-        acc = t.Add(acc, x.data[at]);
-        y.data[at] = acc;
-      }
-    }
-  }
-  return std::vector<SymTensor>{std::move(y)};
-}
-
-// x[i0[p], ..., i{k-1}[p], r] as the sum over every addressed row a of
-// prod_m [i_m[p] names a_m] x[a, r]; an index names row a as a or a - size.
-Outputs Index(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
-  const SymTensor& x = *in[0];
-  const int k = static_cast<int>(in.size()) - 1;
-  const std::vector<int64_t>& out_dims = out_types[0].shape.dims();
-  const std::vector<int64_t> p_dims(out_dims.begin(), out_dims.end() - (x.shape.rank() - k));
-  std::vector<std::vector<int64_t>> source;
-  for (int m = 1; m <= k; ++m) {
-    source.push_back(ir::ops::BroadcastSource(in[m]->shape.dims(), p_dims));
-  }
-  const int64_t rows = DimProduct(x.shape, 0, k);
-  const int64_t rest = DimProduct(x.shape, k, x.shape.rank());
-  SymTensor y = FilledLike(out_types[0], t.Zero());
-  const int64_t positions = rest == 0 ? 0 : static_cast<int64_t>(y.data.size()) / rest;
-  for (int64_t p = 0; p < positions; ++p) {
-    // The indicator that position p's indices name row a, for each row a.
-    std::vector<TermId> names(static_cast<size_t>(rows), t.One());
-    for (int64_t a = 0; a < rows; ++a) {
-      int64_t left = a;
-      for (int m = k - 1; m >= 0; --m) {
-        const int64_t size = x.shape.dim(m);
-        const int64_t am = left % size;
-        left /= size;
-        const TermId id = in[m + 1]->data[source[m][p]];
-        names[a] = t.Mul(names[a], t.Add(t.Indicator(id, t.Int(am)), t.Indicator(id, t.Int(am - size))));
-      }
-    }
-    for (int64_t r = 0; r < rest; ++r) {
-      std::vector<TermId> terms;
-      for (int64_t a = 0; a < rows; ++a) terms.push_back(t.Mul(names[a], x.data[a * rest + r]));
-      y.data[p * rest + r] = t.Sum(terms);
-    }
-  }
-  return std::vector<SymTensor>{std::move(y)};
-}
-
 }  // namespace
 
 std::vector<SymKernel> PointwiseSymKernels() {
   using ir::OpKind;
   return {
-      {OpKind::kArange, Arange},
       {OpKind::kCast, Cast},
       {OpKind::kCompare, Compare},
       {OpKind::kCos, Unary<CosFn>},
-      {OpKind::kCumsum, Cumsum},
       {OpKind::kDiv, Binary<DivFn>},
-      {OpKind::kIndex, Index},
       {OpKind::kLogical, Logical},
       {OpKind::kRelu, Unary<ReluFn>},
       {OpKind::kReluGrad, Binary<ReluGradFn>},

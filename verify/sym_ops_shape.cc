@@ -1,4 +1,4 @@
-// Symbolic kernels of the shape family (reference kernels: ir/ops/shape_ops.cc).
+// Symbolic kernels of the shape family (reference kernels: ir/ops/shape.cc).
 //
 // Pure data movement: every output element is an input element (or zero for
 // pad's border), chosen by the same index arithmetic as the reference kernels.

@@ -12,11 +12,11 @@ void RegisterLossOps(SchemaTable& table);         // loss.cc
 void RegisterNormOps(SchemaTable& table);         // norm.cc
 void RegisterMatMulOps(SchemaTable& table);       // matmul.cc
 void RegisterAttentionOps(SchemaTable& table);    // attention.cc
-void RegisterShapeOps(SchemaTable& table);        // shape_ops.cc
+void RegisterShapeOps(SchemaTable& table);        // shape.cc
 void RegisterMoeOps(SchemaTable& table);          // moe.cc
 void RegisterOptimizerOps(SchemaTable& table);    // optimizer.cc
 void RegisterPointwiseOps(SchemaTable& table);    // pointwise.cc
-void RegisterIndexOps(SchemaTable& table);        // index_ops.cc
+void RegisterIndexOps(SchemaTable& table);        // index.cc
 
 }  // namespace loom::ir
 

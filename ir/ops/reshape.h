@@ -2,7 +2,7 @@
 #define LOOM_IR_OPS_RESHAPE_H_
 
 // A reshape's dim groups, read from its partition signature (SignatureReshape in
-// ir/ops/shape_ops.cc): what stays true of a reshape at other sizes, which shape
+// ir/ops/shape.cc): what stays true of a reshape at other sizes, which shape
 // reduction (verify/law_reduce.h) and the schema's resize rule both need.
 
 #include <cstdint>

@@ -421,7 +421,9 @@ TEST(LawReduceTest, ShrunkRoutingGroupsKeepTheVerdict) {
       ++shrunk;
       const smt::Verdict v = ProveLaw(r, 20000).verdict;
       if (v == smt::Verdict::kUnknown) continue;
-      if (what == "law") EXPECT_EQ(v, smt::Verdict::kValid) << r.key;
+      if (what == "law") {
+        EXPECT_EQ(v, smt::Verdict::kValid) << r.key;
+      }
       if (v == smt::Verdict::kInvalid) ++refuted;
       for (int64_t factor : {1, 2}) {
         absl::StatusOr<LawUse> large = u;

@@ -25,7 +25,7 @@ namespace {
 using ir::OpKind;
 
 // Every kind whose reference kernel is registered in ir/ops/elementwise.cc,
-// ir/ops/shape_ops.cc and ir/ops/matmul.cc.
+// ir/ops/shape.cc and ir/ops/matmul.cc.
 const std::vector<OpKind>& FamilyKinds() {
   static const auto* kinds = new std::vector<OpKind>{
       // elementwise
