@@ -9,18 +9,13 @@
 #include "exec/cpu_attention.h"
 #include "exec/host_ops.h"
 #include "ir/op_schema.h"
+#include "ir/ops/element_index.h"
 #include "ir/status_macros.h"
 
 namespace loom::exec {
 namespace {
 
 using ir::HostTensor;
-
-int64_t Product(const ir::Shape& s, int from, int to) {
-  int64_t n = 1;
-  for (int i = from; i < to; ++i) n *= s.dim(i);
-  return n;
-}
 
 // C[m, n] = op(A) op(B), row-major, op = transpose when asked.
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
@@ -67,7 +62,7 @@ template <typename T>
 void Linear(absl::Span<const HostTensor* const> in, HostTensor& y) {
   const HostTensor& x = *in[0];
   const HostTensor& w = *in[1];
-  const int64_t rows = Product(x.shape, 0, x.shape.rank() - 1);
+  const int64_t rows = ir::ops::DimProduct(x.shape, 0, x.shape.rank() - 1);
   const int64_t n_out = w.shape.dim(0);
   const int64_t n_in = w.shape.dim(1);
   Operand<T> a = AsType<T>(x);
@@ -89,7 +84,7 @@ void LinearWGrad(absl::Span<const HostTensor* const> in, HostTensor& dw) {
   const HostTensor& dy = *in[0];
   const HostTensor& x = *in[1];
   const int rank = dy.shape.rank();
-  const int64_t rows = Product(dy.shape, 0, rank - 1);
+  const int64_t rows = ir::ops::DimProduct(dy.shape, 0, rank - 1);
   const int64_t n_out = dy.shape.dim(rank - 1);
   const int64_t n_in = x.shape.dim(x.shape.rank() - 1);
   Operand<T> a = AsType<T>(dy);
@@ -104,17 +99,13 @@ template <typename T>
 void MatMul(absl::Span<const HostTensor* const> in, HostTensor& y) {
   const HostTensor& a = *in[0];
   const HostTensor& b = *in[1];
-  const int rank = a.shape.rank();
-  const int64_t batch = Product(a.shape, 0, rank - 2);
-  const int64_t m = a.shape.dim(rank - 2);
-  const int64_t k = a.shape.dim(rank - 1);
-  const int64_t n = b.shape.dim(b.shape.rank() - 1);
-  const bool b_batched = b.shape.rank() > 2;
+  const ir::ops::MatMulDims d = ir::ops::MatMulDimsOf(a.shape, b.shape);
+  const int64_t batch = d.batch, m = d.m, k = d.k, n = d.n;
   Operand<T> pa = AsType<T>(a);
   Operand<T> pb = AsType<T>(b);
   std::vector<T> c(batch * m * n);
   for (int64_t p = 0; p < batch; ++p) {
-    Gemm(false, false, m, n, k, pa.data + p * m * k, pb.data + (b_batched ? p * k * n : 0),
+    Gemm(false, false, m, n, k, pa.data + p * m * k, pb.data + d.b_offset(p),
          c.data() + p * m * n);
   }
   Store(c, y);

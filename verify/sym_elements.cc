@@ -1,6 +1,7 @@
 #include "verify/sym_elements.h"
 
 #include "absl/strings/str_cat.h"
+#include "ir/ops/element_index.h"
 #include "ir/ops/op_util.h"
 
 namespace loom::verify::internal {
@@ -20,16 +21,10 @@ std::vector<SymTensor> FilledOutputs(absl::Span<const ir::TensorType> out_types,
   return out;
 }
 
-int64_t DimProduct(const ir::Shape& s, int begin, int end) {
-  int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= s.dim(i);
-  return n;
-}
-
 void CopyAlongDim(const SymTensor& src, int64_t src_begin, SymTensor& dst, int64_t dst_begin,
                   int64_t count, int dim) {
-  const int64_t outer = DimProduct(src.shape, 0, dim);
-  const int64_t inner = DimProduct(src.shape, dim + 1, src.shape.rank());
+  const int64_t outer = ir::ops::DimProduct(src.shape, 0, dim);
+  const int64_t inner = ir::ops::DimProduct(src.shape, dim + 1, src.shape.rank());
   const int64_t src_n = src.shape.dim(dim);
   const int64_t dst_n = dst.shape.dim(dim);
   for (int64_t o = 0; o < outer; ++o) {

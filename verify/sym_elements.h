@@ -26,8 +26,6 @@ SymTensor FilledLike(const ir::TensorType& type, smt::TermId fill);
 // One tensor per entry of `out_types`, every element `fill`.
 std::vector<SymTensor> FilledOutputs(absl::Span<const ir::TensorType> out_types, smt::TermId fill);
 
-// Product of dims [begin, end) of `s` (1 when the range is empty).
-int64_t DimProduct(const ir::Shape& s, int begin, int end);
 
 // Copies positions [src_begin, src_begin + count) along `dim` of `src` to the
 // positions starting at `dst_begin` of `dst`; the two agree on every other dim.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/attributes.h"
+#include "ir/ops/element_index.h"
 #include "ir/ops/op_util.h"
 #include "verify/sym_elements.h"
 #include "verify/sym_formulas.h"
@@ -46,9 +47,9 @@ Outputs Cumsum(Terms& t, Inputs in, const ir::AttrMap& attrs, OutTypes out_types
   absl::StatusOr<int> dim = ir::NormalizeDim(*d, x.shape.rank());
   if (!dim.ok()) return OpError("cumsum", dim.status());
   SymTensor y = FilledLike(out_types[0], t.Zero());
-  const int64_t outer = DimProduct(x.shape, 0, *dim);
+  const int64_t outer = ir::ops::DimProduct(x.shape, 0, *dim);
   const int64_t n = x.shape.dim(*dim);
-  const int64_t inner = DimProduct(x.shape, *dim + 1, x.shape.rank());
+  const int64_t inner = ir::ops::DimProduct(x.shape, *dim + 1, x.shape.rank());
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
       TermId acc = t.Zero();
@@ -73,8 +74,8 @@ Outputs Index(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   for (int m = 1; m <= k; ++m) {
     source.push_back(ir::ops::BroadcastSource(in[m]->shape.dims(), p_dims));
   }
-  const int64_t rows = DimProduct(x.shape, 0, k);
-  const int64_t rest = DimProduct(x.shape, k, x.shape.rank());
+  const int64_t rows = ir::ops::DimProduct(x.shape, 0, k);
+  const int64_t rest = ir::ops::DimProduct(x.shape, k, x.shape.rank());
   SymTensor y = FilledLike(out_types[0], t.Zero());
   const int64_t positions = rest == 0 ? 0 : static_cast<int64_t>(y.data.size()) / rest;
   for (int64_t p = 0; p < positions; ++p) {

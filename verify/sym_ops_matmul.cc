@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/ops/element_index.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
 #include "verify/sym_elements.h"
@@ -27,17 +28,13 @@ using OutTypes = absl::Span<const ir::TensorType>;
 Outputs MatMul(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& a = *in[0];
   const SymTensor& b = *in[1];
-  const int rank = a.shape.rank();
-  const int64_t batch = DimProduct(a.shape, 0, rank - 2);
-  const int64_t m = a.shape.dim(rank - 2);
-  const int64_t k = a.shape.dim(rank - 1);
-  const int64_t n = b.shape.dim(b.shape.rank() - 1);
-  const bool b_batched = b.shape.rank() > 2;
+  const ir::ops::MatMulDims d = ir::ops::MatMulDimsOf(a.shape, b.shape);
+  const int64_t batch = d.batch, m = d.m, k = d.k, n = d.n;
   SymTensor y = FilledLike(out_types[0], t.Zero());
   std::vector<TermId> products(k);
   for (int64_t p = 0; p < batch; ++p) {
     const int64_t a0 = p * m * k;
-    const int64_t b0 = b_batched ? p * k * n : 0;
+    const int64_t b0 = d.b_offset(p);
     const int64_t y0 = p * m * n;
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
@@ -56,7 +53,7 @@ Outputs Linear(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& x = *in[0];
   const SymTensor& w = *in[1];
   const bool has_bias = in.size() == 3;
-  const int64_t rows = DimProduct(x.shape, 0, x.shape.rank() - 1);
+  const int64_t rows = ir::ops::DimProduct(x.shape, 0, x.shape.rank() - 1);
   const int64_t n_out = w.shape.dim(0);
   const int64_t n_in = w.shape.dim(1);
   SymTensor y = FilledLike(out_types[0], t.Zero());
@@ -79,7 +76,7 @@ Outputs LinearWGrad(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types)
   const SymTensor& dy = *in[0];
   const SymTensor& x = *in[1];
   const int rank = dy.shape.rank();
-  const int64_t rows = DimProduct(dy.shape, 0, rank - 1);
+  const int64_t rows = ir::ops::DimProduct(dy.shape, 0, rank - 1);
   const int64_t n_out = dy.shape.dim(rank - 1);
   const int64_t n_in = x.shape.dim(rank - 1);
   SymTensor y = FilledLike(out_types[0], t.Zero());

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/ops/element_index.h"
 #include "ir/ops/op_attrs.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
@@ -17,71 +18,11 @@ using smt::TermId;
 using Outputs = absl::StatusOr<std::vector<SymTensor>>;
 using Inputs = absl::Span<const SymTensor* const>;
 using Types = absl::Span<const ir::TensorType>;
-
-// The dims that attribute `dims` reduces (validated by shape inference).
-absl::StatusOr<std::vector<bool>> ReducedDims(const ir::Shape& shape, const ir::AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dims"));
-  std::vector<bool> reduced(shape.rank(), false);
-  for (int64_t d : dims) {
-    absl::StatusOr<int> n = ir::NormalizeDim(d, shape.rank());
-    if (!n.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute 'dims': ", n.status().message()));
-    }
-    reduced[*n] = true;
-  }
-  return reduced;
-}
-
-// Attribute `dim`, normalised against `shape`.
-absl::StatusOr<int> AxisAttr(const ir::Shape& shape, const ir::AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
-  absl::StatusOr<int> n = ir::NormalizeDim(dim, shape.rank());
-  if (!n.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'dim': ", n.status().message()));
-  }
-  return *n;
-}
-
-// For each element of `shape` in row-major order, its flat index once the dims
-// marked in `reduced` are removed.
-std::vector<int64_t> ProjectIndices(const ir::Shape& shape, const std::vector<bool>& reduced) {
-  const int rank = shape.rank();
-  std::vector<int64_t> stride(rank, 0);
-  int64_t s = 1;
-  for (int d = rank - 1; d >= 0; --d) {
-    if (reduced[d]) continue;
-    stride[d] = s;
-    s *= shape.dim(d);
-  }
-  std::vector<int64_t> index(static_cast<size_t>(shape.num_elements()));
-  std::vector<int64_t> coord(rank, 0);
-  for (size_t i = 0; i < index.size(); ++i) {
-    int64_t o = 0;
-    for (int d = 0; d < rank; ++d) o += coord[d] * stride[d];
-    index[i] = o;
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++coord[d] < shape.dim(d)) break;
-      coord[d] = 0;
-    }
-  }
-  return index;
-}
-
-// A tensor seen as [outer, n, inner] around one dim.
-struct AxisView {
-  int64_t outer = 1;
-  int64_t n = 1;
-  int64_t inner = 1;
-  int64_t at(int64_t o, int64_t k, int64_t i) const { return (o * n + k) * inner + i; }
-};
-
-AxisView ViewAround(const ir::Shape& shape, int dim) {
-  AxisView v;
-  for (int d = 0; d < dim; ++d) v.outer *= shape.dim(d);
-  v.n = shape.dim(dim);
-  for (int d = dim + 1; d < shape.rank(); ++d) v.inner *= shape.dim(d);
-  return v;
-}
+using ir::ops::AxisAttr;
+using ir::ops::AxisView;
+using ir::ops::ProjectIndices;
+using ir::ops::ReducedDims;
+using ir::ops::ViewAround;
 
 // The terms summed into each output element of a reduction over `reduced`.
 std::vector<std::vector<TermId>> GatherReduced(const SymTensor& a, const std::vector<bool>& reduced,

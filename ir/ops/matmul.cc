@@ -5,6 +5,7 @@
 #include <numeric>
 #include <optional>
 
+#include "ir/ops/element_index.h"
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
@@ -14,19 +15,15 @@ namespace {
 
 using ops::DefaultSpatial;
 using ops::DimLabels;
+using ops::DimProduct;
 using ops::ElementCount;
 using ops::ExpectFloat;
 using ops::ExpectInteger;
 using ops::ExpectMinRank;
 using ops::ExpectRank;
 using ops::Like;
-
-// Product of dims [begin, end) of `s`.
-int64_t DimProduct(const Shape& s, int begin, int end) {
-  int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= s.dim(i);
-  return n;
-}
+using ops::MatMulDims;
+using ops::MatMulDimsOf;
 
 // Inputs i and j have the same dtype.
 absl::Status ExpectSameDType(absl::Span<const TensorType> in, int i, int j) {
@@ -299,15 +296,11 @@ absl::Status KernelMatMul(absl::Span<const HostTensor* const> in, const AttrMap&
                           absl::Span<HostTensor> out) {
   const HostTensor& a = *in[0];
   const HostTensor& b = *in[1];
-  const int rank = a.shape.rank();
-  const int64_t batch = DimProduct(a.shape, 0, rank - 2);
-  const int64_t m = a.shape.dim(rank - 2);
-  const int64_t k = a.shape.dim(rank - 1);
-  const int64_t n = b.shape.dim(b.shape.rank() - 1);
-  const bool b_batched = b.shape.rank() > 2;
+  const MatMulDims d = MatMulDimsOf(a.shape, b.shape);
+  const int64_t batch = d.batch, m = d.m, k = d.k, n = d.n;
   for (int64_t p = 0; p < batch; ++p) {
     const int64_t a0 = p * m * k;
-    const int64_t b0 = b_batched ? p * k * n : 0;
+    const int64_t b0 = d.b_offset(p);
     const int64_t y0 = p * m * n;
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {

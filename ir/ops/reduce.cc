@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/element_index.h"
 #include "ir/ops/op_attrs.h"
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
@@ -19,6 +20,8 @@
 namespace loom::ir {
 namespace {
 
+using ops::AxisAttr;
+using ops::AxisView;
 using ops::DefaultSpatial;
 using ops::DimLabels;
 using ops::ElementCount;
@@ -30,39 +33,13 @@ using ops::Flops;
 using ops::FlopsPerInput;
 using ops::Like;
 using ops::LogSumExp;
+using ops::ProjectIndices;
+using ops::ReducedDims;
 using ops::RowMax;
 using ops::Rows;
+using ops::ViewAround;
 
 // ---- shared helpers -----------------------------------------------------------
-
-// Which dims of `t` the attribute `dims` reduces: each in [-rank, rank), none twice.
-absl::StatusOr<std::vector<bool>> ReducedDims(const TensorType& t, const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, attrs.GetInts("dims"));
-  std::vector<bool> reduced(t.shape.rank(), false);
-  for (int64_t d : dims) {
-    auto n = NormalizeDim(d, t.shape.rank());
-    if (!n.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("attribute 'dims': ", n.status().message()));
-    }
-    if (reduced[*n]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("attribute 'dims' names dim ", *n, " more than once"));
-    }
-    reduced[*n] = true;
-  }
-  return reduced;
-}
-
-// The attribute `dim` of `t`, normalised.
-absl::StatusOr<int> AxisAttr(const TensorType& t, const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(int64_t dim, attrs.GetInt("dim"));
-  auto n = NormalizeDim(dim, t.shape.rank());
-  if (!n.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute 'dim': ", n.status().message()));
-  }
-  return *n;
-}
 
 std::vector<int64_t> KeptDims(const Shape& shape, const std::vector<bool>& reduced) {
   std::vector<int64_t> kept;
@@ -99,53 +76,12 @@ absl::StatusOr<int64_t> MeanDivisor(const Shape& shape, const std::vector<bool>&
   return count;
 }
 
-// For each element of `shape` in row-major order, its flat index in the tensor
-// obtained by removing the dims marked in `reduced`.
-std::vector<int64_t> ProjectIndices(const Shape& shape, const std::vector<bool>& reduced) {
-  const int rank = shape.rank();
-  std::vector<int64_t> stride(rank, 0);
-  int64_t s = 1;
-  for (int d = rank - 1; d >= 0; --d) {
-    if (reduced[d]) continue;
-    stride[d] = s;
-    s *= shape.dim(d);
-  }
-  std::vector<int64_t> index(static_cast<size_t>(shape.num_elements()));
-  std::vector<int64_t> coord(rank, 0);
-  for (int64_t i = 0; i < static_cast<int64_t>(index.size()); ++i) {
-    int64_t o = 0;
-    for (int d = 0; d < rank; ++d) o += coord[d] * stride[d];
-    index[i] = o;
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++coord[d] < shape.dim(d)) break;
-      coord[d] = 0;
-    }
-  }
-  return index;
-}
-
-// A tensor seen as [outer, n, inner] around one dim.
-struct AxisView {
-  int64_t outer = 1;
-  int64_t n = 1;
-  int64_t inner = 1;
-  int64_t at(int64_t o, int64_t k, int64_t i) const { return (o * n + k) * inner + i; }
-};
-
-AxisView ViewAround(const Shape& shape, int dim) {
-  AxisView v;
-  for (int d = 0; d < dim; ++d) v.outer *= shape.dim(d);
-  v.n = shape.dim(dim);
-  for (int d = dim + 1; d < shape.rank(); ++d) v.inner *= shape.dim(d);
-  return v;
-}
-
 // ---- shape rules ----------------------------------------------------------------
 
 absl::StatusOr<std::vector<TensorType>> InferReduce(absl::Span<const TensorType> in,
                                                     const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0].shape, attrs));
   return std::vector<TensorType>{Like(in[0], KeptDims(in[0].shape, reduced))};
 }
 
@@ -161,7 +97,7 @@ absl::StatusOr<std::vector<TensorType>> InferMax(absl::Span<const TensorType> in
                                                  const AttrMap& attrs) {
   LOOM_RETURN_IF_ERROR(ExpectFloat(in, 0));
   LOOM_RETURN_IF_ERROR(ExpectMinRank(in, 0, 1));
-  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0], attrs));
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0].shape, attrs));
   if (in[0].shape.dim(dim) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("input 0 has size 0 along dim ", dim, "; max needs an element"));
@@ -218,7 +154,7 @@ DimSignature ReduceSignature(int rank, const std::vector<bool>& reduced, DimKind
 
 absl::StatusOr<DimSignature> SignatureSum(absl::Span<const TensorType> in,
                                           const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0].shape, attrs));
   return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kReduction);
 }
 
@@ -226,7 +162,7 @@ absl::StatusOr<DimSignature> SignatureSum(absl::Span<const TensorType> in,
 // count (ShardAttrsMean), is a partial sum of it: the reduced dims split as a sum's.
 absl::StatusOr<DimSignature> SignatureMean(absl::Span<const TensorType> in,
                                            const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0].shape, attrs));
   return ReduceSignature(in[0].shape.rank(), reduced, DimKind::kReduction);
 }
 
@@ -237,7 +173,7 @@ absl::StatusOr<DimSignature> SignatureMean(absl::Span<const TensorType> in,
 absl::StatusOr<AttrMap> ShardAttrsMean(const AttrMap& attrs, absl::Span<const TensorType> in,
                                        absl::Span<const Box> in_boxes,
                                        absl::Span<const TensorType>, absl::Span<const Box>) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0], attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in[0].shape, attrs));
   bool split = false;
   for (int d = 0; d < in[0].shape.rank(); ++d) {
     if (!reduced[d] || in_boxes.empty() || static_cast<int>(in_boxes[0].size()) <= d) continue;
@@ -254,7 +190,7 @@ absl::StatusOr<AttrMap> ShardAttrsMean(const AttrMap& attrs, absl::Span<const Te
 // A max over a piece of `dim` is a partial maximum: the label max-reduces.
 absl::StatusOr<DimSignature> SignatureMax(absl::Span<const TensorType> in,
                                           const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0], attrs));
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0].shape, attrs));
   const int rank = in[0].shape.rank();
   return ReduceSignature(rank, OnlyDim(rank, dim), DimKind::kMaxReduction);
 }
@@ -263,7 +199,7 @@ absl::StatusOr<DimSignature> SignatureMax(absl::Span<const TensorType> in,
 // dim spatial.
 absl::StatusOr<DimSignature> SignatureMaxGrad(absl::Span<const TensorType> in,
                                               const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0], attrs));
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(in[0].shape, attrs));
   const int rank = in[0].shape.rank();
   DimSignature sig = ReduceSignature(rank, OnlyDim(rank, dim), DimKind::kFixed);
   sig.inputs.push_back(sig.outputs[0]);
@@ -300,7 +236,7 @@ absl::Status KernelSum(absl::Span<const HostTensor* const> in, const AttrMap& at
                        absl::Span<HostTensor> out) {
   const HostTensor& a = *in[0];
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced,
-                        ReducedDims(TensorType{a.shape, a.dtype}, attrs));
+                        ReducedDims(a.shape, attrs));
   std::vector<int64_t> index = ProjectIndices(a.shape, reduced);
   for (int64_t i = 0; i < a.size(); ++i) out[0][index[i]] += a[i];
   return absl::OkStatus();
@@ -317,7 +253,7 @@ absl::Status KernelMean(absl::Span<const HostTensor* const> in, const AttrMap& a
 absl::Status KernelMax(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                        absl::Span<HostTensor> out) {
   const HostTensor& a = *in[0];
-  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(TensorType{a.shape, a.dtype}, attrs));
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(a.shape, attrs));
   AxisView v = ViewAround(a.shape, dim);
   for (int64_t o = 0; o < v.outer; ++o) {
     for (int64_t i = 0; i < v.inner; ++i) {
@@ -334,7 +270,7 @@ absl::Status KernelMaxGrad(absl::Span<const HostTensor* const> in, const AttrMap
                            absl::Span<HostTensor> out) {
   const HostTensor& a = *in[0];
   const HostTensor& dy = *in[1];
-  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(TensorType{a.shape, a.dtype}, attrs));
+  LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(a.shape, attrs));
   AxisView v = ViewAround(a.shape, dim);
   for (int64_t o = 0; o < v.outer; ++o) {
     for (int64_t i = 0; i < v.inner; ++i) {
@@ -442,7 +378,7 @@ absl::StatusOr<TensorId> BroadcastToInput(GradBuilder& b, TensorId dy,
 }
 
 Grads GradSum(GradBuilder& b) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(b.input_type(0), b.op().attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(b.input_type(0).shape, b.op().attrs));
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
   LOOM_ASSIGN_OR_RETURN(TensorId dx, BroadcastToInput(b, dy, reduced, b.GradName(0)));
   return std::vector<std::optional<TensorId>>{dx};
@@ -450,7 +386,7 @@ Grads GradSum(GradBuilder& b) {
 
 Grads GradMean(GradBuilder& b) {
   const TensorType in = b.input_type(0);
-  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in, b.op().attrs));
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(in.shape, b.op().attrs));
   LOOM_ASSIGN_OR_RETURN(TensorId dy, b.GradOutputOrZeros(0));
   if (std::find(reduced.begin(), reduced.end(), true) == reduced.end()) {
     return std::vector<std::optional<TensorId>>{dy};  // a mean over no dims is the identity
@@ -529,7 +465,7 @@ namespace ops {
 
 absl::StatusOr<int64_t> MeanCount(const Shape& input, const AttrMap& attrs) {
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced,
-                        ReducedDims(TensorType{input, DType::kF32}, attrs));
+                        ReducedDims(input, attrs));
   return MeanDivisor(input, reduced, attrs);
 }
 
