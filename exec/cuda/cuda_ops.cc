@@ -1,5 +1,7 @@
 #include "exec/cuda/cuda_ops.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
 namespace loom::exec::cuda {
@@ -14,6 +16,12 @@ absl::Status CublasError(cublasStatus_t err, const char* what) {
   if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", static_cast<int>(err), " (",
                                           cublasGetStatusString(err), ")"));
+}
+
+absl::Status LaunchStatus(cudaError_t err, ir::OpKind kind) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  const std::string name(ir::OpKindName(kind));
+  return CudaError(err, name.c_str());
 }
 
 absl::Status RunOp(ir::OpKind kind, const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in,
@@ -33,8 +41,8 @@ absl::Status RunOp(ir::OpKind kind, const ir::AttrMap& attrs, absl::Span<const D
   }
   using Family = absl::Status (*)(ir::OpKind, const ir::AttrMap&, absl::Span<const DeviceTensor>,
                                   absl::Span<DeviceTensor>, const OpContext&);
-  for (Family family : {RunMatmulOp, RunElementwiseOp, RunPointwiseOp, RunRowwiseOp,
-                         RunReduceShapeOp}) {
+  for (Family family : {RunAttentionOp, RunElementwiseOp, RunIndexOp, RunLossOp, RunMatmulOp,
+                         RunNormOp, RunOptimizerOp, RunPointwiseOp, RunReduceOp, RunShapeOp}) {
     absl::Status s = family(kind, attrs, in, out, ctx);
     if (!absl::IsUnimplemented(s)) return s;
   }

@@ -3,7 +3,8 @@
 // and stored in the element type (one rounding in fp32 runs, as the reference
 // interpreter rounds each op's result). Sums and products go through the _rn
 // intrinsics so that nvcc never contracts them into fused multiply-adds, which
-// the reference (ISO C++ on the host, no contraction) does not do either.
+// the reference (ISO C++ on the host, no contraction) does not do either
+// (rounded_arith.cuh).
 
 #include "exec/cuda/elementwise_kernels.h"
 
@@ -12,6 +13,7 @@
 #include <type_traits>
 
 #include "exec/cuda/grid_stride.h"
+#include "exec/cuda/rounded_arith.cuh"
 
 namespace loom::exec::cuda {
 namespace {
@@ -20,13 +22,10 @@ using grid::Blocks;
 using grid::FirstIndex;
 using grid::kThreads;
 using grid::Stride;
-
-// ---- arithmetic in double, rounded to nearest, never fused ---------------------
-
-__device__ __forceinline__ double Add(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ double Sub(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ double Mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ double Div(double a, double b) { return __ddiv_rn(a, b); }
+using rn::Add;
+using rn::Div;
+using rn::Mul;
+using rn::Sub;
 
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluA = 0.044715;
@@ -197,28 +196,6 @@ __global__ void AccumulateKernel(InputChunk<T> chunk, const double* partial_in, 
   }
 }
 
-// One thread per rotated pair: `row` indexes [b, pos, h] of a [B, L, H, D] tensor
-// and `i` < D/2 the pair (i, i + D/2) within it.
-template <typename T>
-__global__ void RopeKernel(const T* x, T* out, int64_t pairs, int64_t seq, int64_t heads, int64_t d,
-                           double theta, double sign) {
-  const int64_t half = d / 2;
-  for (int64_t p = FirstIndex(); p < pairs; p += Stride()) {
-    const int64_t i = p % half;
-    const int64_t row = p / half;
-    const int64_t pos = (row / heads) % seq;
-    const double exponent = Div(Mul(-2.0, static_cast<double>(i)), static_cast<double>(d));
-    const double angle = Mul(Mul(sign, static_cast<double>(pos)), pow(theta, exponent));
-    const double c = cos(angle);
-    const double sn = sin(angle);
-    const int64_t at = row * d + i;
-    const double x1 = static_cast<double>(x[at]);
-    const double x2 = static_cast<double>(x[at + half]);
-    out[at] = static_cast<T>(Sub(Mul(x1, c), Mul(x2, sn)));
-    out[at + half] = static_cast<T>(Add(Mul(x2, c), Mul(x1, sn)));
-  }
-}
-
 // ---- typed launchers -----------------------------------------------------------
 
 template <typename T, typename F>
@@ -323,17 +300,6 @@ cudaError_t Accumulate(const DeviceTensor* inputs, int num_inputs, const DeviceT
   return err;
 }
 
-template <typename T>
-cudaError_t Rope(const DeviceTensor& x, double theta, bool inverse, const DeviceTensor& out,
-                 cudaStream_t stream) {
-  const int64_t d = x.dim(3);
-  const int64_t pairs = x.Product(0, 3) * (d / 2);
-  if (pairs == 0) return cudaSuccess;
-  RopeKernel<T><<<Blocks(pairs), kThreads, 0, stream>>>(
-      x.as<const T>(), out.as<T>(), pairs, x.dim(1), x.dim(2), d, theta, inverse ? -1.0 : 1.0);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 cudaError_t LaunchUnary(UnaryFn fn, const DeviceTensor& x, const DeviceTensor& out,
@@ -411,12 +377,6 @@ cudaError_t LaunchSwiGluGrad(const DeviceTensor& gate, const DeviceTensor& up,
 
 cudaError_t LaunchFill(const DeviceTensor& out, double value, cudaStream_t stream) {
   return out.f64 ? Fill<double>(out, value, stream) : Fill<float>(out, value, stream);
-}
-
-cudaError_t LaunchRope(const DeviceTensor& x, double theta, bool inverse, const DeviceTensor& out,
-                       cudaStream_t stream) {
-  return x.f64 ? Rope<double>(x, theta, inverse, out, stream)
-               : Rope<float>(x, theta, inverse, out, stream);
 }
 
 }  // namespace loom::exec::cuda

@@ -2,14 +2,14 @@
 #define LOOM_EXEC_CUDA_ELEMENTWISE_KERNELS_H_
 
 // Launchers for the CUDA backend's elementwise kernels: arithmetic, activations
-// and their gradients, scalar-tensor products, gradient accumulation, constants
-// and rotary position embedding. Kept free of Abseil and of the IR so that nvcc
-// only sees CUDA headers.
+// and their gradients, scalar-tensor products, gradient accumulation and constants.
+// Kept free of Abseil and of the IR so that nvcc only sees CUDA headers. Inputs of
+// add, sub and mul that broadcast go to LaunchBroadcast (broadcast_kernels.h).
 //
-// Semantics are the reference kernels' (ir/ops/elementwise.cc, and KernelRope in
-// ir/ops/attention.cc): every element is computed in double with the reference's
-// operation order and no fused multiply-adds, and rounded once on store in fp32
-// runs, as the reference interpreter rounds each op's result.
+// Semantics are the reference kernels' (ir/ops/elementwise.cc): every element is
+// computed in double with the reference's operation order and no fused
+// multiply-adds, and rounded once on store in fp32 runs, as the reference
+// interpreter rounds each op's result.
 //
 // Every launcher dispatches on DeviceTensor::f64 (all tensors of one call share
 // the element type), enqueues its work on `stream` and returns the result of
@@ -83,13 +83,6 @@ cudaError_t LaunchSwiGluGrad(const DeviceTensor& gate, const DeviceTensor& up,
 
 // Every element of `out` becomes `value` (rounded to float in fp32 runs).
 cudaError_t LaunchFill(const DeviceTensor& out, double value, cudaStream_t stream);
-
-// Rotate-half rotary embedding of x [b, s, h, d] (d even) into out of the same
-// shape: for i < d/2 the pair (x[..., i], x[..., i + d/2]) at position `pos`
-// turns by the angle pos * theta^(-2i/d) (by its negative when `inverse`):
-// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin). Angles in double.
-cudaError_t LaunchRope(const DeviceTensor& x, double theta, bool inverse, const DeviceTensor& out,
-                       cudaStream_t stream);
 
 }  // namespace loom::exec::cuda
 

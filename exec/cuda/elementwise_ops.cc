@@ -1,21 +1,21 @@
 // The elementwise family of the CUDA backend: arithmetic, activations and their
-// gradients, scalar-tensor products, gradient accumulation, stop_gradient, fill
-// and rope. Attributes are read with the reference kernels' names, defaults and
-// checks (ir/ops/elementwise.cc, ir/ops/attention.cc); the kernels live in
-// elementwise_kernels.cu.
+// gradients, scalar-tensor products, gradient accumulation, stop_gradient and fill.
+// Attributes are read with the reference kernels' names, defaults and checks
+// (ir/ops/elementwise.cc); the kernels live in elementwise_kernels.cu, those of add,
+// sub and mul whose inputs broadcast in broadcast_kernels.cu.
 
 #include "exec/cuda/cuda_ops.h"
 
-#include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "exec/cuda/broadcast_kernels.h"
 #include "exec/cuda/device_tensor.h"
 #include "exec/cuda/elementwise_kernels.h"
+#include "exec/cuda/op_checks.h"
 #include "ir/attributes.h"
 #include "ir/op_kind.h"
 #include "ir/status_macros.h"
@@ -24,38 +24,6 @@ namespace loom::exec::cuda {
 namespace {
 
 using ir::OpKind;
-
-// The launchers index the tensors they are given and assume one element type:
-// refuse a call with too few tensors or with mixed element types.
-absl::Status CheckTensors(OpKind kind, absl::Span<const DeviceTensor> in, size_t min_inputs,
-                          absl::Span<DeviceTensor> out, size_t num_outputs) {
-  if (in.size() < min_inputs || out.size() < num_outputs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ir::OpKindName(kind), " on the CUDA backend got ", in.size(), " inputs and ",
-                     out.size(), " outputs, expected at least ", min_inputs, " and ", num_outputs));
-  }
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i].f64 != out[0].f64) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ir::OpKindName(kind), " input ", i, " is ", in[i].f64 ? "f64" : "f32",
-                       " but its output is ", out[0].f64 ? "f64" : "f32"));
-    }
-  }
-  for (size_t i = 1; i < num_outputs; ++i) {
-    if (out[i].f64 != out[0].f64) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ir::OpKindName(kind), " outputs mix element types"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// OK for a successful launch, else Internal naming the op.
-absl::Status LaunchStatus(cudaError_t err, OpKind kind) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  const std::string name(ir::OpKindName(kind));
-  return CudaError(err, name.c_str());
-}
 
 std::optional<UnaryFn> UnaryFor(OpKind kind) {
   switch (kind) {
@@ -101,6 +69,30 @@ std::optional<BinaryFn> BinaryFor(OpKind kind) {
   }
 }
 
+// add, sub and mul whose inputs broadcast to the output (NumPy's rule); the other
+// two-input maps have no CUDA kernel for inputs that differ in size.
+absl::Status RunBroadcast(OpKind kind, absl::Span<const DeviceTensor> in,
+                          absl::Span<DeviceTensor> out, const OpContext& ctx) {
+  BroadcastFn fn;
+  switch (kind) {
+    case OpKind::kAdd:
+      fn = BroadcastFn::kAdd;
+      break;
+    case OpKind::kSub:
+      fn = BroadcastFn::kSub;
+      break;
+    case OpKind::kMul:
+      fn = BroadcastFn::kMul;
+      break;
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat(ir::OpKindName(kind), ": no CUDA kernel for inputs that broadcast"));
+  }
+  LOOM_RETURN_IF_ERROR(CheckCounts(kind, in, 2, out));
+  return LaunchStatus(
+      LaunchBroadcast(fn, in.data(), static_cast<int>(in.size()), out[0], ctx.stream), kind);
+}
+
 // mul_scalar / div_scalar: x and a one-element scalar s.
 absl::Status RunTensorScalar(OpKind kind, absl::Span<const DeviceTensor> in,
                              absl::Span<DeviceTensor> out, const OpContext& ctx) {
@@ -111,32 +103,6 @@ absl::Status RunTensorScalar(OpKind kind, absl::Span<const DeviceTensor> in,
   }
   const ScalarFn fn = kind == OpKind::kDivScalar ? ScalarFn::kDiv : ScalarFn::kMul;
   return LaunchStatus(LaunchTensorScalar(fn, in[0], in[1], out[0], ctx.stream), kind);
-}
-
-// rope {theta=10000, inverse=0} on x [b, s, h, d], d even.
-absl::Status RunRope(const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in,
-                     absl::Span<DeviceTensor> out, const OpContext& ctx) {
-  LOOM_RETURN_IF_ERROR(CheckTensors(OpKind::kRope, in, 1, out, 1));
-  LOOM_ASSIGN_OR_RETURN(double theta, attrs.GetFloat("theta", 10000.0));
-  LOOM_ASSIGN_OR_RETURN(int64_t inverse, attrs.GetInt("inverse", 0));
-  if (!(theta > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'theta' is ", theta, ", expected a positive number"));
-  }
-  if (inverse != 0 && inverse != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'inverse' is ", inverse, ", expected 0 or 1"));
-  }
-  const DeviceTensor& x = in[0];
-  if (x.rank != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope input has ", x.rank, " dims, expected 4 [b, s, h, d]"));
-  }
-  if (x.dim(3) % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope input has odd head size ", x.dim(3), ", expected an even one"));
-  }
-  return LaunchStatus(LaunchRope(x, theta, inverse == 1, out[0], ctx.stream), OpKind::kRope);
 }
 
 }  // namespace
@@ -150,10 +116,8 @@ absl::Status RunElementwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
   }
   if (std::optional<BinaryFn> fn = BinaryFor(kind)) {
     LOOM_RETURN_IF_ERROR(CheckTensors(kind, in, 2, out, 1));
-    // Inputs that broadcast (add, sub, mul) are the pointwise family's.
     if (in[0].size() != out[0].size() || in[1].size() != out[0].size()) {
-      return absl::UnimplementedError(
-          absl::StrCat(ir::OpKindName(kind), ": broadcasting inputs are pointwise ops"));
+      return RunBroadcast(kind, in, out, ctx);
     }
     return LaunchStatus(LaunchBinary(*fn, in[0], in[1], out[0], ctx.stream), kind);
   }
@@ -185,11 +149,9 @@ absl::Status RunElementwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
       LOOM_ASSIGN_OR_RETURN(double value, attrs.GetFloat("value"));
       return LaunchStatus(LaunchFill(out[0], value, ctx.stream), kind);
     }
-    case OpKind::kRope:
-      return RunRope(attrs, in, out, ctx);
     default:
-      return absl::UnimplementedError(
-          absl::StrCat(ir::OpKindName(kind), " is not an elementwise op of the CUDA backend"));
+      return absl::UnimplementedError(absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind),
+                                                   "' in the elementwise family"));
   }
 }
 

@@ -2,8 +2,9 @@
 #define LOOM_EXEC_CUDA_GRID_STRIDE_H_
 
 // Launch geometry of the element-wise kernels (elementwise_kernels.cu,
-// pointwise_kernels.cu): 256 threads per block and grid-stride loops, which cover
-// any size. For .cu files only.
+// pointwise_kernels.cu, broadcast_kernels.cu, index_kernels.cu, and rope and the
+// masked softmax in attention_kernels.cu): 256 threads per block and grid-stride
+// loops, which cover any size. For .cu files only.
 
 #include <algorithm>
 #include <cstdint>

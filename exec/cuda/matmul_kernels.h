@@ -1,12 +1,22 @@
 #ifndef LOOM_EXEC_CUDA_MATMUL_KERNELS_H_
 #define LOOM_EXEC_CUDA_MATMUL_KERNELS_H_
 
-// The element-wise parts of the matrix-product ops (the products themselves
-// are cuBLAS calls in matmul_ops.cc). Plain launchers: no Abseil, no IR.
+// The kernels of the matrix-product family: the element-wise part of linear (the
+// products themselves are cuBLAS calls in matmul_ops.cc) and the embedding lookup
+// with its gradient. Plain launchers: no Abseil, no IR.
+//
+// The embedding launchers follow the reference kernels (ir/ops/matmul.cc) and the
+// row-wise contracts of row_kernels.cuh: one element type per call, outputs arrive
+// zero-filled, work goes on `stream` unsynchronised, sums in double rounded once on
+// store and reduced in a fixed order, the result is the first failing launch or
+// scratch allocation, and an id the reference would reject leaves its position zero.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "exec/cuda/device_tensor.h"
+#include "exec/cuda/vocab.h"
 
 namespace loom::exec::cuda {
 
@@ -14,16 +24,19 @@ namespace loom::exec::cuda {
 cudaError_t LaunchAddBias(void* y, const void* bias, int64_t rows, int64_t cols, bool f64,
                           cudaStream_t stream);
 
-// In place over `rows` rows of length `t`: row i of each group of `s` rows is
-// the query at position i % s; with `causal`, entries j > i % s become 0 and the
-// rest softmax(row) (computed in double), else softmax over the whole row.
-cudaError_t LaunchMaskedSoftmax(void* scores, int64_t rows, int64_t s, int64_t t, bool causal,
-                                bool f64, cudaStream_t stream);
+// out[p, :] = table[id_p - vocab_begin, :] for ids [...] and table [rows, d]; a
+// position whose id falls outside the table (or, with kNoVocabBegin, is not an integer
+// in [0, rows); with an offset, is not a non-negative integer) stays zero.
+cudaError_t LaunchEmbedding(const DeviceTensor& ids, const DeviceTensor& table, int64_t vocab_begin,
+                            const DeviceTensor& out, cudaStream_t stream);
 
-// In place: dp[r, j] = p[r, j] * (dp[r, j] - sum_j p[r, j] * dp[r, j]) (the
-// softmax gradient), rows of length t, row sums in double.
-cudaError_t LaunchSoftmaxBackward(const void* p, void* dp, int64_t rows, int64_t t, bool f64,
-                                  cudaStream_t stream);
+// dtable[id_p - vocab_begin, :] += dy[p, :] over positions p, dtable [vocab, d]; ids are
+// mapped as in LaunchEmbedding and positions without a row add nothing. Each row sums
+// its positions in increasing order, in double. Needs fewer than 2^31 positions and
+// table rows (cudaErrorInvalidValue otherwise).
+cudaError_t LaunchEmbeddingGrad(const DeviceTensor& ids, const DeviceTensor& dy,
+                                int64_t vocab_begin, const DeviceTensor& dtable,
+                                cudaStream_t stream);
 
 }  // namespace loom::exec::cuda
 

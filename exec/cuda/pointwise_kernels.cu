@@ -1,6 +1,6 @@
-// Pointwise and index kernels of the CUDA backend (pointwise_kernels.h). Each
-// element is widened to double, computed with the reference kernels' formulas
-// and stored in the element type. Sums, products and quotients go through the _rn
+// Pointwise kernels of the CUDA backend (pointwise_kernels.h). Each element is
+// widened to double, computed with the reference kernels' formulas and stored in
+// the element type. Sums, products and quotients go through the _rn
 // intrinsics so that nvcc never contracts them into fused multiply-adds.
 
 #include "exec/cuda/pointwise_kernels.h"
@@ -17,81 +17,6 @@ using grid::Blocks;
 using grid::FirstIndex;
 using grid::kThreads;
 using grid::Stride;
-
-// ---- broadcasting ------------------------------------------------------------------
-
-constexpr int kMaxBroadcastInputs = 3;
-
-// The output's dims and, per input, the stride of each output dim in that input
-// (0 where the input is broadcast along it).
-struct BroadcastGeom {
-  int rank = 0;
-  int64_t dims[kMaxRank] = {};
-  int64_t strides[kMaxBroadcastInputs][kMaxRank] = {};
-};
-
-// Strides of `in` aligned at the last dim of `dims` (rank `rank`).
-void AlignedStrides(const DeviceTensor& in, const int64_t* dims, int rank, int64_t* strides) {
-  const int offset = rank - in.rank;
-  for (int d = 0; d < rank; ++d) strides[d] = 0;
-  int64_t s = 1;
-  for (int d = in.rank - 1; d >= 0; --d) {
-    if (in.dims[d] != 1 || dims[offset + d] == 1) strides[offset + d] = s;
-    s *= in.dims[d];
-  }
-}
-
-__device__ __forceinline__ int64_t SourceOf(const BroadcastGeom& g, int input, int64_t e) {
-  int64_t at = 0;
-  for (int d = g.rank - 1; d >= 0; --d) {
-    const int64_t i = e % g.dims[d];
-    e /= g.dims[d];
-    at += i * g.strides[input][d];
-  }
-  return at;
-}
-
-template <typename T>
-__device__ __forceinline__ double Load(const T* p, int64_t i) {
-  return static_cast<double>(p[i]);
-}
-
-template <typename T>
-__global__ void BroadcastKernel(BroadcastFn fn, const T* a, const T* b, const T* c, T* out,
-                                int64_t n, BroadcastGeom g) {
-  for (int64_t e = FirstIndex(); e < n; e += Stride()) {
-    const double x = Load(a, SourceOf(g, 0, e));
-    const double y = Load(b, SourceOf(g, 1, e));
-    double r = 0;
-    switch (fn) {
-      case BroadcastFn::kAdd: r = __dadd_rn(x, y); break;
-      case BroadcastFn::kSub: r = __dsub_rn(x, y); break;
-      case BroadcastFn::kMul: r = __dmul_rn(x, y); break;
-      case BroadcastFn::kDiv: r = __ddiv_rn(x, y); break;
-      case BroadcastFn::kEq: r = x == y; break;
-      case BroadcastFn::kNe: r = x != y; break;
-      case BroadcastFn::kLt: r = x < y; break;
-      case BroadcastFn::kLe: r = x <= y; break;
-      case BroadcastFn::kGt: r = x > y; break;
-      case BroadcastFn::kGe: r = x >= y; break;
-      case BroadcastFn::kAnd: r = x != 0 && y != 0; break;
-      case BroadcastFn::kOr: r = x != 0 || y != 0; break;
-      case BroadcastFn::kWhere: r = x != 0 ? y : Load(c, SourceOf(g, 2, e)); break;
-    }
-    out[e] = static_cast<T>(r);
-  }
-}
-
-template <typename T>
-cudaError_t Broadcast(BroadcastFn fn, const DeviceTensor* in, const DeviceTensor& out,
-                      const BroadcastGeom& g, cudaStream_t stream) {
-  const int64_t n = out.size();
-  if (n == 0) return cudaSuccess;
-  const T* c = fn == BroadcastFn::kWhere ? in[2].as<const T>() : nullptr;
-  BroadcastKernel<T><<<Blocks(n), kThreads, 0, stream>>>(fn, in[0].as<const T>(),
-                                                         in[1].as<const T>(), c, out.as<T>(), n, g);
-  return cudaGetLastError();
-}
 
 // ---- unary functions and their gradients ---------------------------------------------
 
@@ -130,141 +55,7 @@ __global__ void PairGradKernel(PairGradFn fn, const T* at, const T* dy, T* out, 
   }
 }
 
-// ---- index ops -------------------------------------------------------------------------
-
-template <typename T>
-__global__ void ArangeKernel(double start, double step, T* out, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    out[i] = static_cast<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
-  }
-}
-
-// One thread per (outer, inner) line, summing along n in order.
-template <typename T>
-__global__ void CumsumKernel(const T* x, T* out, int64_t outer, int64_t n, int64_t inner) {
-  for (int64_t line = FirstIndex(); line < outer * inner; line += Stride()) {
-    const int64_t o = line / inner;
-    const int64_t i = line % inner;
-    double acc = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t at = (o * n + k) * inner + i;
-      acc = __dadd_rn(acc, static_cast<double>(x[at]));
-      out[at] = static_cast<T>(acc);
-    }
-  }
-}
-
-// Up to kMaxRank index tensors, each broadcast to the positions P.
-template <typename T>
-struct IndexArgs {
-  const T* ids[kMaxRank];
-  int k = 0;
-  BroadcastGeom p;                // P's dims; strides[m] unused (see id_strides)
-  int64_t id_strides[kMaxRank][kMaxRank] = {};
-  int64_t x_dims[kMaxRank] = {};  // x's first k dims
-  int64_t x_strides[kMaxRank] = {};
-  int64_t rest = 1;               // elements of x's other dims
-};
-
-template <typename T>
-__global__ void IndexKernel(const T* x, T* out, int64_t n, IndexArgs<T> args,
-                            unsigned long long* first_bad) {
-  for (int64_t e = FirstIndex(); e < n; e += Stride()) {
-    const int64_t p = e / args.rest;
-    const int64_t r = e % args.rest;
-    int64_t base = 0;
-    bool ok = true;
-    for (int m = 0; m < args.k; ++m) {
-      int64_t at = 0;
-      int64_t q = p;
-      for (int d = args.p.rank - 1; d >= 0; --d) {
-        at += (q % args.p.dims[d]) * args.id_strides[m][d];
-        q /= args.p.dims[d];
-      }
-      double id = static_cast<double>(args.ids[m][at]);
-      const double size = static_cast<double>(args.x_dims[m]);
-      if (id < 0) id += size;
-      if (!(id >= 0 && id < size) || id != floor(id)) {
-        // The reference stops at the first position, then the first index tensor.
-        atomicMin(first_bad, static_cast<unsigned long long>(p * args.k + m));
-        ok = false;
-        break;
-      }
-      base += static_cast<int64_t>(id) * args.x_strides[m];
-    }
-    out[e] = ok ? x[base + r] : static_cast<T>(0);
-  }
-}
-
-template <typename T>
-cudaError_t Index(const DeviceTensor& x, const DeviceTensor* ids, int k, const DeviceTensor& out,
-                  cudaStream_t stream, int* bad_dim, double* bad_value) {
-  *bad_dim = -1;
-  IndexArgs<T> args;
-  args.k = k;
-  const int rest_rank = x.rank - k;
-  args.p.rank = out.rank - rest_rank;
-  for (int d = 0; d < args.p.rank; ++d) args.p.dims[d] = out.dims[d];
-  for (int m = 0; m < k; ++m) {
-    args.ids[m] = ids[m].as<const T>();
-    AlignedStrides(ids[m], args.p.dims, args.p.rank, args.id_strides[m]);
-    args.x_dims[m] = x.dims[m];
-  }
-  int64_t s = 1;
-  for (int d = x.rank - 1; d >= 0; --d) {
-    if (d < k) args.x_strides[d] = s;
-    s *= x.dims[d];
-  }
-  args.rest = x.Product(k, x.rank);
-  const int64_t n = out.size();
-  if (n == 0 || args.rest == 0) return cudaSuccess;
-  unsigned long long* first_bad = nullptr;
-  cudaError_t err = cudaMallocAsync(&first_bad, sizeof(unsigned long long), stream);
-  if (err != cudaSuccess) return err;
-  err = cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), stream);
-  if (err == cudaSuccess) {
-    IndexKernel<T><<<Blocks(n), kThreads, 0, stream>>>(x.as<const T>(), out.as<T>(), n, args,
-                                                       first_bad);
-    err = cudaGetLastError();
-  }
-  unsigned long long bad = ~0ull;
-  if (err == cudaSuccess) {
-    err = cudaMemcpyAsync(&bad, first_bad, sizeof(bad), cudaMemcpyDeviceToHost, stream);
-  }
-  cudaFreeAsync(first_bad, stream);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-  if (err != cudaSuccess || bad == ~0ull) return err;
-  // The offending id: tensor m at position p of P.
-  const int m = static_cast<int>(bad % static_cast<unsigned long long>(k));
-  int64_t p = static_cast<int64_t>(bad / static_cast<unsigned long long>(k));
-  int64_t at = 0;
-  for (int d = args.p.rank - 1; d >= 0; --d) {
-    at += (p % args.p.dims[d]) * args.id_strides[m][d];
-    p /= args.p.dims[d];
-  }
-  T value{};
-  err = cudaMemcpy(&value, ids[m].as<const T>() + at, sizeof(T), cudaMemcpyDeviceToHost);
-  *bad_dim = m;
-  *bad_value = static_cast<double>(value);
-  return err;
-}
-
 }  // namespace
-
-cudaError_t LaunchBroadcast(BroadcastFn fn, const DeviceTensor* inputs, int num_inputs,
-                            const DeviceTensor& out, cudaStream_t stream) {
-  const int needed = fn == BroadcastFn::kWhere ? 3 : 2;
-  if (num_inputs != needed || out.rank > kMaxRank) return cudaErrorInvalidValue;
-  BroadcastGeom g;
-  g.rank = out.rank;
-  for (int d = 0; d < out.rank; ++d) g.dims[d] = out.dims[d];
-  for (int i = 0; i < num_inputs; ++i) {
-    if (inputs[i].rank > out.rank) return cudaErrorInvalidValue;
-    AlignedStrides(inputs[i], g.dims, g.rank, g.strides[i]);
-  }
-  return out.f64 ? Broadcast<double>(fn, inputs, out, g, stream)
-                 : Broadcast<float>(fn, inputs, out, g, stream);
-}
 
 cudaError_t LaunchMath(MathFn fn, const DeviceTensor& x, const DeviceTensor& out,
                        cudaStream_t stream) {
@@ -292,39 +83,6 @@ cudaError_t LaunchPairGrad(PairGradFn fn, const DeviceTensor& at, const DeviceTe
         fn, at.as<const float>(), dy.as<const float>(), out.as<float>(), n);
   }
   return cudaGetLastError();
-}
-
-cudaError_t LaunchArange(double start, double step, const DeviceTensor& out, cudaStream_t stream) {
-  const int64_t n = out.size();
-  if (n == 0) return cudaSuccess;
-  if (out.f64) {
-    ArangeKernel<double><<<Blocks(n), kThreads, 0, stream>>>(start, step, out.as<double>(), n);
-  } else {
-    ArangeKernel<float><<<Blocks(n), kThreads, 0, stream>>>(start, step, out.as<float>(), n);
-  }
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchCumsum(const DeviceTensor& x, int64_t outer, int64_t n, int64_t inner,
-                         const DeviceTensor& out, cudaStream_t stream) {
-  const int64_t lines = outer * inner;
-  if (lines == 0 || n == 0) return cudaSuccess;
-  if (out.f64) {
-    CumsumKernel<double><<<Blocks(lines), kThreads, 0, stream>>>(x.as<const double>(),
-                                                                 out.as<double>(), outer, n, inner);
-  } else {
-    CumsumKernel<float><<<Blocks(lines), kThreads, 0, stream>>>(x.as<const float>(),
-                                                                out.as<float>(), outer, n, inner);
-  }
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchIndex(const DeviceTensor& x, const DeviceTensor* ids, int k,
-                        const DeviceTensor& out, cudaStream_t stream, int* bad_dim,
-                        double* bad_value) {
-  if (k < 0 || k > x.rank || k > kMaxRank || out.rank > kMaxRank) return cudaErrorInvalidValue;
-  return out.f64 ? Index<double>(x, ids, k, out, stream, bad_dim, bad_value)
-                 : Index<float>(x, ids, k, out, stream, bad_dim, bad_value);
 }
 
 }  // namespace loom::exec::cuda

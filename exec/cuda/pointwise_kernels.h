@@ -1,16 +1,15 @@
 #ifndef LOOM_EXEC_CUDA_POINTWISE_KERNELS_H_
 #define LOOM_EXEC_CUDA_POINTWISE_KERNELS_H_
 
-// Launchers for the CUDA backend's pointwise kernels beyond elementwise_kernels.h:
-// the broadcasting arithmetic, comparisons, logic and selection, the unary
-// functions PyTorch programs use with their gradients, casts, and the index ops
-// (arange, cumsum, index). Kept free of Abseil and of the IR so that nvcc only
-// sees CUDA headers.
+// Launchers for the CUDA backend's pointwise kernels: the unary functions PyTorch
+// programs use with their gradients, and casts. Division, comparisons, logic and
+// selection broadcast through LaunchBroadcast (broadcast_kernels.h). Kept free of
+// Abseil and of the IR so that nvcc only sees CUDA headers.
 //
-// Semantics are the reference kernels' (ir/ops/pointwise.cc, ir/ops/elementwise.cc,
-// ir/ops/index_ops.cc): every element is computed in double and rounded once on
-// store in fp32 runs. Booleans and integers are held as exact values of the
-// run's element type (0 or 1 for booleans), as the reference holds them.
+// Semantics are the reference kernels' (ir/ops/pointwise.cc): every element is
+// computed in double and rounded once on store in fp32 runs. Booleans and integers
+// are held as exact values of the run's element type (0 or 1 for booleans), as the
+// reference holds them.
 // Launchers enqueue on `stream` and return cudaGetLastError() after the launch.
 
 #include <cuda_runtime.h>
@@ -20,17 +19,6 @@
 #include "exec/cuda/device_tensor.h"
 
 namespace loom::exec::cuda {
-
-// Inputs broadcast to the output (NumPy's rule, dims aligned at the last one):
-// out[e] = f(a[src_a(e)], b[src_b(e)]) (or f(c, a, b) for kWhere, three inputs).
-enum class BroadcastFn {
-  kAdd, kSub, kMul, kDiv,          // a + b, a - b, a * b, a / b
-  kEq, kNe, kLt, kLe, kGt, kGe,    // 1 or 0
-  kAnd, kOr,                       // (a != 0) and/or (b != 0)
-  kWhere,                          // c != 0 ? a : b
-};
-cudaError_t LaunchBroadcast(BroadcastFn fn, const DeviceTensor* inputs, int num_inputs,
-                            const DeviceTensor& out, cudaStream_t stream);
 
 // One-input maps: out[i] = f(x[i]).
 enum class MathFn {
@@ -53,22 +41,6 @@ enum class PairGradFn {
 };
 cudaError_t LaunchPairGrad(PairGradFn fn, const DeviceTensor& at, const DeviceTensor& dy,
                            const DeviceTensor& out, cudaStream_t stream);
-
-// out[i] = start + i * step.
-cudaError_t LaunchArange(double start, double step, const DeviceTensor& out, cudaStream_t stream);
-
-// Running sums along the middle dim of x seen as [outer, n, inner], in order.
-cudaError_t LaunchCumsum(const DeviceTensor& x, int64_t outer, int64_t n, int64_t inner,
-                         const DeviceTensor& out, cudaStream_t stream);
-
-// index(x, i0, ..., i{k-1}): the k index tensors broadcast to the output's first
-// dims P and address x's first k dims (negative ids count from the end); the
-// rest of each output row copies x's other dims. Synchronises `stream`. When an
-// id is out of range or not an integer, *bad_dim is its index tensor (else -1)
-// and *bad_value the id.
-cudaError_t LaunchIndex(const DeviceTensor& x, const DeviceTensor* ids, int k,
-                        const DeviceTensor& out, cudaStream_t stream, int* bad_dim,
-                        double* bad_value);
 
 }  // namespace loom::exec::cuda
 

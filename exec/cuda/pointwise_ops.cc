@@ -1,18 +1,21 @@
-// The pointwise family of the CUDA backend: broadcasting arithmetic, comparisons,
-// logic and selection, the unary functions with their gradients, casts, and the
-// index ops. Attributes are read with the reference kernels' names, defaults and
-// checks (ir/ops/pointwise.cc, ir/ops/elementwise.cc, ir/ops/index_ops.cc); the
-// kernels live in pointwise_kernels.cu.
+// The pointwise family of the CUDA backend: division, comparisons, logic and
+// selection (inputs broadcast), the unary functions with their gradients, and casts.
+// Attributes are read with the reference kernels' names, defaults and checks
+// (ir/ops/pointwise.cc); the kernels live in pointwise_kernels.cu and
+// broadcast_kernels.cu.
 
-#include <cstdint>
+#include <cstddef>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "exec/cuda/broadcast_kernels.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/device_tensor.h"
+#include "exec/cuda/op_checks.h"
 #include "exec/cuda/pointwise_kernels.h"
 #include "ir/attributes.h"
 #include "ir/op_kind.h"
@@ -23,28 +26,6 @@ namespace loom::exec::cuda {
 namespace {
 
 using ir::OpKind;
-
-absl::Status CheckCounts(OpKind kind, absl::Span<const DeviceTensor> in, size_t inputs,
-                         absl::Span<DeviceTensor> out) {
-  if (in.size() != inputs || out.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(ir::OpKindName(kind), " on the CUDA backend got ",
-                                                   in.size(), " inputs and ", out.size(),
-                                                   " outputs, expected ", inputs, " and 1"));
-  }
-  for (const DeviceTensor& t : in) {
-    if (t.f64 != out[0].f64) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ir::OpKindName(kind), " mixes element types"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Launched(OpKind kind, cudaError_t err) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  const std::string name(ir::OpKindName(kind));
-  return CudaError(err, name.c_str());
-}
 
 absl::StatusOr<BroadcastFn> CompareFn(const ir::AttrMap& attrs) {
   LOOM_ASSIGN_OR_RETURN(std::string op, attrs.GetString("op"));
@@ -101,33 +82,8 @@ absl::Status RunBroadcast(OpKind kind, BroadcastFn fn, absl::Span<const DeviceTe
                           absl::Span<DeviceTensor> out, const OpContext& ctx) {
   const size_t inputs = fn == BroadcastFn::kWhere ? 3 : 2;
   LOOM_RETURN_IF_ERROR(CheckCounts(kind, in, inputs, out));
-  return Launched(kind, LaunchBroadcast(fn, in.data(), static_cast<int>(in.size()), out[0],
-                                        ctx.stream));
-}
-
-absl::Status RunCumsum(const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in,
-                       absl::Span<DeviceTensor> out, const OpContext& ctx) {
-  LOOM_RETURN_IF_ERROR(CheckCounts(OpKind::kCumsum, in, 1, out));
-  const DeviceTensor& x = in[0];
-  LOOM_ASSIGN_OR_RETURN(int64_t attr, attrs.GetInt("dim"));
-  LOOM_ASSIGN_OR_RETURN(const int d, ir::NormalizeDim(attr, x.rank));
-  return Launched(OpKind::kCumsum, LaunchCumsum(x, x.Product(0, d), x.dim(d),
-                                                x.Product(d + 1, x.rank), out[0], ctx.stream));
-}
-
-absl::Status RunIndex(absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
-                      const OpContext& ctx) {
-  if (in.empty() || out.size() != 1) {
-    return absl::InvalidArgumentError("index on the CUDA backend needs x and one output");
-  }
-  const int k = static_cast<int>(in.size()) - 1;
-  int bad_dim = -1;
-  double bad_value = 0;
-  LOOM_RETURN_IF_ERROR(Launched(
-      OpKind::kIndex, LaunchIndex(in[0], in.data() + 1, k, out[0], ctx.stream, &bad_dim, &bad_value)));
-  if (bad_dim < 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("index ", bad_value, " is out of range for dim ",
-                                                 bad_dim, " of size ", in[0].dim(bad_dim)));
+  return LaunchStatus(
+      LaunchBroadcast(fn, in.data(), static_cast<int>(in.size()), out[0], ctx.stream), kind);
 }
 
 }  // namespace
@@ -137,7 +93,7 @@ absl::Status RunPointwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
                             const OpContext& ctx) {
   if (std::optional<MathFn> fn = MathFor(kind)) {
     LOOM_RETURN_IF_ERROR(CheckCounts(kind, in, 1, out));
-    return Launched(kind, LaunchMath(*fn, in[0], out[0], ctx.stream));
+    return LaunchStatus(LaunchMath(*fn, in[0], out[0], ctx.stream), kind);
   }
   if (std::optional<PairGradFn> fn = PairGradFor(kind)) {
     LOOM_RETURN_IF_ERROR(CheckCounts(kind, in, 2, out));
@@ -145,15 +101,9 @@ absl::Status RunPointwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
       return absl::InvalidArgumentError(
           absl::StrCat(ir::OpKindName(kind), " inputs differ in size from the output"));
     }
-    return Launched(kind, LaunchPairGrad(*fn, in[0], in[1], out[0], ctx.stream));
+    return LaunchStatus(LaunchPairGrad(*fn, in[0], in[1], out[0], ctx.stream), kind);
   }
   switch (kind) {
-    case OpKind::kAdd:
-      return RunBroadcast(kind, BroadcastFn::kAdd, in, out, ctx);
-    case OpKind::kSub:
-      return RunBroadcast(kind, BroadcastFn::kSub, in, out, ctx);
-    case OpKind::kMul:
-      return RunBroadcast(kind, BroadcastFn::kMul, in, out, ctx);
     case OpKind::kDiv:
       return RunBroadcast(kind, BroadcastFn::kDiv, in, out, ctx);
     case OpKind::kWhere:
@@ -169,21 +119,11 @@ absl::Status RunPointwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
     case OpKind::kCast: {
       LOOM_ASSIGN_OR_RETURN(MathFn fn, CastFn(attrs));
       LOOM_RETURN_IF_ERROR(CheckCounts(kind, in, 1, out));
-      return Launched(kind, LaunchMath(fn, in[0], out[0], ctx.stream));
+      return LaunchStatus(LaunchMath(fn, in[0], out[0], ctx.stream), kind);
     }
-    case OpKind::kArange: {
-      LOOM_RETURN_IF_ERROR(CheckCounts(kind, in, 0, out));
-      LOOM_ASSIGN_OR_RETURN(double start, attrs.GetFloat("start"));
-      LOOM_ASSIGN_OR_RETURN(double step, attrs.GetFloat("step"));
-      return Launched(kind, LaunchArange(start, step, out[0], ctx.stream));
-    }
-    case OpKind::kCumsum:
-      return RunCumsum(attrs, in, out, ctx);
-    case OpKind::kIndex:
-      return RunIndex(in, out, ctx);
     default:
       return absl::UnimplementedError(
-          absl::StrCat(ir::OpKindName(kind), " is not a pointwise op of the CUDA backend"));
+          absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the pointwise family"));
   }
 }
 

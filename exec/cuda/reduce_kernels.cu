@@ -1,114 +1,38 @@
-// Kernels of the reductions, shape ops and optimizer updates (see
-// reduce_shape_kernels.h). Arithmetic that must round exactly as the reference's
-// host code goes through the __d*_rn intrinsics, which nvcc never contracts into
-// fused multiply-adds.
+// Kernels of the reductions (see reduce_kernels.h). Arithmetic that must round
+// exactly as the reference's host code goes through the __d*_rn intrinsics, which
+// nvcc never contracts into fused multiply-adds. The softmaxes use the row layout of
+// row_kernels.cuh.
 
-#include "exec/cuda/reduce_shape_kernels.h"
+#include "exec/cuda/reduce_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "exec/cuda/row_kernels.cuh"
+#include "exec/cuda/strided_launch.cuh"
+
 namespace loom::exec::cuda {
 namespace {
 
-constexpr int kThreads = 256;          // threads per block, a power of two
-constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
+using rows::BlockSum;
+using rows::ByType;
+using rows::ExpSum;
+using rows::kMaxRowThreads;
+using rows::kWarp;
+using rows::RowExpSum;
+using rows::RowLaunch;
+using rows::RowShape;
+using rows::RowsOf;
+using strided::BlocksFor;
+using strided::GlobalThread;
+using strided::GridThreads;
+using strided::kMaxBlocks;
+using strided::kThreads;
+using strided::RowMajorStrides;
+
 // Reductions at least this long over the innermost dim use a block per output.
 constexpr int64_t kBlockReduceMin = 4096;
-
-int BlocksFor(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ inline int64_t GlobalThread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-__device__ inline int64_t GridThreads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
-
-// Row-major strides of `t`.
-void RowMajorStrides(const DeviceTensor& t, int64_t* strides) {
-  int64_t s = 1;
-  for (int d = t.rank - 1; d >= 0; --d) {
-    strides[d] = s;
-    s *= t.dims[d];
-  }
-}
-
-// ---- strided copy ------------------------------------------------------------------
-
-// Element i of a box of `extent` (row-major) is copied from
-// src[src_base + sum c_d src_stride[d]] to dst[dst_base + sum c_d dst_stride[d]],
-// c the box coordinates of i.
-struct CopyGeom {
-  int rank = 0;
-  int64_t count = 1;
-  int64_t src_base = 0;
-  int64_t dst_base = 0;
-  int64_t extent[kMaxRank] = {};
-  int64_t src_stride[kMaxRank] = {};
-  int64_t dst_stride[kMaxRank] = {};
-};
-
-// The geometry of a box copy with extent-1 dims dropped and neighbouring dims
-// merged where both sides step through them as one dim. `count` must be > 0.
-CopyGeom MakeCopyGeom(int rank, const int64_t* extent, const int64_t* src_stride,
-                      const int64_t* dst_stride, int64_t src_base, int64_t dst_base) {
-  CopyGeom g;
-  g.src_base = src_base;
-  g.dst_base = dst_base;
-  for (int d = 0; d < rank; ++d) {
-    g.count *= extent[d];
-    if (extent[d] == 1) continue;
-    if (g.rank > 0) {
-      const int last = g.rank - 1;
-      if (g.src_stride[last] == src_stride[d] * extent[d] &&
-          g.dst_stride[last] == dst_stride[d] * extent[d]) {
-        g.extent[last] *= extent[d];
-        g.src_stride[last] = src_stride[d];
-        g.dst_stride[last] = dst_stride[d];
-        continue;
-      }
-    }
-    g.extent[g.rank] = extent[d];
-    g.src_stride[g.rank] = src_stride[d];
-    g.dst_stride[g.rank] = dst_stride[d];
-    ++g.rank;
-  }
-  return g;
-}
-
-template <typename T>
-__global__ void StridedCopyKernel(const T* src, T* dst, CopyGeom g) {
-  for (int64_t i = GlobalThread(); i < g.count; i += GridThreads()) {
-    int64_t rest = i;
-    int64_t s = g.src_base;
-    int64_t d = g.dst_base;
-    for (int k = g.rank - 1; k >= 0; --k) {
-      const int64_t c = rest % g.extent[k];
-      rest /= g.extent[k];
-      s += c * g.src_stride[k];
-      d += c * g.dst_stride[k];
-    }
-    dst[d] = src[s];
-  }
-}
-
-cudaError_t EnqueueCopy(bool f64, const void* src, void* dst, const CopyGeom& g,
-                        cudaStream_t stream) {
-  if (g.count == 0) return cudaSuccess;
-  if (f64) {
-    StridedCopyKernel<double><<<BlocksFor(g.count), kThreads, 0, stream>>>(
-        static_cast<const double*>(src), static_cast<double*>(dst), g);
-  } else {
-    StridedCopyKernel<float><<<BlocksFor(g.count), kThreads, 0, stream>>>(
-        static_cast<const float*>(src), static_cast<float*>(dst), g);
-  }
-  return cudaGetLastError();
-}
 
 // ---- reductions over a set of dims --------------------------------------------------
 
@@ -385,116 +309,46 @@ cudaError_t EnqueueMax(const DeviceTensor& a, const T* dy, const AxisGeom& g, T*
   return cudaGetLastError();
 }
 
-// ---- optimizer updates --------------------------------------------------------------------
+// ---- softmax kernels ------------------------------------------------------------
 
-template <typename T>
-__global__ void SgdKernel(const T* param, const T* grad, double lr, double weight_decay,
-                          T* out, int64_t n) {
-  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
-    const double p = static_cast<double>(param[i]);
-    const double g = static_cast<double>(grad[i]);
-    out[i] = static_cast<T>(__dsub_rn(p, __dmul_rn(lr, __dadd_rn(g, __dmul_rn(weight_decay, p)))));
+// softmax: y = exp(x - max) / sum; log_softmax: y = x - logsumexp(x).
+template <typename T, bool kLog>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    SoftmaxKernel(const T* x, int64_t rows, int64_t n, T* y) {
+  __shared__ double shared[kWarp];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = x + r * n;
+    const ExpSum e = RowExpSum(row, n, shared);
+    const double lse = e.max + log(e.sum);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const double v = static_cast<double>(row[j]);
+      y[r * n + j] = static_cast<T>(kLog ? v - lse : exp(v - e.max) / e.sum);
+    }
   }
 }
 
-// AdamWParams with the per-step constants folded as the reference folds them.
-struct AdamWConstants {
-  double lr;
-  double beta1;
-  double beta2;
-  double one_minus_beta1;
-  double one_minus_beta2;
-  double lr_weight_decay;  // lr * weight_decay
-  double correction1;      // 1 - beta1^step
-  double correction2;      // 1 - beta2^step
-  double eps;
-};
-
-template <typename T>
-__global__ void AdamWKernel(const T* param, const T* grad, const T* m, const T* v,
-                            AdamWConstants c, T* param_out, T* m_out, T* v_out, int64_t n) {
-  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
-    const double p = static_cast<double>(param[i]);
-    const double g = static_cast<double>(grad[i]);
-    const double m_new =
-        __dadd_rn(__dmul_rn(c.beta1, static_cast<double>(m[i])), __dmul_rn(c.one_minus_beta1, g));
-    const double v_new = __dadd_rn(__dmul_rn(c.beta2, static_cast<double>(v[i])),
-                                   __dmul_rn(__dmul_rn(c.one_minus_beta2, g), g));
-    const double m_hat = __ddiv_rn(m_new, c.correction1);
-    const double v_hat = __ddiv_rn(v_new, c.correction2);
-    const double decayed = __dsub_rn(p, __dmul_rn(c.lr_weight_decay, p));
-    const double step =
-        __ddiv_rn(__dmul_rn(c.lr, m_hat), __dadd_rn(__dsqrt_rn(v_hat), c.eps));
-    param_out[i] = static_cast<T>(__dsub_rn(decayed, step));
-    m_out[i] = static_cast<T>(m_new);
-    v_out[i] = static_cast<T>(v_new);
+// softmax_grad: dx = y * (dy - sum(y * dy)); log_softmax_grad: dx = dy - exp(y) * sum(dy).
+template <typename T, bool kLog>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    SoftmaxGradKernel(const T* y, const T* dy, int64_t rows, int64_t n, T* dx) {
+  __shared__ double shared[kWarp];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * n;
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const double g = static_cast<double>(dy[base + j]);
+      sum += kLog ? g : static_cast<double>(y[base + j]) * g;
+    }
+    sum = BlockSum(sum, shared);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const double yv = static_cast<double>(y[base + j]);
+      const double g = static_cast<double>(dy[base + j]);
+      dx[base + j] = static_cast<T>(kLog ? g - exp(yv) * sum : yv * (g - sum));
+    }
   }
-}
-
-template <typename T>
-__global__ void ClipCoefKernel(const T* total_sumsq, double max_norm, double eps, T* out) {
-  const double norm = __dsqrt_rn(static_cast<double>(total_sumsq[0]));
-  const double q = __ddiv_rn(max_norm, __dadd_rn(norm, eps));
-  out[0] = static_cast<T>(q < 1.0 ? q : 1.0);  // std::min(1.0, q)
 }
 
 }  // namespace
-
-// ---- launchers ----------------------------------------------------------------------------
-
-cudaError_t LaunchFlatCopy(const DeviceTensor& src, const DeviceTensor& dst,
-                           cudaStream_t stream) {
-  const int64_t n = dst.size();
-  if (src.f64 != dst.f64 || src.size() != n) return cudaErrorInvalidValue;
-  if (n == 0 || src.data == dst.data) return cudaSuccess;
-  const size_t bytes = static_cast<size_t>(n) * (dst.f64 ? sizeof(double) : sizeof(float));
-  cudaError_t err = cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, stream);
-  if (err != cudaSuccess) return err;
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchCopyBox(const DeviceTensor& src, const RankArray& src_origin,
-                          const DeviceTensor& dst, const RankArray& dst_origin,
-                          const RankArray& extent, cudaStream_t stream) {
-  if (src.f64 != dst.f64 || src.rank != dst.rank) return cudaErrorInvalidValue;
-  const int rank = src.rank;
-  int64_t src_strides[kMaxRank];
-  int64_t dst_strides[kMaxRank];
-  RowMajorStrides(src, src_strides);
-  RowMajorStrides(dst, dst_strides);
-  int64_t src_base = 0;
-  int64_t dst_base = 0;
-  for (int d = 0; d < rank; ++d) {
-    if (extent.v[d] == 0) return cudaSuccess;
-    if (src.dims[d] == 1) {
-      src_strides[d] = 0;  // broadcast
-    } else {
-      src_base += src_origin.v[d] * src_strides[d];
-    }
-    dst_base += dst_origin.v[d] * dst_strides[d];
-  }
-  CopyGeom g = MakeCopyGeom(rank, extent.v, src_strides, dst_strides, src_base, dst_base);
-  return EnqueueCopy(dst.f64, src.data, dst.data, g, stream);
-}
-
-cudaError_t LaunchTranspose(const DeviceTensor& src, const RankArray& perm,
-                            const DeviceTensor& dst, cudaStream_t stream) {
-  if (src.f64 != dst.f64 || src.rank != dst.rank) return cudaErrorInvalidValue;
-  const int rank = src.rank;
-  int64_t src_strides[kMaxRank];
-  int64_t dst_strides[kMaxRank];
-  int64_t gathered[kMaxRank] = {};
-  RowMajorStrides(src, src_strides);
-  RowMajorStrides(dst, dst_strides);
-  for (int i = 0; i < rank; ++i) {
-    const int64_t p = perm.v[i];
-    if (p < 0 || p >= rank || src.dims[p] != dst.dims[i]) return cudaErrorInvalidValue;
-    gathered[i] = src_strides[p];
-  }
-  if (dst.size() == 0) return cudaSuccess;
-  CopyGeom g = MakeCopyGeom(rank, dst.dims, gathered, dst_strides, 0, 0);
-  return EnqueueCopy(dst.f64, src.data, dst.data, g, stream);
-}
 
 cudaError_t LaunchReduce(ReduceKind kind, const DeviceTensor& src, uint32_t reduced_dims,
                          int64_t mean_count, const DeviceTensor& dst, cudaStream_t stream) {
@@ -529,69 +383,40 @@ cudaError_t LaunchMaxGrad(const DeviceTensor& a, const DeviceTensor& dy, int dim
                : EnqueueMax<float>(a, dy.as<const float>(), g, da.as<float>(), stream);
 }
 
-cudaError_t LaunchSgd(const DeviceTensor& param, const DeviceTensor& grad, double lr,
-                      double weight_decay, const DeviceTensor& out, cudaStream_t stream) {
-  const int64_t n = param.size();
-  if (param.f64 != grad.f64 || param.f64 != out.f64 || grad.size() != n || out.size() != n) {
-    return cudaErrorInvalidValue;
-  }
-  if (n == 0) return cudaSuccess;
-  if (param.f64) {
-    SgdKernel<double><<<BlocksFor(n), kThreads, 0, stream>>>(
-        param.as<const double>(), grad.as<const double>(), lr, weight_decay, out.as<double>(), n);
-  } else {
-    SgdKernel<float><<<BlocksFor(n), kThreads, 0, stream>>>(
-        param.as<const float>(), grad.as<const float>(), lr, weight_decay, out.as<float>(), n);
-  }
-  return cudaGetLastError();
+cudaError_t LaunchSoftmax(const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) {
+  const RowShape s = RowsOf(x);
+  return ByType(x, [&](auto t) {
+    using T = decltype(t);
+    return RowLaunch(SoftmaxKernel<T, false>, s, stream, x.as<T>(), s.rows, s.n, y.as<T>());
+  });
 }
 
-cudaError_t LaunchAdamW(const DeviceTensor& param, const DeviceTensor& grad,
-                        const DeviceTensor& m, const DeviceTensor& v, const AdamWParams& p,
-                        const DeviceTensor& param_out, const DeviceTensor& m_out,
-                        const DeviceTensor& v_out, cudaStream_t stream) {
-  const int64_t n = param.size();
-  for (const DeviceTensor* t : {&grad, &m, &v, &param_out, &m_out, &v_out}) {
-    if (t->f64 != param.f64 || t->size() != n) return cudaErrorInvalidValue;
-  }
-  if (n == 0) return cudaSuccess;
-  const double step = static_cast<double>(p.step);
-  AdamWConstants c;
-  c.lr = p.lr;
-  c.beta1 = p.beta1;
-  c.beta2 = p.beta2;
-  c.one_minus_beta1 = 1.0 - p.beta1;
-  c.one_minus_beta2 = 1.0 - p.beta2;
-  c.lr_weight_decay = p.lr * p.weight_decay;
-  c.correction1 = 1.0 - std::pow(p.beta1, step);
-  c.correction2 = 1.0 - std::pow(p.beta2, step);
-  c.eps = p.eps;
-  if (param.f64) {
-    AdamWKernel<double><<<BlocksFor(n), kThreads, 0, stream>>>(
-        param.as<const double>(), grad.as<const double>(), m.as<const double>(),
-        v.as<const double>(), c, param_out.as<double>(), m_out.as<double>(), v_out.as<double>(),
-        n);
-  } else {
-    AdamWKernel<float><<<BlocksFor(n), kThreads, 0, stream>>>(
-        param.as<const float>(), grad.as<const float>(), m.as<const float>(),
-        v.as<const float>(), c, param_out.as<float>(), m_out.as<float>(), v_out.as<float>(), n);
-  }
-  return cudaGetLastError();
+cudaError_t LaunchLogSoftmax(const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) {
+  const RowShape s = RowsOf(x);
+  return ByType(x, [&](auto t) {
+    using T = decltype(t);
+    return RowLaunch(SoftmaxKernel<T, true>, s, stream, x.as<T>(), s.rows, s.n, y.as<T>());
+  });
 }
 
-cudaError_t LaunchClipCoef(const DeviceTensor& total_sumsq, double max_norm, double eps,
-                           const DeviceTensor& out, cudaStream_t stream) {
-  if (total_sumsq.f64 != out.f64 || total_sumsq.size() != 1 || out.size() != 1) {
-    return cudaErrorInvalidValue;
-  }
-  if (out.f64) {
-    ClipCoefKernel<double><<<1, 1, 0, stream>>>(total_sumsq.as<const double>(), max_norm, eps,
-                                                out.as<double>());
-  } else {
-    ClipCoefKernel<float><<<1, 1, 0, stream>>>(total_sumsq.as<const float>(), max_norm, eps,
-                                               out.as<float>());
-  }
-  return cudaGetLastError();
+cudaError_t LaunchSoftmaxGrad(const DeviceTensor& y, const DeviceTensor& dy, const DeviceTensor& dx,
+                              cudaStream_t stream) {
+  const RowShape s = RowsOf(y);
+  return ByType(y, [&](auto t) {
+    using T = decltype(t);
+    return RowLaunch(SoftmaxGradKernel<T, false>, s, stream, y.as<T>(), dy.as<T>(), s.rows, s.n,
+                     dx.as<T>());
+  });
+}
+
+cudaError_t LaunchLogSoftmaxGrad(const DeviceTensor& y, const DeviceTensor& dy,
+                                 const DeviceTensor& dx, cudaStream_t stream) {
+  const RowShape s = RowsOf(y);
+  return ByType(y, [&](auto t) {
+    using T = decltype(t);
+    return RowLaunch(SoftmaxGradKernel<T, true>, s, stream, y.as<T>(), dy.as<T>(), s.rows, s.n,
+                     dx.as<T>());
+  });
 }
 
 }  // namespace loom::exec::cuda

@@ -1,16 +1,17 @@
-#ifndef LOOM_EXEC_CUDA_REDUCE_SHAPE_KERNELS_H_
-#define LOOM_EXEC_CUDA_REDUCE_SHAPE_KERNELS_H_
+#ifndef LOOM_EXEC_CUDA_REDUCE_KERNELS_H_
+#define LOOM_EXEC_CUDA_REDUCE_KERNELS_H_
 
-// Launchers of the reductions, the shape ops (pure data movement) and the
-// optimizer updates. Plain C++ over DeviceTensor: no Abseil, no IR, so that the
-// kernels compile under nvcc alone. reduce_shape_ops.cc reads the attributes and
-// calls these.
+// Launchers of the reductions: sums, means and sums of squares over a set of dims,
+// max and its gradient along one dim, and the softmaxes with their gradients over
+// the last dim. Plain C++ over DeviceTensor: no Abseil, no IR, so that the kernels
+// compile under nvcc alone. reduce_ops.cc reads the attributes and calls these.
 //
-// Every launcher enqueues its work on `stream` and returns the result of
-// cudaGetLastError() after the last launch (cudaSuccess when there is nothing to
-// do). All tensors of one call must share one element type (DeviceTensor::f64);
-// values are computed in double and rounded to the element type on store, as the
-// reference kernels compute. Nothing is copied to or from the host.
+// Semantics are the reference kernels' (ir/ops/reduce.cc). All tensors of one call
+// must share one element type (DeviceTensor::f64); values are computed in double and
+// rounded to the element type on store, as the reference kernels compute. Nothing is
+// copied to or from the host. Every launcher enqueues its work on `stream` and returns
+// the result of cudaGetLastError() after the last launch (cudaSuccess when there is
+// nothing to do). The softmaxes work in the row layout of row_kernels.cuh.
 
 #include <cuda_runtime.h>
 
@@ -19,34 +20,6 @@
 #include "exec/cuda/device_tensor.h"
 
 namespace loom::exec::cuda {
-
-// A per-dim integer (an origin, an extent, a permutation entry); entries at and
-// beyond the rank are ignored.
-struct RankArray {
-  int64_t v[kMaxRank] = {};
-};
-
-// ---- shape ops ------------------------------------------------------------------
-
-// dst[i] = src[i] for every i < dst.size(): reshape. src.size() must equal
-// dst.size().
-cudaError_t LaunchFlatCopy(const DeviceTensor& src, const DeviceTensor& dst,
-                           cudaStream_t stream);
-
-// Copies the box of `extent` starting at `src_origin` in `src` to the box of the
-// same extent starting at `dst_origin` in `dst`: slice, concat, split, pad,
-// expand. src and dst have the same rank. A dim of size 1 in `src` is broadcast:
-// every box position along it reads index 0 (its origin must be 0), which is how
-// expand repeats its input. Positions of `dst` outside the box are left as they
-// are.
-cudaError_t LaunchCopyBox(const DeviceTensor& src, const RankArray& src_origin,
-                          const DeviceTensor& dst, const RankArray& dst_origin,
-                          const RankArray& extent, cudaStream_t stream);
-
-// dst = src with dst dim i taken from src dim perm[i]: transpose. `perm` is a
-// permutation of [0, src.rank), and dst.dims[i] == src.dims[perm[i]].
-cudaError_t LaunchTranspose(const DeviceTensor& src, const RankArray& perm,
-                            const DeviceTensor& dst, cudaStream_t stream);
 
 // ---- reductions -----------------------------------------------------------------
 
@@ -82,36 +55,22 @@ cudaError_t LaunchMax(const DeviceTensor& src, int dim, const DeviceTensor& dst,
 cudaError_t LaunchMaxGrad(const DeviceTensor& a, const DeviceTensor& dy, int dim,
                           const DeviceTensor& da, cudaStream_t stream);
 
-// ---- optimizer updates ------------------------------------------------------------
+// ---- softmaxes ----------------------------------------------------------------
 
-// out = param - lr * (grad + weight_decay * param), elementwise.
-cudaError_t LaunchSgd(const DeviceTensor& param, const DeviceTensor& grad, double lr,
-                      double weight_decay, const DeviceTensor& out, cudaStream_t stream);
+// y = exp(x - max) / sum(exp(x - max)) over the last dim.
+cudaError_t LaunchSoftmax(const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream);
 
-struct AdamWParams {
-  double lr = 0.0;
-  double beta1 = 0.0;
-  double beta2 = 0.0;
-  double eps = 0.0;
-  double weight_decay = 0.0;
-  int64_t step = 1;  // 1-based; the bias corrections are 1 - beta^step
-};
+// y = x - logsumexp(x) over the last dim.
+cudaError_t LaunchLogSoftmax(const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream);
 
-// PyTorch's AdamW, elementwise over tensors of one shape:
-//   m' = beta1 m + (1 - beta1) g,  v' = beta2 v + (1 - beta2) g g,
-//   param' = param - lr wd param - lr (m' / c1) / (sqrt(v' / c2) + eps),
-// with c1 = 1 - beta1^step and c2 = 1 - beta2^step.
-cudaError_t LaunchAdamW(const DeviceTensor& param, const DeviceTensor& grad,
-                        const DeviceTensor& m, const DeviceTensor& v, const AdamWParams& p,
-                        const DeviceTensor& param_out, const DeviceTensor& m_out,
-                        const DeviceTensor& v_out, cudaStream_t stream);
+// dx = y * (dy - sum_last(y * dy)), y the softmax output.
+cudaError_t LaunchSoftmaxGrad(const DeviceTensor& y, const DeviceTensor& dy, const DeviceTensor& dx,
+                              cudaStream_t stream);
 
-// out[0] = min(1, max_norm / (sqrt(total_sumsq[0]) + eps)); both are 1-element
-// tensors, and total_sumsq is read on the device. A NaN quotient gives 1, as
-// std::min(1.0, NaN) does.
-cudaError_t LaunchClipCoef(const DeviceTensor& total_sumsq, double max_norm, double eps,
-                           const DeviceTensor& out, cudaStream_t stream);
+// dx = dy - exp(y) * sum_last(dy), y the log_softmax output.
+cudaError_t LaunchLogSoftmaxGrad(const DeviceTensor& y, const DeviceTensor& dy,
+                                 const DeviceTensor& dx, cudaStream_t stream);
 
 }  // namespace loom::exec::cuda
 
-#endif  // LOOM_EXEC_CUDA_REDUCE_SHAPE_KERNELS_H_
+#endif  // LOOM_EXEC_CUDA_REDUCE_KERNELS_H_
