@@ -220,47 +220,68 @@ std::string ScheduleToChromeTrace(const BlockModel& model, const Schedule& sched
   return ir::DumpJson(j);
 }
 
-std::string ScheduleToSvg(const BlockModel& model, const Schedule& schedule, const SimResult& sim,
-                          const SvgOptions& options) {
+namespace {
+
+// Where the Gantt chart's parts go: the time span drawn, its scale in pixels per
+// unit, the margins, rows and axis.
+struct ChartLayout {
+  // Whether the simulation gives every instance a start (else no boxes are drawn).
+  bool timed = false;
+  int64_t t0 = 0, t1 = 1;
+  double ppu = 1;
+  double chart_w = 0;
+  double left = 86, right = 170, top = 62;
+  double row_h = 8;
+  double pitch = 14;
+  double width = 960;
+  double rows_bottom = 0;
+  double axis_y = 0;
+
+  double X(int64_t t) const { return left + static_cast<double>(t - t0) * ppu; }
+};
+
+ChartLayout LayoutChart(const BlockModel& model, const Schedule& schedule, const SimResult& sim,
+                        const SvgOptions& options) {
   const int n = model.num_blocks();
   const int devices = model.num_devices;
-  const bool timed = sim.start.size() == static_cast<size_t>(n) * schedule.microbatches &&
-                     static_cast<int>(schedule.order.size()) == devices && n > 0;
-  int64_t t0 = 0, t1 = 1;
-  if (timed) {
-    t0 = std::numeric_limits<int64_t>::max();
-    t1 = std::numeric_limits<int64_t>::min();
+  ChartLayout c;
+  c.timed = sim.start.size() == static_cast<size_t>(n) * schedule.microbatches &&
+            static_cast<int>(schedule.order.size()) == devices && n > 0;
+  if (c.timed) {
+    c.t0 = std::numeric_limits<int64_t>::max();
+    c.t1 = std::numeric_limits<int64_t>::min();
     for (size_t id = 0; id < sim.start.size(); ++id) {
-      t0 = std::min(t0, sim.start[id]);
-      t1 = std::max(t1, sim.start[id] + model.blocks[id % n].span);
+      c.t0 = std::min(c.t0, sim.start[id]);
+      c.t1 = std::max(c.t1, sim.start[id] + model.blocks[id % n].span);
     }
   }
-  const double units = static_cast<double>(std::max<int64_t>(1, t1 - t0));
+  const double units = static_cast<double>(std::max<int64_t>(1, c.t1 - c.t0));
   // At most kMaxChartPx wide, whatever the minimum pixels per unit ask (a chart
   // of a long schedule scales down rather than growing without bound).
   constexpr double kMaxChartPx = 100000;
-  const double ppu = std::min(kMaxChartPx / units,
-                              std::clamp(options.target_width / units, options.min_px_per_unit,
-                                         std::max(options.min_px_per_unit, options.max_px_per_unit)));
-  const double chart_w = units * ppu;
-  const double left = 86, right = 170, top = 62;
-  const double row_h = std::max(8, options.row_height);
-  const double pitch = row_h + 6;
-  const double width = std::max(960.0, left + chart_w + right);
-  const double rows_bottom = top + pitch * devices;
-  auto x_of = [&](int64_t t) { return left + static_cast<double>(t - t0) * ppu; };
+  c.ppu = std::min(kMaxChartPx / units,
+                   std::clamp(options.target_width / units, options.min_px_per_unit,
+                              std::max(options.min_px_per_unit, options.max_px_per_unit)));
+  c.chart_w = units * c.ppu;
+  c.row_h = std::max(8, options.row_height);
+  c.pitch = c.row_h + 6;
+  c.width = std::max(960.0, c.left + c.chart_w + c.right);
+  c.rows_bottom = c.top + c.pitch * devices;
+  c.axis_y = c.rows_bottom + 2;
+  return c;
+}
 
-  std::vector<Rgb> colours = BlockColours(model);
-  std::string body;
-
-  // Title.
+// The two title lines: model and schedule (or the options' title), then the
+// figures of the simulation.
+std::string SvgTitle(const BlockModel& model, const Schedule& schedule, const SimResult& sim,
+                     const SvgOptions& options) {
   std::string line1 = options.title;
   if (line1.empty()) {
     line1 = absl::StrCat(model.name.empty() ? "model" : model.name, " \u00b7 ",
                          schedule.name.empty() ? "schedule" : schedule.name);
   }
-  std::string line2 = absl::StrCat(schedule.microbatches, " micro-batches \u00b7 ", devices,
-                                   " devices");
+  std::string line2 = absl::StrCat(schedule.microbatches, " micro-batches \u00b7 ",
+                                   model.num_devices, " devices");
   if (sim.valid) {
     std::vector<std::string> peaks;
     for (int64_t p : sim.peak_memory) peaks.push_back(absl::StrCat(p));
@@ -270,101 +291,118 @@ std::string ScheduleToSvg(const BlockModel& model, const Schedule& schedule, con
   } else {
     absl::StrAppend(&line2, " \u00b7 invalid: ", sim.violation);
   }
-  absl::StrAppend(&body, "<text x=\"16\" y=\"24\" class=\"title\">", XmlEscape(line1), "</text>\n",
-                  "<text x=\"16\" y=\"45\" class=\"sub\">", XmlEscape(line2), "</text>\n");
+  return absl::StrCat("<text x=\"16\" y=\"24\" class=\"title\">", XmlEscape(line1), "</text>\n",
+                      "<text x=\"16\" y=\"45\" class=\"sub\">", XmlEscape(line2), "</text>\n");
+}
 
-  // Rows, grid and axis.
-  const int64_t step = NiceStep(64.0 / ppu);
+// The grid lines, one row per device with its idle share and peak memory, and
+// the time axis.
+std::string SvgRowsAndAxis(const ChartLayout& c, const SimResult& sim, int devices) {
+  std::string body;
+  const int64_t step = NiceStep(64.0 / c.ppu);
   absl::StrAppend(&body, "<g class=\"grid\">\n");
-  for (int64_t t = (t0 + step - 1) / step * step; t <= t1; t += step) {
-    absl::StrAppend(&body, "<line x1=\"", Num(x_of(t)), "\" y1=\"", Num(top - 4), "\" x2=\"",
-                    Num(x_of(t)), "\" y2=\"", Num(rows_bottom), "\"/>\n");
+  for (int64_t t = (c.t0 + step - 1) / step * step; t <= c.t1; t += step) {
+    absl::StrAppend(&body, "<line x1=\"", Num(c.X(t)), "\" y1=\"", Num(c.top - 4), "\" x2=\"",
+                    Num(c.X(t)), "\" y2=\"", Num(c.rows_bottom), "\"/>\n");
   }
   absl::StrAppend(&body, "</g>\n");
   for (int d = 0; d < devices; ++d) {
-    const double y = top + pitch * d;
-    absl::StrAppend(&body, "<rect class=\"row\" x=\"", Num(left), "\" y=\"", Num(y), "\" width=\"",
-                    Num(chart_w), "\" height=\"", Num(row_h), "\"/>\n");
-    absl::StrAppend(&body, "<text class=\"dev\" x=\"", Num(left - 8), "\" y=\"",
-                    Num(y + row_h / 2 + 4), "\">device ", d, "</text>\n");
+    const double y = c.top + c.pitch * d;
+    absl::StrAppend(&body, "<rect class=\"row\" x=\"", Num(c.left), "\" y=\"", Num(y),
+                    "\" width=\"", Num(c.chart_w), "\" height=\"", Num(c.row_h), "\"/>\n");
+    absl::StrAppend(&body, "<text class=\"dev\" x=\"", Num(c.left - 8), "\" y=\"",
+                    Num(y + c.row_h / 2 + 4), "\">device ", d, "</text>\n");
     if (sim.valid && d < static_cast<int>(sim.bubble.size())) {
-      absl::StrAppend(&body, "<text class=\"stat\" x=\"", Num(left + chart_w + 10), "\" y=\"",
-                      Num(y + row_h / 2 + 4), "\">idle ", Percent(sim.bubble[d]), " \u00b7 peak ",
-                      sim.peak_memory[d], "</text>\n");
+      absl::StrAppend(&body, "<text class=\"stat\" x=\"", Num(c.left + c.chart_w + 10), "\" y=\"",
+                      Num(y + c.row_h / 2 + 4), "\">idle ", Percent(sim.bubble[d]),
+                      " \u00b7 peak ", sim.peak_memory[d], "</text>\n");
     }
   }
-  const double axis_y = rows_bottom + 2;
-  absl::StrAppend(&body, "<g class=\"axis\">\n<line x1=\"", Num(left), "\" y1=\"", Num(axis_y),
-                  "\" x2=\"", Num(left + chart_w), "\" y2=\"", Num(axis_y), "\"/>\n");
-  for (int64_t t = (t0 + step - 1) / step * step; t <= t1; t += step) {
-    absl::StrAppend(&body, "<line x1=\"", Num(x_of(t)), "\" y1=\"", Num(axis_y), "\" x2=\"",
-                    Num(x_of(t)), "\" y2=\"", Num(axis_y + 5), "\"/><text x=\"", Num(x_of(t)),
-                    "\" y=\"", Num(axis_y + 18), "\">", t, "</text>\n");
+  absl::StrAppend(&body, "<g class=\"axis\">\n<line x1=\"", Num(c.left), "\" y1=\"",
+                  Num(c.axis_y), "\" x2=\"", Num(c.left + c.chart_w), "\" y2=\"", Num(c.axis_y),
+                  "\"/>\n");
+  for (int64_t t = (c.t0 + step - 1) / step * step; t <= c.t1; t += step) {
+    absl::StrAppend(&body, "<line x1=\"", Num(c.X(t)), "\" y1=\"", Num(c.axis_y), "\" x2=\"",
+                    Num(c.X(t)), "\" y2=\"", Num(c.axis_y + 5), "\"/><text x=\"", Num(c.X(t)),
+                    "\" y=\"", Num(c.axis_y + 18), "\">", t, "</text>\n");
   }
-  absl::StrAppend(&body, "</g>\n<text class=\"stat\" x=\"", Num(left + chart_w + 10), "\" y=\"",
-                  Num(axis_y + 18), "\">time</text>\n");
+  absl::StrAppend(&body, "</g>\n<text class=\"stat\" x=\"", Num(c.left + c.chart_w + 10),
+                  "\" y=\"", Num(c.axis_y + 18), "\">time</text>\n");
+  return body;
+}
 
-  // Boxes.
-  if (timed) {
-    absl::StrAppend(&body, "<g class=\"boxes\">\n");
-    for (int d = 0; d < devices; ++d) {
-      const double y = top + pitch * d;
-      for (const Instance& x : schedule.order[d]) {
-        if (x.block < 0 || x.block >= n || x.microbatch < 0 || x.microbatch >= schedule.microbatches) {
-          continue;
-        }
-        const Block& b = model.blocks[x.block];
-        const int64_t start = sim.start[x.microbatch * n + x.block];
-        const double bx = x_of(start), bw = static_cast<double>(b.span) * ppu;
-        const Rgb& c = colours[x.block];
-        absl::StrAppend(&body, "<rect class=\"blk\" x=\"", Num(bx), "\" y=\"", Num(y),
-                        "\" width=\"", Num(bw), "\" height=\"", Num(row_h), "\" fill=\"", Hex(c),
-                        "\"", bw >= 4 ? "" : " stroke=\"none\"", "><title>",
-                        XmlEscape(InstanceLabel(model, x)), " [", start, ", ", start + b.span,
-                        ")</title></rect>\n");
-        const std::string label = absl::StrCat(x.microbatch);
-        double font = std::min(13.0, row_h * 0.55);
-        font = std::min(font, (bw - 3) / (0.6 * label.size()));
-        if (font >= 7.0) {
-          absl::StrAppend(&body, "<text class=\"mb\" x=\"", Num(bx + bw / 2), "\" y=\"",
-                          Num(y + row_h / 2 + font * 0.36), "\" font-size=\"", Num(std::floor(font)),
-                          "\" fill=\"", IsDark(c) ? "#ffffff" : "#111111", "\">", label,
-                          "</text>\n");
-        }
+// One box per instance, in its block's colour, labelled with its micro-batch
+// where the label fits.
+std::string SvgBoxes(const BlockModel& model, const Schedule& schedule, const SimResult& sim,
+                     const ChartLayout& c, const std::vector<Rgb>& colours) {
+  const int n = model.num_blocks();
+  std::string body;
+  absl::StrAppend(&body, "<g class=\"boxes\">\n");
+  for (int d = 0; d < model.num_devices; ++d) {
+    const double y = c.top + c.pitch * d;
+    for (const Instance& x : schedule.order[d]) {
+      if (x.block < 0 || x.block >= n || x.microbatch < 0 ||
+          x.microbatch >= schedule.microbatches) {
+        continue;
+      }
+      const Block& b = model.blocks[x.block];
+      const int64_t start = sim.start[x.microbatch * n + x.block];
+      const double bx = c.X(start), bw = static_cast<double>(b.span) * c.ppu;
+      const Rgb& colour = colours[x.block];
+      absl::StrAppend(&body, "<rect class=\"blk\" x=\"", Num(bx), "\" y=\"", Num(y),
+                      "\" width=\"", Num(bw), "\" height=\"", Num(c.row_h), "\" fill=\"",
+                      Hex(colour), "\"", bw >= 4 ? "" : " stroke=\"none\"", "><title>",
+                      XmlEscape(InstanceLabel(model, x)), " [", start, ", ", start + b.span,
+                      ")</title></rect>\n");
+      const std::string label = absl::StrCat(x.microbatch);
+      double font = std::min(13.0, c.row_h * 0.55);
+      font = std::min(font, (bw - 3) / (0.6 * label.size()));
+      if (font >= 7.0) {
+        absl::StrAppend(&body, "<text class=\"mb\" x=\"", Num(bx + bw / 2), "\" y=\"",
+                        Num(y + c.row_h / 2 + font * 0.36), "\" font-size=\"",
+                        Num(std::floor(font)), "\" fill=\"",
+                        IsDark(colour) ? "#ffffff" : "#111111", "\">", label, "</text>\n");
       }
     }
-    absl::StrAppend(&body, "</g>\n");
   }
+  absl::StrAppend(&body, "</g>\n");
+  return body;
+}
 
-  // Legend: one swatch per block, wrapped to the width.
-  double y_end = axis_y + 30;
-  if (options.legend && n > 0) {
-    double lx = left, ly = y_end + 6;
-    const int shown = std::min(n, 96);
-    absl::StrAppend(&body, "<g class=\"legend\">\n");
-    for (int b = 0; b < shown; ++b) {
-      const std::string& name = model.blocks[b].name;
-      const double w = 18 + TextWidth(name.size(), 12) + 16;
-      if (lx + w > width - 16 && lx > left) {
-        lx = left;
-        ly += 20;
-      }
-      absl::StrAppend(&body, "<rect class=\"sw\" x=\"", Num(lx), "\" y=\"", Num(ly - 11),
-                      "\" width=\"13\" height=\"13\" fill=\"", Hex(colours[b]), "\"/><text x=\"",
-                      Num(lx + 18), "\" y=\"", Num(ly), "\">", XmlEscape(name), "</text>\n");
-      lx += w;
+// The legend: one swatch per block (the first 96), wrapped to the width, below
+// *y_end, which it moves past itself.
+std::string SvgLegend(const BlockModel& model, const ChartLayout& c,
+                      const std::vector<Rgb>& colours, double* y_end) {
+  const int n = model.num_blocks();
+  std::string body;
+  double lx = c.left, ly = *y_end + 6;
+  const int shown = std::min(n, 96);
+  absl::StrAppend(&body, "<g class=\"legend\">\n");
+  for (int b = 0; b < shown; ++b) {
+    const std::string& name = model.blocks[b].name;
+    const double w = 18 + TextWidth(name.size(), 12) + 16;
+    if (lx + w > c.width - 16 && lx > c.left) {
+      lx = c.left;
+      ly += 20;
     }
-    if (shown < n) {
-      absl::StrAppend(&body, "<text x=\"", Num(lx), "\" y=\"", Num(ly), "\">\u2026 ", n - shown,
-                      " more</text>\n");
-    }
-    absl::StrAppend(&body, "<text class=\"stat\" x=\"16\" y=\"", Num(y_end + 6),
-                    "\">blocks</text>\n</g>\n");
-    y_end = ly + 14;
+    absl::StrAppend(&body, "<rect class=\"sw\" x=\"", Num(lx), "\" y=\"", Num(ly - 11),
+                    "\" width=\"13\" height=\"13\" fill=\"", Hex(colours[b]), "\"/><text x=\"",
+                    Num(lx + 18), "\" y=\"", Num(ly), "\">", XmlEscape(name), "</text>\n");
+    lx += w;
   }
+  if (shown < n) {
+    absl::StrAppend(&body, "<text x=\"", Num(lx), "\" y=\"", Num(ly), "\">\u2026 ", n - shown,
+                    " more</text>\n");
+  }
+  absl::StrAppend(&body, "<text class=\"stat\" x=\"16\" y=\"", Num(*y_end + 6),
+                  "\">blocks</text>\n</g>\n");
+  *y_end = ly + 14;
+  return body;
+}
 
-  const double height = y_end + 8;
-  std::string svg = absl::StrCat(
+// The SVG document around `body`, with its style sheet.
+std::string SvgDocument(double width, double height, const std::string& body) {
+  return absl::StrCat(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", Num(std::ceil(width)), "\" height=\"",
       Num(std::ceil(height)), "\" viewBox=\"0 0 ", Num(std::ceil(width)), " ",
@@ -384,7 +422,23 @@ std::string ScheduleToSvg(const BlockModel& model, const Schedule& schedule, con
       ".sw{stroke:#888;stroke-width:0.5}\n",
       "</style>\n",
       "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n", body, "</svg>\n");
-  return svg;
+}
+
+}  // namespace
+
+std::string ScheduleToSvg(const BlockModel& model, const Schedule& schedule, const SimResult& sim,
+                          const SvgOptions& options) {
+  const ChartLayout layout = LayoutChart(model, schedule, sim, options);
+  const std::vector<Rgb> colours = BlockColours(model);
+  std::string body = SvgTitle(model, schedule, sim, options);
+  absl::StrAppend(&body, SvgRowsAndAxis(layout, sim, model.num_devices));
+  if (layout.timed) absl::StrAppend(&body, SvgBoxes(model, schedule, sim, layout, colours));
+  double y_end = layout.axis_y + 30;
+  if (options.legend && model.num_blocks() > 0) {
+    absl::StrAppend(&body, SvgLegend(model, layout, colours, &y_end));
+  }
+  const double height = y_end + 8;
+  return SvgDocument(layout.width, height, body);
 }
 
 }  // namespace loom::schedule

@@ -453,228 +453,316 @@ std::string ClassifyGap(const BlockModel& model, const ModelFacts& facts, int n,
   return absl::StrCat("period ", period, ": no packing found within the search budget");
 }
 
-// The repetend search: the searched schedule, or ResourceExhausted when none was
-// found within the limits.
-absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const ModelFacts& facts,
-                                            const SearchOptions& options,
-                                            Clock::time_point started) {
+// The deadline `seconds` after `started` (none when seconds is 0).
+Clock::time_point DeadlineAfter(Clock::time_point started, double seconds) {
   Clock::time_point deadline = Clock::time_point::max();
-  if (options.time_limit_seconds > 0) {
+  if (seconds > 0) {
     deadline = started + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(options.time_limit_seconds));
+                             std::chrono::duration<double>(seconds));
   }
-  // At this period micro-batches cannot overlap at all, so a repetend exists
-  // whenever one micro-batch fits alone.
+  return deadline;
+}
+
+// The period at which micro-batches cannot overlap at all, so a repetend exists
+// whenever one micro-batch fits alone.
+int64_t SerialPeriod(const BlockModel& model, const ModelFacts& facts) {
   int64_t serial = 0;
   for (const Block& b : model.blocks) {
     serial += b.span;
     for (const Dep& p : b.preds) serial += p.lag;
   }
-  serial = std::max(serial, facts.max_work);
-  SearchResult result;
-  result.period_lower_bound = facts.max_work;
-  result.makespan_lower_bound = MakespanLowerBound(facts, options.microbatches);
-  std::vector<int64_t> offsets;
-  std::vector<std::pair<int64_t, ModuloSearch::Outcome>> failed;
-  // Periods the memory bound rules out for every schedule, with the reason.
-  const MemoryBound memory_bound(model, facts);
-  std::vector<std::pair<int64_t, std::string>> memory_reasons;
-  auto memory_reason = [&](int64_t period) -> std::string {
-    if (!model.has_cap()) return "";
-    for (int d = 0; d < model.num_devices; ++d) {
-      const int64_t need = memory_bound.Device(d, period, options.microbatches);
-      if (need > model.memory_cap[d]) {
+  return std::max(serial, facts.max_work);
+}
+
+// The placement of the model's blocks modulo a period, as Z3's integer program
+// (smt/modulo_schedule.h); the period is set per try.
+smt::ModuloProblem ModuloProblemOf(const BlockModel& model) {
+  smt::ModuloProblem problem;
+  problem.num_devices = model.num_devices;
+  problem.horizon = 0;  // the solver's default, under which "none" is a proof
+  for (const Block& b : model.blocks) {
+    smt::ModuloJob job;
+    job.span = b.span;
+    job.devices = b.devices;
+    for (const Dep& d : b.preds) job.preds.push_back({d.block, d.lag});
+    problem.jobs.push_back(std::move(job));
+  }
+  return problem;
+}
+
+// The repetend search: periods probed upward from the lower bound, the undecided
+// ones below the period found tightened on more budget (and, without memory caps,
+// handed to Z3), then why the period found is or is not optimal, and the schedule
+// the repetend gives.
+class RepetendSearch {
+ public:
+  RepetendSearch(const BlockModel& model, const ModelFacts& facts, const SearchOptions& options,
+                 Clock::time_point deadline)
+      : model_(model),
+        facts_(facts),
+        options_(options),
+        deadline_(deadline),
+        memory_bound_(model, facts),
+        probe_(std::max<int64_t>(1000, options.node_limit / 1024)) {}
+
+  // The searched schedule, or ResourceExhausted when none was found within the limits.
+  absl::StatusOr<SearchResult> Run() {
+    const int64_t serial = SerialPeriod(model_, facts_);
+    result_.period_lower_bound = facts_.max_work;
+    result_.makespan_lower_bound = MakespanLowerBound(facts_, options_.microbatches);
+    Probe(serial);
+    Tighten();
+    if (!model_.has_cap()) LOOM_RETURN_IF_ERROR(SolveUndecidedPeriods());
+    if (offsets_.empty()) {
+      // Out of budget: the serial period still gives a valid schedule.
+      TryPeriod(serial, std::max<int64_t>(options_.node_limit, 1000));
+    }
+    LOOM_RETURN_IF_ERROR(FoundOne());
+    ExplainPeriod();
+    LOOM_RETURN_IF_ERROR(BuildSchedule());
+    return std::move(result_);
+  }
+
+ private:
+  using Outcome = ModuloSearch::Outcome;
+
+  // Why the memory bound rules out `period` for every schedule; empty when it does not.
+  std::string MemoryReason(int64_t period) const {
+    if (!model_.has_cap()) return "";
+    for (int d = 0; d < model_.num_devices; ++d) {
+      const int64_t need = memory_bound_.Device(d, period, options_.microbatches);
+      if (need > model_.memory_cap[d]) {
         return absl::StrCat("period ", period, ": device ", d, " must hold at least ", need,
                             " memory (its blocks' dependency distances span that many "
-                            "micro-batches), above its cap ", model.memory_cap[d]);
+                            "micro-batches), above its cap ", model_.memory_cap[d]);
       }
     }
     return "";
-  };
-  auto try_period = [&](int64_t period, int64_t limit) {
-    if (std::string why = memory_reason(period); !why.empty()) {
-      memory_reasons.push_back({period, why});
-      return ModuloSearch::Outcome::kExhausted;
+  }
+
+  // The memory-aware search at `period` on `limit` nodes; a repetend found is kept.
+  Outcome TryPeriod(int64_t period, int64_t limit) {
+    if (std::string why = MemoryReason(period); !why.empty()) {
+      memory_reasons_.push_back({period, why});
+      return Outcome::kExhausted;
     }
     Budget local;
     local.limit = limit;
-    local.deadline = deadline;
-    ModuloSearch search(model, facts, options.microbatches, period, /*use_memory=*/true,
+    local.deadline = deadline_;
+    ModuloSearch search(model_, facts_, options_.microbatches, period, /*use_memory=*/true,
                         local);
-    const ModuloSearch::Outcome outcome = search.Run();
-    result.nodes += local.nodes;
-    if (outcome == ModuloSearch::Outcome::kFound) {
-      offsets = search.best();
-      result.period = period;
-      result.latency = search.best_latency();
+    const Outcome outcome = search.Run();
+    result_.nodes += local.nodes;
+    if (outcome == Outcome::kFound) {
+      offsets_ = search.best();
+      result_.period = period;
+      result_.latency = search.best_latency();
     }
     return outcome;
-  };
-  // Probe: periods upward from the bound with a small budget each, until one gives a
-  // repetend (after 64 periods the step grows geometrically, for large spans).
-  const int64_t probe = std::max<int64_t>(1000, options.node_limit / 1024);
-  int64_t period = facts.max_work;
-  for (int attempt = 0; period <= serial; ++attempt) {
-    const int64_t left = options.node_limit - result.nodes;
-    if (left <= 0 || Clock::now() > deadline) break;
-    const ModuloSearch::Outcome outcome = try_period(period, std::min(probe, left));
-    if (outcome == ModuloSearch::Outcome::kFound) break;
-    failed.push_back({period, outcome});
-    period = attempt < 64 ? period + 1 : std::max(period + 1, period * 21 / 20);
   }
+
+  // Periods upward from the bound with a small budget each, until one gives a
+  // repetend (after 64 periods the step grows geometrically, for large spans).
+  void Probe(int64_t serial) {
+    int64_t period = facts_.max_work;
+    for (int attempt = 0; period <= serial; ++attempt) {
+      const int64_t left = options_.node_limit - result_.nodes;
+      if (left <= 0 || Clock::now() > deadline_) break;
+      const Outcome outcome = TryPeriod(period, std::min(probe_, left));
+      if (outcome == Outcome::kFound) break;
+      failed_.push_back({period, outcome});
+      period = attempt < 64 ? period + 1 : std::max(period + 1, period * 21 / 20);
+    }
+  }
+
   // Tighten, within half of the whole budget: first the lowest period below the one
   // found that the probe left undecided, on half of that budget, scaled down for
   // nodes dearer than those of a period of 8 columns over 64 blocks (a node scans
   // about period x blocks columns); then the others highest first (under memory caps
   // a period just below a feasible one is the likeliest to be feasible too), each on
   // 16 probes' budget, until one gives no repetend.
-  const int64_t tighten_start = result.nodes;
-  const int64_t tighten_limit = options.node_limit / 2;
-  std::vector<size_t> undecided;
-  for (size_t i = 0; i < failed.size() && !offsets.empty(); ++i) {
-    if (failed[i].second == ModuloSearch::Outcome::kStopped && failed[i].first < result.period) {
-      undecided.push_back(i);
-    }
-  }
-  if (!undecided.empty()) {
-    const int64_t lowest = failed[undecided.front()].first;
-    const double dearer =
-        std::max(1.0, static_cast<double>(lowest) * model.num_blocks() / (8.0 * 64.0));
-    const int64_t budget = static_cast<int64_t>(static_cast<double>(tighten_limit / 2) / dearer);
-    failed[undecided.front()].second = try_period(lowest, std::max(probe, budget));
-    if (failed[undecided.front()].second != ModuloSearch::Outcome::kFound) {
-      for (size_t k = undecided.size(); k-- > 1;) {
-        auto& [p, outcome] = failed[undecided[k]];
-        const int64_t left = tighten_limit - (result.nodes - tighten_start);
-        if (left <= 0 || Clock::now() > deadline) break;
-        outcome = try_period(p, std::min(left, 16 * probe));
-        if (outcome != ModuloSearch::Outcome::kFound) break;
+  void Tighten() {
+    const int64_t tighten_start = result_.nodes;
+    const int64_t tighten_limit = options_.node_limit / 2;
+    std::vector<size_t> undecided;
+    for (size_t i = 0; i < failed_.size() && !offsets_.empty(); ++i) {
+      if (failed_[i].second == Outcome::kStopped && failed_[i].first < result_.period) {
+        undecided.push_back(i);
       }
     }
+    if (undecided.empty()) return;
+    const int64_t lowest = failed_[undecided.front()].first;
+    const double dearer =
+        std::max(1.0, static_cast<double>(lowest) * model_.num_blocks() / (8.0 * 64.0));
+    const int64_t budget = static_cast<int64_t>(static_cast<double>(tighten_limit / 2) / dearer);
+    failed_[undecided.front()].second = TryPeriod(lowest, std::max(probe_, budget));
+    if (failed_[undecided.front()].second == Outcome::kFound) return;
+    for (size_t k = undecided.size(); k-- > 1;) {
+      auto& [p, outcome] = failed_[undecided[k]];
+      const int64_t left = tighten_limit - (result_.nodes - tighten_start);
+      if (left <= 0 || Clock::now() > deadline_) break;
+      outcome = TryPeriod(p, std::min(left, 16 * probe_));
+      if (outcome != Outcome::kFound) break;
+    }
   }
-  // Periods Z3 proved to have no repetend.
-  std::vector<int64_t> proved_infeasible;
+
   // Without memory caps a period the search left undecided below the one found
   // (or below the serial period, when none was found) goes to Z3, lowest first:
   // the placement modulo the period is then a small integer program
   // (smt/modulo_schedule.h), which decides in seconds what the search's budget did
   // not. Z3's resource limit follows the node limit, so the result stays
   // deterministic; a time limit bounds it too.
-  if (!model.has_cap()) {
-    smt::ModuloProblem problem;
-    problem.num_devices = model.num_devices;
-    problem.horizon = 0;  // the solver's default, under which "none" is a proof
-    for (const Block& b : model.blocks) {
-      smt::ModuloJob job;
-      job.span = b.span;
-      job.devices = b.devices;
-      for (const Dep& d : b.preds) job.preds.push_back({d.block, d.lag});
-      problem.jobs.push_back(std::move(job));
-    }
+  absl::Status SolveUndecidedPeriods() {
+    smt::ModuloProblem problem = ModuloProblemOf(model_);
     int tries = 0;
-    for (auto& [p, outcome] : failed) {
-      if (!offsets.empty() && p >= result.period) continue;
-      if (++tries > kSolverPeriods || Clock::now() > deadline) break;
+    for (auto& [p, outcome] : failed_) {
+      if (!offsets_.empty() && p >= result_.period) continue;
+      if (++tries > kSolverPeriods || Clock::now() > deadline_) break;
       problem.period = p;
       smt::ModuloLimits limits;
-      limits.resource_limit = static_cast<uint64_t>(options.node_limit) * kSolverWorkPerNode;
-      if (deadline != Clock::time_point::max()) {
+      limits.resource_limit = static_cast<uint64_t>(options_.node_limit) * kSolverWorkPerNode;
+      if (deadline_ != Clock::time_point::max()) {
         const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
         limits.timeout_ms = static_cast<unsigned>(std::max<int64_t>(1, left.count()));
       }
       bool proved_none = false;
       LOOM_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> placed,
                             smt::FindModuloOffsets(problem, limits, &proved_none));
       if (proved_none) {
-        outcome = ModuloSearch::Outcome::kExhausted;
-        proved_infeasible.push_back(p);
+        outcome = Outcome::kExhausted;
+        proved_infeasible_.push_back(p);
       }
       if (!placed.has_value()) continue;
       const int64_t first = *std::min_element(placed->begin(), placed->end());
       int64_t latency = 0;
       for (size_t b = 0; b < placed->size(); ++b) {
         (*placed)[b] -= first;
-        latency = std::max(latency, (*placed)[b] + model.blocks[b].span);
+        latency = std::max(latency, (*placed)[b] + model_.blocks[b].span);
       }
-      offsets = *std::move(placed);
-      result.period = p;
-      result.latency = latency;
+      offsets_ = *std::move(placed);
+      result_.period = p;
+      result_.latency = latency;
       break;
     }
+    return absl::OkStatus();
   }
-  if (offsets.empty()) {
-    // Out of budget: the serial period still gives a valid schedule.
-    try_period(serial, std::max<int64_t>(options.node_limit, 1000));
-  }
-  if (offsets.empty() && Clock::now() > deadline) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "no repetend found for '", model.name, "' within the time limit (", result.nodes,
-        " search nodes); raise --time-limit"));
-  }
-  if (offsets.empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "no repetend found for '", model.name, "' within ", result.nodes,
-        " search nodes", model.has_cap() ? " under its memory caps" : "",
-        " (a limit of the search, not a proof that none exists); raise --node-limit"));
-  }
-  result.period_optimal = result.period == result.period_lower_bound;
-  // Above the bound the period is still optimal when every shorter one is proved
-  // to have no repetend.
-  bool shorter_proved = result.period > result.period_lower_bound;
-  for (int64_t p = result.period_lower_bound; p < result.period && shorter_proved; ++p) {
-    shorter_proved = std::find(proved_infeasible.begin(), proved_infeasible.end(), p) !=
-                     proved_infeasible.end();
-  }
-  if (shorter_proved) {
-    result.period_optimal = true;
-    result.gap_reason = absl::StrCat(
-        "no repetend at period", result.period - result.period_lower_bound > 1 ? "s " : " ",
-        result.period_lower_bound,
-        result.period - result.period_lower_bound > 1 ? absl::StrCat(" to ", result.period - 1)
-                                                      : std::string(),
-        " (proved: the blocks cannot be placed modulo a shorter period, whatever the memory)");
-  } else if (!result.period_optimal && failed.empty()) {
-    // The time limit ended the probe before any period below this one was tried.
-    result.gap_reason = absl::StrCat("periods ", result.period_lower_bound, " to ",
-                                     result.period - 1, " not tried within the time limit");
-  } else if (!result.period_optimal) {
-    // The first period above the bound explains the gap (the others usually repeat it).
-    Budget classify;
-    classify.limit = std::max<int64_t>(options.node_limit / 4, 1000);
-    classify.deadline = deadline;
-    std::string why;
-    for (const auto& [p, text] : memory_reasons) {
-      if (p == failed.front().first) why = text;
+
+  // ResourceExhausted when no repetend was found.
+  absl::Status FoundOne() const {
+    if (offsets_.empty() && Clock::now() > deadline_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no repetend found for '", model_.name, "' within the time limit (", result_.nodes,
+          " search nodes); raise --time-limit"));
     }
-    result.gap_reason = ClassifyGap(model, facts, options.microbatches, failed.front().first,
-                                    failed.front().second, why, classify);
-    // Name the periods below the one found that stayed undecided.
+    if (offsets_.empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no repetend found for '", model_.name, "' within ", result_.nodes,
+          " search nodes", model_.has_cap() ? " under its memory caps" : "",
+          " (a limit of the search, not a proof that none exists); raise --node-limit"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Whether the period found is optimal, and why not (or why above the bound).
+  void ExplainPeriod() {
+    result_.period_optimal = result_.period == result_.period_lower_bound;
+    // Above the bound the period is still optimal when every shorter one is proved
+    // to have no repetend.
+    bool shorter_proved = result_.period > result_.period_lower_bound;
+    for (int64_t p = result_.period_lower_bound; p < result_.period && shorter_proved; ++p) {
+      shorter_proved = std::find(proved_infeasible_.begin(), proved_infeasible_.end(), p) !=
+                       proved_infeasible_.end();
+    }
+    if (shorter_proved) {
+      result_.period_optimal = true;
+      result_.gap_reason = absl::StrCat(
+          "no repetend at period", result_.period - result_.period_lower_bound > 1 ? "s " : " ",
+          result_.period_lower_bound,
+          result_.period - result_.period_lower_bound > 1
+              ? absl::StrCat(" to ", result_.period - 1)
+              : std::string(),
+          " (proved: the blocks cannot be placed modulo a shorter period, whatever the memory)");
+    } else if (!result_.period_optimal && failed_.empty()) {
+      // The time limit ended the probe before any period below this one was tried.
+      result_.gap_reason = absl::StrCat("periods ", result_.period_lower_bound, " to ",
+                                        result_.period - 1, " not tried within the time limit");
+    } else if (!result_.period_optimal) {
+      ExplainGap();
+    }
+  }
+
+  // The first period above the bound explains the gap (the others usually repeat
+  // it); the periods below the one found that stayed undecided are named.
+  void ExplainGap() {
+    Budget classify;
+    classify.limit = std::max<int64_t>(options_.node_limit / 4, 1000);
+    classify.deadline = deadline_;
+    std::string why;
+    for (const auto& [p, text] : memory_reasons_) {
+      if (p == failed_.front().first) why = text;
+    }
+    result_.gap_reason = ClassifyGap(model_, facts_, options_.microbatches, failed_.front().first,
+                                     failed_.front().second, why, classify);
     int64_t lo = -1, hi = -1;
-    for (const auto& [p, outcome] : failed) {
-      if (outcome != ModuloSearch::Outcome::kStopped || p >= result.period) continue;
+    for (const auto& [p, outcome] : failed_) {
+      if (outcome != Outcome::kStopped || p >= result_.period) continue;
       if (lo < 0) lo = p;
       hi = p;
     }
-    if (lo >= 0 && lo != failed.front().first) {
-      absl::StrAppend(&result.gap_reason, "; periods ", lo, " to ", hi,
+    if (lo >= 0 && lo != failed_.front().first) {
+      absl::StrAppend(&result_.gap_reason, "; periods ", lo, " to ", hi,
                       " not decided within the search budget");
     }
   }
-  const int n = model.num_blocks();
-  std::vector<int64_t> start(static_cast<size_t>(n) * options.microbatches);
-  for (int m = 0; m < options.microbatches; ++m) {
-    for (int b = 0; b < n; ++b) start[static_cast<size_t>(m) * n + b] = offsets[b] + m * result.period;
+
+  // The schedule the repetend gives every micro-batch, simulated.
+  absl::Status BuildSchedule() {
+    const int n = model_.num_blocks();
+    std::vector<int64_t> start(static_cast<size_t>(n) * options_.microbatches);
+    for (int m = 0; m < options_.microbatches; ++m) {
+      for (int b = 0; b < n; ++b) {
+        start[static_cast<size_t>(m) * n + b] = offsets_[b] + m * result_.period;
+      }
+    }
+    result_.schedule = ScheduleFromTimes(model_, options_.microbatches, start);
+    result_.schedule.name = "search";
+    result_.schedule.repetend = Repetend{result_.period, offsets_};
+    LOOM_ASSIGN_OR_RETURN(result_.sim, Simulate(model_, result_.schedule));
+    LOOM_RET_CHECK(result_.sim.valid) << "searched schedule is invalid: " << result_.sim.violation;
+    int64_t first_end = 0;
+    for (int b = 0; b < n; ++b) {
+      first_end = std::max(first_end, offsets_[b] + model_.blocks[b].span);
+    }
+    result_.in_flight = static_cast<int>((first_end + result_.period - 1) / result_.period);
+    return absl::OkStatus();
   }
-  result.schedule = ScheduleFromTimes(model, options.microbatches, start);
-  result.schedule.name = "search";
-  result.schedule.repetend = Repetend{result.period, offsets};
-  LOOM_ASSIGN_OR_RETURN(result.sim, Simulate(model, result.schedule));
-  LOOM_RET_CHECK(result.sim.valid) << "searched schedule is invalid: " << result.sim.violation;
-  int64_t first_end = 0;
-  for (int b = 0; b < n; ++b) first_end = std::max(first_end, offsets[b] + model.blocks[b].span);
-  result.in_flight = static_cast<int>((first_end + result.period - 1) / result.period);
-  return result;
+
+  const BlockModel& model_;
+  const ModelFacts& facts_;
+  const SearchOptions& options_;
+  const Clock::time_point deadline_;
+  // Periods the memory bound rules out for every schedule, with the reason.
+  const MemoryBound memory_bound_;
+  std::vector<std::pair<int64_t, std::string>> memory_reasons_;
+  // The node budget of one probe.
+  const int64_t probe_;
+  SearchResult result_;
+  // The repetend found: each block's offset.
+  std::vector<int64_t> offsets_;
+  // Periods tried without a repetend, in the order tried, with how each ended.
+  std::vector<std::pair<int64_t, Outcome>> failed_;
+  // Periods Z3 proved to have no repetend.
+  std::vector<int64_t> proved_infeasible_;
+};
+
+// The repetend search from `started`: the searched schedule, or ResourceExhausted
+// when none was found within the limits.
+absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const ModelFacts& facts,
+                                            const SearchOptions& options,
+                                            Clock::time_point started) {
+  return RepetendSearch(model, facts, options, DeadlineAfter(started, options.time_limit_seconds))
+      .Run();
 }
 
 ScheduleCandidate Candidate(const std::string& name, const absl::StatusOr<SimResult>& sim) {
@@ -693,16 +781,8 @@ ScheduleCandidate Candidate(const std::string& name, const absl::StatusOr<SimRes
   return c;
 }
 
-}  // namespace
-
-absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
-                                            const SearchOptions& options) {
-  const auto started = Clock::now();
-  Clock::time_point deadline = Clock::time_point::max();
-  if (options.time_limit_seconds > 0) {
-    deadline = started + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(options.time_limit_seconds));
-  }
+// The micro-batch count and the problem's size are within what the search takes.
+absl::Status ValidateSearchSize(const BlockModel& model, const SearchOptions& options) {
   LOOM_RETURN_IF_ERROR(ValidateBlockModel(model));
   if (options.microbatches <= 0 || options.microbatches > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -713,149 +793,175 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
         absl::StrCat(model.num_blocks(), " blocks x ", options.microbatches,
                      " micro-batches is more than this tool schedules"));
   }
-  LOOM_ASSIGN_OR_RETURN(ModelFacts facts, AnalyzeBlockModel(model));
-  // Proved impossible: every schedule ends holding what each micro-batch keeps; and
-  // one micro-batch alone needs its least peak (validation refuses a cap below it
-  // for any count only where no prefix of a micro-batch goes below zero).
+  return absl::OkStatus();
+}
+
+// Proved impossible: every schedule ends holding what each micro-batch keeps; and
+// one micro-batch alone needs its least peak (validation refuses a cap below it
+// for any count only where no prefix of a micro-batch goes below zero).
+absl::Status CheckCapsAdmitSchedule(const BlockModel& model, const ModelFacts& facts,
+                                    int microbatches) {
   for (int d = 0; d < model.num_devices && model.has_cap(); ++d) {
-    if (facts.net_memory[d] > 0 &&
-        facts.net_memory[d] > model.memory_cap[d] / options.microbatches) {
+    if (facts.net_memory[d] > 0 && facts.net_memory[d] > model.memory_cap[d] / microbatches) {
       int64_t held = 0;
-      const bool overflows = __builtin_mul_overflow(facts.net_memory[d], options.microbatches, &held);
+      const bool overflows = __builtin_mul_overflow(facts.net_memory[d], microbatches, &held);
       return absl::InvalidArgumentError(absl::StrCat(
           "block model '", model.name, "': device ", d, " keeps ", facts.net_memory[d],
-          " memory per micro-batch, so ", options.microbatches, " micro-batches end holding ",
+          " memory per micro-batch, so ", microbatches, " micro-batches end holding ",
           overflows ? std::string("more than 2^63") : absl::StrCat(held), ", above its cap ",
           model.memory_cap[d], " (no schedule can exist)"));
     }
-    if (options.microbatches == 1 && model.memory_cap[d] < facts.single_peak[d]) {
+    if (microbatches == 1 && model.memory_cap[d] < facts.single_peak[d]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "block model '", model.name, "': memory cap ", model.memory_cap[d], " on device ", d,
           " is below what one micro-batch needs (", facts.single_peak[d], ")"));
     }
   }
-  const int64_t makespan_bound = MakespanLowerBound(facts, options.microbatches);
-  // The published schedules the model admits, the list schedules and the serial
-  // one, timed within the same caps; the shortest valid one is kept.
-  std::vector<ScheduleCandidate> others;
-  std::optional<Schedule> best;
-  std::optional<SimResult> best_sim;
-  auto compare = [&](const std::string& name, absl::StatusOr<Schedule> made, bool defined) {
+  return absl::OkStatus();
+}
+
+// The schedules the search competes with: each one simulated within the model's
+// caps and listed as a candidate; the shortest valid one is kept.
+class Alternatives {
+ public:
+  explicit Alternatives(const BlockModel& model) : model_(model) {}
+
+  // Adds `made` as candidate `name` (`defined`: whether the model admits it).
+  void Compare(const std::string& name, absl::StatusOr<Schedule> made, bool defined) {
     absl::StatusOr<SimResult> sim =
-        made.ok() ? Simulate(model, *made) : absl::StatusOr<SimResult>(made.status());
-    others.push_back(Candidate(name, sim));
-    ScheduleCandidate& c = others.back();
+        made.ok() ? Simulate(model_, *made) : absl::StatusOr<SimResult>(made.status());
+    candidates_.push_back(Candidate(name, sim));
+    ScheduleCandidate& c = candidates_.back();
     c.defined = defined;
-    if (c.fits && (!best_sim.has_value() || c.makespan < best_sim->makespan)) {
-      best = *std::move(made);
-      best_sim = *std::move(sim);
+    if (c.fits && (!best_sim_.has_value() || c.makespan < best_sim_->makespan)) {
+      best_ = *std::move(made);
+      best_sim_ = *std::move(sim);
     }
-  };
-  // Every alternative is a whole schedule, simulated: above this many instances
-  // only the repetend is built.
-  constexpr int64_t kAlternativeInstances = int64_t{1} << 22;
-  if (options.compare_alternatives &&
-      int64_t{model.num_blocks()} * options.microbatches <= kAlternativeInstances) {
-    for (const std::string& name : PredefinedScheduleNames()) {
-      absl::StatusOr<Schedule> made = MakePredefinedSchedule(name, model, options.microbatches);
-      const bool defined = made.ok();
-      compare(name, std::move(made), defined);
-    }
-    // A list schedule costs instances x ready instances; above this size the
-    // repetend is the better use of the time.
-    constexpr int64_t kListInstances = int64_t{1} << 16;
-    if (int64_t{model.num_blocks()} * options.microbatches <= kListInstances) {
-      for (ListPriority rule : ListPriorities()) {
-        std::optional<Schedule> made = ListSchedule(model, facts, options.microbatches, rule);
-        absl::StatusOr<Schedule> listed =
-            made.has_value()
-                ? absl::StatusOr<Schedule>(*std::move(made))
-                : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
-                      "dead end: every block that could start next would exceed a cap"));
-        compare(absl::StrCat("list/", ListPriorityName(rule)), std::move(listed), true);
-      }
-    }
-    // Small problems: randomised list schedules, the best of them compared. The
-    // ramps of a few micro-batches are where the repetend is weakest.
-    constexpr int64_t kRandomInstances = 512;
-    constexpr int kRandomTries = 200;
-    if (int64_t{model.num_blocks()} * options.microbatches <= kRandomInstances) {
-      std::optional<Schedule> kept;
-      int64_t kept_makespan = std::numeric_limits<int64_t>::max();
-      for (int k = 0; k < kRandomTries; ++k) {
-        std::optional<Schedule> made = RandomListSchedule(model, facts, options.microbatches,
-                                                          /*seed=*/k + 1, /*spread=*/0.5 * (k % 8));
-        if (!made.has_value()) continue;
-        absl::StatusOr<SimResult> sim = Simulate(model, *made);
-        if (sim.ok() && sim->valid && sim->makespan < kept_makespan) {
-          kept_makespan = sim->makespan;
-          kept = *std::move(made);
-        }
-      }
-      compare("list/random",
-              kept.has_value() ? absl::StatusOr<Schedule>(*std::move(kept))
-                               : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
-                                     "every randomised list schedule hit a dead end")),
-              true);
-    }
-    // Micro-batches one after another: where memory is too tight for them to
-    // overlap, this still gives a valid schedule when one exists in that form.
-    std::optional<Schedule> serial = SerialSchedule(model, facts, options.microbatches,
-                                                    std::max<int64_t>(options.node_limit / 16, 1000));
-    compare("serial",
-            serial.has_value()
-                ? absl::StatusOr<Schedule>(*std::move(serial))
-                : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
-                      "no order of one micro-batch within the caps was found")),
-            true);
   }
+
+  std::vector<ScheduleCandidate>& candidates() { return candidates_; }
+  std::optional<Schedule>& best() { return best_; }
+  std::optional<SimResult>& best_sim() { return best_sim_; }
+
+ private:
+  const BlockModel& model_;
+  std::vector<ScheduleCandidate> candidates_;
+  std::optional<Schedule> best_;
+  std::optional<SimResult> best_sim_;
+};
+
+// Small problems: randomised list schedules, the best of them (the ramps of a few
+// micro-batches are where the repetend is weakest).
+absl::StatusOr<Schedule> BestRandomListSchedule(const BlockModel& model, const ModelFacts& facts,
+                                                int microbatches) {
+  constexpr int kRandomTries = 200;
+  std::optional<Schedule> kept;
+  int64_t kept_makespan = std::numeric_limits<int64_t>::max();
+  for (int k = 0; k < kRandomTries; ++k) {
+    std::optional<Schedule> made = RandomListSchedule(model, facts, microbatches,
+                                                      /*seed=*/k + 1, /*spread=*/0.5 * (k % 8));
+    if (!made.has_value()) continue;
+    absl::StatusOr<SimResult> sim = Simulate(model, *made);
+    if (sim.ok() && sim->valid && sim->makespan < kept_makespan) {
+      kept_makespan = sim->makespan;
+      kept = *std::move(made);
+    }
+  }
+  if (!kept.has_value()) {
+    return absl::FailedPreconditionError("every randomised list schedule hit a dead end");
+  }
+  return *std::move(kept);
+}
+
+// The published schedules the model admits, the list schedules and the serial
+// one, timed within the same caps.
+void CompareAlternatives(const BlockModel& model, const ModelFacts& facts,
+                         const SearchOptions& options, Alternatives& alternatives) {
+  for (const std::string& name : PredefinedScheduleNames()) {
+    absl::StatusOr<Schedule> made = MakePredefinedSchedule(name, model, options.microbatches);
+    const bool defined = made.ok();
+    alternatives.Compare(name, std::move(made), defined);
+  }
+  // A list schedule costs instances x ready instances; above this size the
+  // repetend is the better use of the time.
+  constexpr int64_t kListInstances = int64_t{1} << 16;
+  if (int64_t{model.num_blocks()} * options.microbatches <= kListInstances) {
+    for (ListPriority rule : ListPriorities()) {
+      std::optional<Schedule> made = ListSchedule(model, facts, options.microbatches, rule);
+      absl::StatusOr<Schedule> listed =
+          made.has_value()
+              ? absl::StatusOr<Schedule>(*std::move(made))
+              : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
+                    "dead end: every block that could start next would exceed a cap"));
+      alternatives.Compare(absl::StrCat("list/", ListPriorityName(rule)), std::move(listed), true);
+    }
+  }
+  constexpr int64_t kRandomInstances = 512;
+  if (int64_t{model.num_blocks()} * options.microbatches <= kRandomInstances) {
+    alternatives.Compare("list/random",
+                         BestRandomListSchedule(model, facts, options.microbatches), true);
+  }
+  // Micro-batches one after another: where memory is too tight for them to
+  // overlap, this still gives a valid schedule when one exists in that form.
+  std::optional<Schedule> serial = SerialSchedule(model, facts, options.microbatches,
+                                                  std::max<int64_t>(options.node_limit / 16, 1000));
+  alternatives.Compare("serial",
+                       serial.has_value()
+                           ? absl::StatusOr<Schedule>(*std::move(serial))
+                           : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
+                                 "no order of one micro-batch within the caps was found")),
+                       true);
+}
+
+// Small problems: a branch and bound over every schedule below the best so far,
+// compared as "exact" (nullopt where it does not run). When it covers every
+// schedule it proves the best one optimal, or that no schedule exists (an error).
+absl::StatusOr<std::optional<ExactScheduleResult>> CompareBranchAndBound(
+    const BlockModel& model, const ModelFacts& facts, const SearchOptions& options,
+    int64_t makespan_bound, Clock::time_point deadline, Alternatives& alternatives) {
   const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
-  // Small problems: a local search over the best schedule's device orders, then a
-  // branch and bound over every schedule below the best so far. They find the shorter
-  // schedules the ramps of a few micro-batches allow, and when the branch and bound
-  // covers every schedule, it proves the best one optimal (or that none exists).
-  if (options.compare_alternatives && instances <= kExactInstances && best.has_value() &&
-      best_sim->makespan > makespan_bound) {
-    std::optional<Schedule> improved =
-        ImproveOrders(model, *best, std::max<int64_t>(1000, kLocalWork / instances),
-                      /*seed=*/1, deadline);
-    if (improved.has_value()) compare("local", *std::move(improved), true);
-  }
+  const std::optional<SimResult>& best_sim = alternatives.best_sim();
   std::optional<ExactScheduleResult> exact;
-  if (options.compare_alternatives && instances <= kExactInstances &&
-      !(best_sim.has_value() && best_sim->makespan == makespan_bound)) {
-    exact = BranchAndBoundSchedule(
-        model, facts, options.microbatches,
-        best_sim.has_value() ? best_sim->makespan : std::numeric_limits<int64_t>::max(),
-        std::max<int64_t>(std::min(options.node_limit / 2, kExactWork / instances), 1000),
-        deadline);
-    if (exact->schedule.has_value()) {
-      // Its proofs rest on its own timing: the simulator must agree with it.
-      absl::StatusOr<SimResult> check = Simulate(model, *exact->schedule);
-      LOOM_RET_CHECK(check.ok() && check->valid && check->makespan == exact->makespan)
-          << "the branch and bound's schedule does not simulate as it says";
-      compare("exact", *exact->schedule, true);
-    } else {
-      compare("exact",
-              absl::FailedPreconditionError(
-                  exact->exhaustive ? "no schedule is shorter than the best of the others"
-                                    : "none shorter found within the search's limits"),
-              true);
-    }
-    if (exact->exhaustive && !best_sim.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "block model '", model.name, "': no schedule of ", options.microbatches,
-          " micro-batches keeps within the memory caps (proved: a branch and bound over "
-          "every order of the devices found none)"));
-    }
+  if (!options.compare_alternatives || instances > kExactInstances ||
+      (best_sim.has_value() && best_sim->makespan == makespan_bound)) {
+    return exact;
   }
-  // A schedule meeting the makespan's lower bound, or one the branch and bound proved
-  // optimal, leaves no repetend shorter: the repetend is then searched only for its
-  // period, on a budget that shrinks as blocks make each node dearer.
-  const bool settled = (best_sim.has_value() && best_sim->makespan == makespan_bound) ||
-                       (exact.has_value() && exact->exhaustive);
-  // Above kSettledBlocks blocks a node costs milliseconds and the repetend is not
-  // searched at all then.
+  exact = BranchAndBoundSchedule(
+      model, facts, options.microbatches,
+      best_sim.has_value() ? best_sim->makespan : std::numeric_limits<int64_t>::max(),
+      std::max<int64_t>(std::min(options.node_limit / 2, kExactWork / instances), 1000),
+      deadline);
+  if (exact->schedule.has_value()) {
+    // Its proofs rest on its own timing: the simulator must agree with it.
+    absl::StatusOr<SimResult> check = Simulate(model, *exact->schedule);
+    LOOM_RET_CHECK(check.ok() && check->valid && check->makespan == exact->makespan)
+        << "the branch and bound's schedule does not simulate as it says";
+    alternatives.Compare("exact", *exact->schedule, true);
+  } else {
+    alternatives.Compare(
+        "exact",
+        absl::FailedPreconditionError(exact->exhaustive
+                                          ? "no schedule is shorter than the best of the others"
+                                          : "none shorter found within the search's limits"),
+        true);
+  }
+  if (exact->exhaustive && !best_sim.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block model '", model.name, "': no schedule of ", options.microbatches,
+        " micro-batches keeps within the memory caps (proved: a branch and bound over "
+        "every order of the devices found none)"));
+  }
+  return exact;
+}
+
+// The repetend search, unless another schedule is `settled` (proved optimal): then
+// the repetend is searched only for its period, on a budget that shrinks as blocks
+// make each node dearer, and not at all above kSettledBlocks blocks, where a node
+// costs milliseconds.
+absl::StatusOr<SearchResult> SearchRepetendUnlessSettled(const BlockModel& model,
+                                                         const ModelFacts& facts,
+                                                         const SearchOptions& options,
+                                                         bool settled, Clock::time_point started) {
   constexpr int kSettledBlocks = 1024;
   SearchOptions repetend_options = options;
   if (settled) {
@@ -864,13 +970,20 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     repetend_options.node_limit = std::max<int64_t>(
         1000, std::min(options.node_limit / 16, options.node_limit * 8 / model.num_blocks()));
   }
-  absl::StatusOr<SearchResult> searched =
-      settled && model.num_blocks() > kSettledBlocks
-          ? absl::StatusOr<SearchResult>(absl::ResourceExhaustedError(absl::StrCat(
-                "not searched: another schedule meets the makespan's lower bound, and a "
-                "repetend of ", model.num_blocks(), " blocks would cost more than it adds")))
-          : SearchRepetend(model, facts, repetend_options, started);
-  if (!searched.ok() && !absl::IsResourceExhausted(searched.status())) return searched.status();
+  if (settled && model.num_blocks() > kSettledBlocks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "not searched: another schedule meets the makespan's lower bound, and a "
+        "repetend of ", model.num_blocks(), " blocks would cost more than it adds"));
+  }
+  return SearchRepetend(model, facts, repetend_options, started);
+}
+
+// The result from the repetend `searched` (or why none was found) and the
+// alternatives: the searched schedule unless another is shorter (ties go to the
+// search); ResourceExhausted when neither gives a schedule.
+absl::StatusOr<SearchResult> ChooseSchedule(absl::StatusOr<SearchResult> searched,
+                                            Alternatives& alternatives, const ModelFacts& facts,
+                                            int64_t makespan_bound, bool settled) {
   SearchResult result;
   if (searched.ok()) {
     result = *std::move(searched);
@@ -889,21 +1002,67 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
     none.why_not = result.gap_reason;
     result.candidates.push_back(none);
   }
+  std::vector<ScheduleCandidate>& others = alternatives.candidates();
+  std::vector<std::string> tried;
+  for (const ScheduleCandidate& c : others) {
+    if (c.defined) tried.push_back(c.name);
+  }
   for (ScheduleCandidate& c : others) result.candidates.push_back(std::move(c));
-  // The searched schedule unless another is shorter (ties go to the search).
+  std::optional<SimResult>& best_sim = alternatives.best_sim();
   if (best_sim.has_value() && (!searched.ok() || best_sim->makespan < result.sim.makespan)) {
-    result.schedule = *std::move(best);
+    result.schedule = *std::move(alternatives.best());
     result.sim = *std::move(best_sim);
   } else if (!searched.ok()) {
     if (others.empty()) return searched.status();
-    std::vector<std::string> tried;
-    for (const ScheduleCandidate& c : others) {
-      if (c.defined) tried.push_back(c.name);
-    }
     return absl::ResourceExhaustedError(absl::StrCat(
         searched.status().message(), "; none of the other schedules tried (",
         absl::StrJoin(tried, ", "), ") fits the caps either"));
   }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
+                                            const SearchOptions& options) {
+  const auto started = Clock::now();
+  const Clock::time_point deadline = DeadlineAfter(started, options.time_limit_seconds);
+  LOOM_RETURN_IF_ERROR(ValidateSearchSize(model, options));
+  LOOM_ASSIGN_OR_RETURN(ModelFacts facts, AnalyzeBlockModel(model));
+  LOOM_RETURN_IF_ERROR(CheckCapsAdmitSchedule(model, facts, options.microbatches));
+  const int64_t makespan_bound = MakespanLowerBound(facts, options.microbatches);
+  Alternatives alternatives(model);
+  // Every alternative is a whole schedule, simulated: above this many instances
+  // only the repetend is built.
+  constexpr int64_t kAlternativeInstances = int64_t{1} << 22;
+  const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
+  if (options.compare_alternatives && instances <= kAlternativeInstances) {
+    CompareAlternatives(model, facts, options, alternatives);
+  }
+  // Small problems: a local search over the best schedule's device orders, then a
+  // branch and bound over every schedule below the best so far. They find the shorter
+  // schedules the ramps of a few micro-batches allow.
+  if (options.compare_alternatives && instances <= kExactInstances &&
+      alternatives.best().has_value() && alternatives.best_sim()->makespan > makespan_bound) {
+    std::optional<Schedule> improved =
+        ImproveOrders(model, *alternatives.best(),
+                      std::max<int64_t>(1000, kLocalWork / instances), /*seed=*/1, deadline);
+    if (improved.has_value()) alternatives.Compare("local", *std::move(improved), true);
+  }
+  LOOM_ASSIGN_OR_RETURN(std::optional<ExactScheduleResult> exact,
+                        CompareBranchAndBound(model, facts, options, makespan_bound, deadline,
+                                              alternatives));
+  // A schedule meeting the makespan's lower bound, or one the branch and bound proved
+  // optimal, leaves no repetend shorter.
+  const std::optional<SimResult>& best_sim = alternatives.best_sim();
+  const bool settled = (best_sim.has_value() && best_sim->makespan == makespan_bound) ||
+                       (exact.has_value() && exact->exhaustive);
+  absl::StatusOr<SearchResult> searched =
+      SearchRepetendUnlessSettled(model, facts, options, settled, started);
+  if (!searched.ok() && !absl::IsResourceExhausted(searched.status())) return searched.status();
+  LOOM_ASSIGN_OR_RETURN(SearchResult result,
+                        ChooseSchedule(std::move(searched), alternatives, facts, makespan_bound,
+                                       settled));
   if (result.sim.makespan == result.makespan_lower_bound) {
     result.makespan_optimal = true;
     result.makespan_proof = "it meets the makespan's lower bound";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -270,6 +271,190 @@ absl::StatusOr<std::vector<std::vector<Action>>> AddSendRecv(
   return out;
 }
 
+// The rows of a torch CSV. A row ends in "\r\n" (Python's csv module), "\n" or a
+// lone "\r" (old Mac line ends): all three are read alike.
+std::vector<absl::string_view> CsvRows(absl::string_view text) {
+  std::vector<absl::string_view> lines;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = text.find_first_of("\r\n", begin);
+    if (end == absl::string_view::npos) {
+      lines.push_back(text.substr(begin));
+      break;
+    }
+    lines.push_back(text.substr(begin, end - begin));
+    begin = end + (text.substr(end, 2) == "\r\n" ? 2 : 1);
+  }
+  return lines;
+}
+
+// A torch CSV's actions as read: per rank its actions with the fields they come
+// from, per field its compute actions, and whether it lists sends and receives.
+struct CsvActions {
+  std::vector<std::vector<Entry>> rows;
+  std::vector<std::vector<std::vector<Action>>> turns;
+  bool has_transfers = false;
+};
+
+absl::StatusOr<CsvActions> ParseCsvActions(const std::vector<absl::string_view>& lines,
+                                           absl::string_view filename) {
+  const int ranks = static_cast<int>(lines.size());
+  CsvActions csv;
+  csv.rows.resize(ranks);
+  csv.turns.resize(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    absl::string_view line = lines[r];
+    if (line.empty()) continue;
+    int column = 0;
+    for (absl::string_view field : absl::StrSplit(line, ',')) {
+      ++column;
+      const std::string where = absl::StrCat(filename, ":", r + 1, ":", column, ": ");
+      LOOM_ASSIGN_OR_RETURN(std::vector<Action> actions, ParseField(field, where));
+      csv.turns[r].emplace_back();
+      for (const Action& a : actions) {
+        if (IsTransfer(a.type)) csv.has_transfers = true;
+        if (Info(a.type).compute) csv.turns[r].back().push_back(a);
+        csv.rows[r].push_back(Entry{a, r + 1, column});
+      }
+    }
+  }
+  return csv;
+}
+
+// How a CSV's stages sit on its ranks (the loop or the v layout), with its
+// micro-batch count and whether its backward is split.
+struct StageLayout {
+  std::vector<int> rank_of;  // by stage
+  int microbatches = 0;
+  bool split = false;
+  bool loop = false;  // the loop layout; else the v layout
+};
+
+absl::StatusOr<StageLayout> InferStageLayout(const std::vector<std::vector<Entry>>& rows,
+                                             absl::string_view filename) {
+  const int ranks = static_cast<int>(rows.size());
+  StageLayout layout;
+  std::vector<int>& rank_of = layout.rank_of;
+  std::vector<const Entry*> first_of;
+  for (int r = 0; r < ranks; ++r) {
+    for (const Entry& e : rows[r]) {
+      if (!Info(e.action.type).compute) continue;
+      const int s = e.action.stage;
+      if (s >= static_cast<int>(rank_of.size())) {
+        rank_of.resize(s + 1, -1);
+        first_of.resize(s + 1, nullptr);
+      }
+      if (rank_of[s] >= 0 && rank_of[s] != r) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(filename, e), "stage ", s, " is on rank ", r, " and on rank ", rank_of[s],
+            " (at ", first_of[s]->line, ":", first_of[s]->column, ")"));
+      }
+      rank_of[s] = r;
+      if (first_of[s] == nullptr) first_of[s] = &e;
+      layout.microbatches = std::max(layout.microbatches, e.action.microbatch + 1);
+      layout.split |= e.action.type == ActionType::kBackwardInput ||
+                      e.action.type == ActionType::kBackwardWeight;
+    }
+  }
+  const int stages = static_cast<int>(rank_of.size());
+  if (stages == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(filename, ": no compute actions"));
+  }
+  for (int s = 0; s < stages; ++s) {
+    if (rank_of[s] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(filename, ": stage ", s, " has no actions (stages 0..", stages - 1, ")"));
+    }
+  }
+  bool loop = stages % ranks == 0, v = stages == 2 * ranks;
+  for (int s = 0; s < stages; ++s) {
+    loop &= rank_of[s] == s % ranks;
+    v &= rank_of[s] == (s < ranks ? s : 2 * ranks - 1 - s);
+  }
+  if (!loop && !v) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        filename, ": stages sit on ranks [", absl::StrJoin(rank_of, ", "),
+        "], neither the loop layout (stage s on rank s % ", ranks, ") nor the v layout"));
+  }
+  layout.loop = loop;
+  return layout;
+}
+
+// The stage model of `layout` with the options' spans, and with --comm-steps the
+// SEND and RECV blocks between its ranks.
+absl::StatusOr<BlockModel> CsvStageModel(const StageLayout& layout, int ranks,
+                                         const TorchImportOptions& options,
+                                         absl::string_view filename) {
+  StageCosts costs = options.costs;
+  if (layout.split && costs.backward_weight == 0) costs.backward_weight = 1;
+  if (!layout.split) costs.backward_weight = 0;
+  if (options.comm_steps) costs.comm = 0;
+  const int stages = static_cast<int>(layout.rank_of.size());
+  auto made = MakeStageModel(ranks, stages, layout.loop ? "loop" : "v", costs);
+  if (!made.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(filename, ": ", made.status().message()));
+  }
+  BlockModel model = *std::move(made);
+  if (options.comm_steps) AddTransferBlocks(model, layout.rank_of, layout.split);
+  return model;
+}
+
+// Per rank, the actions the schedule keeps, and the entries they come from (for
+// errors; nullptr for sends and receives placed as torch's lowering does).
+struct KeptActions {
+  std::vector<std::vector<Action>> actions;
+  std::vector<std::vector<const Entry*>> origin;
+};
+
+absl::StatusOr<KeptActions> KeepActions(const CsvActions& csv, const StageLayout& layout,
+                                        const TorchImportOptions& options,
+                                        absl::string_view filename) {
+  const int ranks = static_cast<int>(csv.rows.size());
+  KeptActions kept;
+  kept.actions.resize(ranks);
+  kept.origin.resize(ranks);
+  if (options.comm_steps && !csv.has_transfers) {
+    LOOM_ASSIGN_OR_RETURN(kept.actions, AddSendRecv(csv.turns, layout.rank_of, filename));
+    for (int r = 0; r < ranks; ++r) kept.origin[r].assign(kept.actions[r].size(), nullptr);
+    return kept;
+  }
+  for (int r = 0; r < ranks; ++r) {
+    for (const Entry& e : csv.rows[r]) {
+      const Action& a = e.action;
+      const bool transfer = IsTransfer(a.type);
+      if (!Info(a.type).compute && !(transfer && options.comm_steps)) continue;
+      if (transfer && a.microbatch >= layout.microbatches) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(filename, e), "'", ActionText(a),
+                                                       "': micro-batch beyond the computed ",
+                                                       layout.microbatches));
+      }
+      kept.actions[r].push_back(a);
+      kept.origin[r].push_back(&e);
+    }
+  }
+  return kept;
+}
+
+// A full backward in a split model is its I then its W.
+void ExpandFullBackwards(KeptActions& kept) {
+  for (size_t r = 0; r < kept.actions.size(); ++r) {
+    std::vector<Action> expanded;
+    std::vector<const Entry*> expanded_origin;
+    for (size_t i = 0; i < kept.actions[r].size(); ++i) {
+      const Action& a = kept.actions[r][i];
+      if (a.type == ActionType::kFullBackward) {
+        expanded.push_back(Action{ActionType::kBackwardInput, a.stage, a.microbatch});
+        expanded.push_back(Action{ActionType::kBackwardWeight, a.stage, a.microbatch});
+        expanded_origin.insert(expanded_origin.end(), 2, kept.origin[r][i]);
+      } else {
+        expanded.push_back(a);
+        expanded_origin.push_back(kept.origin[r][i]);
+      }
+    }
+    kept.actions[r] = std::move(expanded);
+    kept.origin[r] = std::move(expanded_origin);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ScheduleToTorchCsv(const BlockModel& model, const Schedule& schedule,
@@ -336,151 +521,28 @@ absl::StatusOr<std::string> ScheduleToTorchCsv(const BlockModel& model, const Sc
 absl::StatusOr<LoadedSchedule> ScheduleFromTorchCsv(absl::string_view text,
                                                     absl::string_view filename,
                                                     const TorchImportOptions& options) {
-  // Rows and fields. A row ends in "\r\n" (Python's csv module), "\n" or a lone
-  // "\r" (old Mac line ends): all three are read alike.
-  std::vector<absl::string_view> lines;
-  for (size_t begin = 0; begin < text.size();) {
-    const size_t end = text.find_first_of("\r\n", begin);
-    if (end == absl::string_view::npos) {
-      lines.push_back(text.substr(begin));
-      break;
-    }
-    lines.push_back(text.substr(begin, end - begin));
-    begin = end + (text.substr(end, 2) == "\r\n" ? 2 : 1);
-  }
+  const std::vector<absl::string_view> lines = CsvRows(text);
   const int ranks = static_cast<int>(lines.size());
   if (ranks == 0) return absl::InvalidArgumentError(absl::StrCat(filename, ": no rows"));
-  std::vector<std::vector<Entry>> rows(ranks);
-  std::vector<std::vector<std::vector<Action>>> turns(ranks);  // per field: its compute actions
-  bool has_transfers = false;
-  for (int r = 0; r < ranks; ++r) {
-    absl::string_view line = lines[r];
-    if (line.empty()) continue;
-    int column = 0;
-    for (absl::string_view field : absl::StrSplit(line, ',')) {
-      ++column;
-      const std::string where = absl::StrCat(filename, ":", r + 1, ":", column, ": ");
-      LOOM_ASSIGN_OR_RETURN(std::vector<Action> actions, ParseField(field, where));
-      turns[r].emplace_back();
-      for (const Action& a : actions) {
-        if (IsTransfer(a.type)) has_transfers = true;
-        if (Info(a.type).compute) turns[r].back().push_back(a);
-        rows[r].push_back(Entry{a, r + 1, column});
-      }
-    }
-  }
-
-  // Stages, their ranks, micro-batches, split backward.
-  std::vector<int> rank_of;
-  std::vector<const Entry*> first_of;
-  int microbatches = 0;
-  bool split = false;
-  for (int r = 0; r < ranks; ++r) {
-    for (const Entry& e : rows[r]) {
-      if (!Info(e.action.type).compute) continue;
-      const int s = e.action.stage;
-      if (s >= static_cast<int>(rank_of.size())) {
-        rank_of.resize(s + 1, -1);
-        first_of.resize(s + 1, nullptr);
-      }
-      if (rank_of[s] >= 0 && rank_of[s] != r) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Where(filename, e), "stage ", s, " is on rank ", r, " and on rank ", rank_of[s],
-            " (at ", first_of[s]->line, ":", first_of[s]->column, ")"));
-      }
-      rank_of[s] = r;
-      if (first_of[s] == nullptr) first_of[s] = &e;
-      microbatches = std::max(microbatches, e.action.microbatch + 1);
-      split |= e.action.type == ActionType::kBackwardInput ||
-               e.action.type == ActionType::kBackwardWeight;
-    }
-  }
-  const int stages = static_cast<int>(rank_of.size());
-  if (stages == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(filename, ": no compute actions"));
-  }
-  for (int s = 0; s < stages; ++s) {
-    if (rank_of[s] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(filename, ": stage ", s, " has no actions (stages 0..", stages - 1, ")"));
-    }
-  }
-  bool loop = stages % ranks == 0, v = stages == 2 * ranks;
-  for (int s = 0; s < stages; ++s) {
-    loop &= rank_of[s] == s % ranks;
-    v &= rank_of[s] == (s < ranks ? s : 2 * ranks - 1 - s);
-  }
-  if (!loop && !v) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        filename, ": stages sit on ranks [", absl::StrJoin(rank_of, ", "),
-        "], neither the loop layout (stage s on rank s % ", ranks, ") nor the v layout"));
-  }
-
-  // The model.
-  StageCosts costs = options.costs;
-  if (split && costs.backward_weight == 0) costs.backward_weight = 1;
-  if (!split) costs.backward_weight = 0;
-  if (options.comm_steps) costs.comm = 0;
-  auto made = MakeStageModel(ranks, stages, loop ? "loop" : "v", costs);
-  if (!made.ok()) return absl::InvalidArgumentError(absl::StrCat(filename, ": ", made.status().message()));
+  LOOM_ASSIGN_OR_RETURN(const CsvActions csv, ParseCsvActions(lines, filename));
+  LOOM_ASSIGN_OR_RETURN(const StageLayout layout, InferStageLayout(csv.rows, filename));
   LoadedSchedule out;
-  out.model = *std::move(made);
-  if (options.comm_steps) AddTransferBlocks(out.model, rank_of, split);
-
-  // Per rank: the kept actions (with their fields, for errors).
-  std::vector<std::vector<Action>> kept(ranks);
-  std::vector<std::vector<const Entry*>> origin(ranks);
-  if (options.comm_steps && !has_transfers) {
-    LOOM_ASSIGN_OR_RETURN(kept, AddSendRecv(turns, rank_of, filename));
-    for (int r = 0; r < ranks; ++r) origin[r].assign(kept[r].size(), nullptr);
-  } else {
-    for (int r = 0; r < ranks; ++r) {
-      for (const Entry& e : rows[r]) {
-        const Action& a = e.action;
-        const bool transfer = IsTransfer(a.type);
-        if (!Info(a.type).compute && !(transfer && options.comm_steps)) continue;
-        if (transfer && a.microbatch >= microbatches) {
-          return absl::InvalidArgumentError(absl::StrCat(Where(filename, e), "'", ActionText(a),
-                                                         "': micro-batch beyond the computed ",
-                                                         microbatches));
-        }
-        kept[r].push_back(a);
-        origin[r].push_back(&e);
-      }
-    }
-  }
-  // A full backward in a split model is its I then its W.
-  if (split) {
-    for (int r = 0; r < ranks; ++r) {
-      std::vector<Action> expanded;
-      std::vector<const Entry*> expanded_origin;
-      for (size_t i = 0; i < kept[r].size(); ++i) {
-        const Action& a = kept[r][i];
-        if (a.type == ActionType::kFullBackward) {
-          expanded.push_back(Action{ActionType::kBackwardInput, a.stage, a.microbatch});
-          expanded.push_back(Action{ActionType::kBackwardWeight, a.stage, a.microbatch});
-          expanded_origin.insert(expanded_origin.end(), 2, origin[r][i]);
-        } else {
-          expanded.push_back(a);
-          expanded_origin.push_back(origin[r][i]);
-        }
-      }
-      kept[r] = std::move(expanded);
-      origin[r] = std::move(expanded_origin);
-    }
-  }
+  LOOM_ASSIGN_OR_RETURN(out.model, CsvStageModel(layout, ranks, options, filename));
+  LOOM_ASSIGN_OR_RETURN(KeptActions kept, KeepActions(csv, layout, options, filename));
+  if (layout.split) ExpandFullBackwards(kept);
 
   Schedule& s = out.schedule;
-  s.microbatches = microbatches;
+  s.microbatches = layout.microbatches;
   s.name = "torch";
   s.order.assign(ranks, {});
   for (int r = 0; r < ranks; ++r) {
-    for (size_t i = 0; i < kept[r].size(); ++i) {
-      const Action& a = kept[r][i];
+    for (size_t i = 0; i < kept.actions[r].size(); ++i) {
+      const Action& a = kept.actions[r][i];
       const int block = out.model.Find(BlockName(a.type, a.stage));
       if (block < 0) {
-        const std::string where = origin[r][i] != nullptr ? Where(filename, *origin[r][i])
-                                                          : absl::StrCat(filename, ": ");
+        const std::string where = kept.origin[r][i] != nullptr
+                                      ? Where(filename, *kept.origin[r][i])
+                                      : absl::StrCat(filename, ": ");
         return absl::InvalidArgumentError(absl::StrCat(
             where, "'", ActionText(a), "': stage ", a.stage,
             " and the stage it talks to are on one rank, nothing is sent between them"));

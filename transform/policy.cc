@@ -124,12 +124,52 @@ class Policy {
   absl::StatusOr<PartitionSpec> Run();
 
  private:
+  // An op's input and output types and its dim signature, as Decide reads them.
+  struct OpView {
+    const Op& op;
+    std::vector<TensorType> in, out;
+    ir::DimSignature sig;
+  };
+  // The labels an op splits along grid axis g of n devices: the first candidate
+  // whose dims (with the labels coupled to it) divide evenly.
+  struct AxisSplit {
+    const OpView& view;
+    int g;
+    int64_t n;
+    std::vector<std::string> labels;
+  };
+
   absl::Status AssignStages();
   absl::Status Decide(const Op& op);
   bool Divisible(const ir::DimSignature& sig, absl::Span<const TensorType> in,
                  absl::Span<const TensorType> out, const std::vector<std::string>& labels,
                  int64_t n) const;
   std::vector<std::string> WithCoupled(const ir::DimSignature& sig, const std::string& l) const;
+  // The layout input i of `op` arrives in along grid axis g (nullptr: a free input
+  // not placed yet).
+  const AxisLayout* Produced(const Op& op, size_t i, int g) const;
+  // Takes label `l` (with its coupled labels) as the split unless one is chosen or
+  // its dims do not divide evenly.
+  void TrySplit(AxisSplit& split, const std::string& l) const;
+  // Decides the op's split along grid axis g: its split labels, or whether it runs
+  // on partial sums there.
+  void DecideAxis(const OpView& view, int g);
+  // Megatron-LM's tensor-parallel splits of linears, embeddings and expert weights.
+  void SplitTensorParallel(AxisSplit& split) const;
+  // ZeRO's split over dp of an optimizer update or a gradient accumulation: a dim
+  // the tp split left whole, the same one for every op of one parameter.
+  void SplitForZero(AxisSplit& split);
+  // An update of a master copy, or a weight gradient, split like its parameter.
+  void SplitLikeParameter(AxisSplit& split) const;
+  // The split of an input that arrives sharded, then sequence parallelism.
+  void FollowShardedInputs(AxisSplit& split) const;
+  // Whether a linear op runs on the partial sums arriving along grid axis g
+  // instead of reducing them first.
+  bool RunsOnPartials(const Op& op, int g) const;
+  // Places the op's free inputs (parameters, optimizer state) as it reads them.
+  void HomeFreeInputs(const Op& op, const OpLayouts& layouts);
+  // Records the op's output layouts and where the sequence dim went.
+  void RecordOutputs(const Op& op, const ir::DimSignature& sig, const OpLayouts& layouts);
 
   const Graph& spec_;
   const Strategy& s_;
@@ -251,158 +291,179 @@ bool Policy::Divisible(const ir::DimSignature& sig, absl::Span<const TensorType>
   return check(sig.inputs, in) && check(sig.outputs, out);
 }
 
-absl::Status Policy::Decide(const Op& op) {
-  std::vector<TensorType> in, out;
-  for (TensorId t : op.inputs) in.push_back(spec_.tensor(t).type());
-  for (TensorId t : op.outputs) out.push_back(spec_.tensor(t).type());
-  LOOM_ASSIGN_OR_RETURN(ir::DimSignature sig,
-                        ir::GetOpSchema(op.kind).signature(in, op.attrs));
-  OpPartition& part = p_.ops[op.id];
-  part.split_labels.assign(sizes_.size(), {});
-  part.on_partials.assign(sizes_.size(), false);
-  part.recompute = s_.recompute && op.info.layer >= 0;
-  const std::vector<int64_t>& sizes = sizes_;
-  auto produced = [&](size_t i, int g) -> const AxisLayout* {
-    TensorId t = op.inputs[i];
-    if (layout_[t].empty()) return nullptr;
-    return &layout_[t][g];
-  };
-  // Tensor parallelism is decided first: ZeRO picks a dim the tp split left whole.
-  std::vector<int> order = {kTp};
-  if (kEp >= 0) order.push_back(kEp);
-  order.push_back(kDp);
-  for (int g : order) {
-    const int64_t n = sizes[g];
-    if (n <= 1) continue;
-    std::vector<std::string> labels;
-    auto try_label = [&](const std::string& l) {
-      if (!labels.empty()) return;
-      std::vector<std::string> group = WithCoupled(sig, l);
-      if (Divisible(sig, in, out, group, n)) labels = group;
-    };
-    if (g == kTp && op.info.phase != ir::Phase::kOptimizer) {
-      if (op.kind == OpKind::kLinear) {
-        const AxisLayout* x = produced(0, g);
-        const int last = in[0].shape.rank() - 1;
-        if (x != nullptr && x->kind == AxisKind::kSharded && x->dim == last) {
-          try_label(sig.inputs[0][last]);  // row-parallel
-        } else {
-          try_label(sig.inputs[1][0]);  // column-parallel
-        }
-      } else if (op.kind == OpKind::kEmbedding) {
-        try_label(sig.inputs[1][0]);  // vocabulary-parallel
-      } else if (op.kind == OpKind::kMatMul && op.inputs.size() == 2 &&
-                 IsFree(spec_, op.inputs[1]) && in[1].shape.rank() >= 3) {
-        // Expert weights ([E, in, out] of a batched matmul) split over the tensor-
-        // parallel group like a linear's, as Megatron-LM's expert tensor parallelism
-        // does by default: the gate and up projections column-parallel, the down
-        // projection row-parallel on their output. Each device then holds its
-        // share of its experts and computes their weight gradients on it.
-        const AxisLayout* x = produced(0, g);
-        const int last = in[0].shape.rank() - 1;
-        if (x != nullptr && x->kind == AxisKind::kSharded && x->dim == last) {
-          try_label(sig.inputs[0][last]);  // row-parallel
-        } else {
-          try_label(sig.inputs[1][in[1].shape.rank() - 1]);  // column-parallel
-        }
-      }
-    }
-    // Expert parallelism: expert weights ([E, ...] parameters of a batched matmul)
-    // are split by expert, which turns the token-to-expert exchange into all-to-alls.
-    if (g == kEp && op.kind == OpKind::kMatMul && op.inputs.size() == 2 &&
-        IsFree(spec_, op.inputs[1]) && in[1].shape.rank() >= 3) {
-      try_label(sig.inputs[1][0]);
-    }
-    if (g == kDp && s_.zero >= 1 &&
-        (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd ||
-         (s_.zero >= 2 && op.kind == OpKind::kAccumulate && op.info.microbatch < 0 &&
-          absl::StartsWith(spec_.tensor(op.outputs[0]).name, "grad.")))) {
-      // The parameter this update (of it or of its master copy) or gradient
-      // accumulation belongs to: a master is split like its parameter's gradient.
-      std::string param = spec_.tensor(op.inputs[0]).name;
-      if (op.kind == OpKind::kAccumulate) {
-        param = spec_.tensor(op.outputs[0]).name.substr(5);
-      } else if (auto of = ir::ParameterOfMaster(spec_, op.inputs[0])) {
-        param = spec_.tensor(*of).name;
-      }
-      auto known = zero_dim_.find(param);
-      int z = known == zero_dim_.end() ? -1 : known->second;
-      if (z < 0) {
-        for (int d = 0; d < in[0].shape.rank(); ++d) {
-          bool tp_split = false;
-          for (const std::string& l : part.split_labels[kTp]) tp_split |= sig.inputs[0][d] == l;
-          if (!tp_split && in[0].shape.dim(d) % n == 0) {
-            z = d;
-            break;
-          }
-        }
-      }
-      if (z >= 0) {
-        try_label(sig.inputs[0][z]);
-        if (!labels.empty()) zero_dim_[param] = z;
-      } else if (op.kind != OpKind::kAccumulate) {
-        p_.zero_whole.push_back(param);
-      }
-    }
-    // A master copy's update is split like the parameter it copies.
-    if (labels.empty() && (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd)) {
-      std::optional<TensorId> param = ir::ParameterOfMaster(spec_, op.inputs[0]);
-      if (param.has_value() && !layout_[*param].empty() &&
-          layout_[*param][g].kind == AxisKind::kSharded) {
-        try_label(sig.inputs[0][layout_[*param][g].dim]);
-      }
-    }
-    // A weight gradient lies like its weight: computed on the weight's shard from
-    // gathered activations (Megatron-LM's backward), not summed whole from sequence
-    // pieces.
-    if (labels.empty() && op.outputs.size() == 1 && op.info.phase == ir::Phase::kBackward &&
-        spec_.tensor(op.outputs[0]).role == ir::TensorRole::kGradient &&
-        out[0].shape.rank() >= 2) {
-      if (std::optional<TensorId> w = ParameterOfGradient(spec_, op.outputs[0]);
-          w.has_value() && !layout_[*w].empty() && layout_[*w][g].kind == AxisKind::kSharded) {
-        try_label(sig.outputs[0][layout_[*w][g].dim]);
-      }
-    }
-    // Follow the split of an input that arrives sharded: a parameter's first (the
-    // backward of a row-parallel linear computes with the weight's shard and
-    // gathers the activation gradient, as Megatron-LM does, rather than gathering
-    // the weight, which would stay whole on every device through every
-    // micro-batch), then the others.
-    for (int pass = 0; pass < 2 && labels.empty(); ++pass) {
-      for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
-        if (IsFree(spec_, op.inputs[i]) != (pass == 0)) continue;
-        const AxisLayout* a = produced(i, g);
-        if (a != nullptr && a->kind == AxisKind::kSharded) try_label(sig.inputs[i][a->dim]);
-      }
-    }
-    // Sequence parallelism between tensor-parallel regions: an op there runs on
-    // sequence pieces, so partial sums arriving from a row-parallel linear are
-    // reduce-scattered into them (Megatron-LM's sequence parallelism) rather than
-    // carried whole through the residual stream, where every micro-batch in
-    // flight would keep them whole.
-    if (g == kTp && s_.sp && labels.empty() && op.info.phase != ir::Phase::kOptimizer) {
-      for (size_t i = 0; i < op.inputs.size() && labels.empty(); ++i) {
-        int sd = seq_dim_[op.inputs[i]];
-        if (sd >= 0 && !IsFree(spec_, op.inputs[i])) try_label(sig.inputs[i][sd]);
-      }
-    }
-    // Linear ops run on partial sums instead of reducing first.
-    if (labels.empty() && LinearInAllInputs(spec_, op)) {
-      bool any = false, all = true;
-      for (size_t i = 0; i < op.inputs.size(); ++i) {
-        const AxisLayout* a = produced(i, g);
-        bool partial = a != nullptr && a->kind == AxisKind::kPartial &&
-                       a->reduce == ir::ReduceOp::kSum;
-        any |= partial;
-        all &= partial;
-      }
-      // Never zero-split over dp: a factored plan could not write it, and explicit
-      // and factored plans make the same decisions.
-      if (any && (all || g != kDp)) part.on_partials[g] = true;
-    }
-    part.split_labels[g] = labels;
+const AxisLayout* Policy::Produced(const Op& op, size_t i, int g) const {
+  TensorId t = op.inputs[i];
+  if (layout_[t].empty()) return nullptr;
+  return &layout_[t][g];
+}
+
+void Policy::TrySplit(AxisSplit& split, const std::string& l) const {
+  if (!split.labels.empty()) return;
+  std::vector<std::string> group = WithCoupled(split.view.sig, l);
+  if (Divisible(split.view.sig, split.view.in, split.view.out, group, split.n)) {
+    split.labels = group;
   }
-  LOOM_ASSIGN_OR_RETURN(OpLayouts layouts, LayoutsOf(spec_, op, p_));
+}
+
+void Policy::SplitTensorParallel(AxisSplit& split) const {
+  const Op& op = split.view.op;
+  const std::vector<TensorType>& in = split.view.in;
+  const ir::DimSignature& sig = split.view.sig;
+  if (op.kind == OpKind::kLinear) {
+    const AxisLayout* x = Produced(op, 0, split.g);
+    const int last = in[0].shape.rank() - 1;
+    if (x != nullptr && x->kind == AxisKind::kSharded && x->dim == last) {
+      TrySplit(split, sig.inputs[0][last]);  // row-parallel
+    } else {
+      TrySplit(split, sig.inputs[1][0]);  // column-parallel
+    }
+  } else if (op.kind == OpKind::kEmbedding) {
+    TrySplit(split, sig.inputs[1][0]);  // vocabulary-parallel
+  } else if (op.kind == OpKind::kMatMul && op.inputs.size() == 2 &&
+             IsFree(spec_, op.inputs[1]) && in[1].shape.rank() >= 3) {
+    // Expert weights ([E, in, out] of a batched matmul) split over the tensor-
+    // parallel group like a linear's, as Megatron-LM's expert tensor parallelism
+    // does by default: the gate and up projections column-parallel, the down
+    // projection row-parallel on their output. Each device then holds its
+    // share of its experts and computes their weight gradients on it.
+    const AxisLayout* x = Produced(op, 0, split.g);
+    const int last = in[0].shape.rank() - 1;
+    if (x != nullptr && x->kind == AxisKind::kSharded && x->dim == last) {
+      TrySplit(split, sig.inputs[0][last]);  // row-parallel
+    } else {
+      TrySplit(split, sig.inputs[1][in[1].shape.rank() - 1]);  // column-parallel
+    }
+  }
+}
+
+void Policy::SplitForZero(AxisSplit& split) {
+  const Op& op = split.view.op;
+  const std::vector<TensorType>& in = split.view.in;
+  const ir::DimSignature& sig = split.view.sig;
+  // The parameter this update (of it or of its master copy) or gradient
+  // accumulation belongs to: a master is split like its parameter's gradient.
+  std::string param = spec_.tensor(op.inputs[0]).name;
+  if (op.kind == OpKind::kAccumulate) {
+    param = spec_.tensor(op.outputs[0]).name.substr(5);
+  } else if (auto of = ir::ParameterOfMaster(spec_, op.inputs[0])) {
+    param = spec_.tensor(*of).name;
+  }
+  auto known = zero_dim_.find(param);
+  int z = known == zero_dim_.end() ? -1 : known->second;
+  if (z < 0) {
+    for (int d = 0; d < in[0].shape.rank(); ++d) {
+      bool tp_split = false;
+      for (const std::string& l : p_.ops[op.id].split_labels[kTp]) {
+        tp_split |= sig.inputs[0][d] == l;
+      }
+      if (!tp_split && in[0].shape.dim(d) % split.n == 0) {
+        z = d;
+        break;
+      }
+    }
+  }
+  if (z >= 0) {
+    TrySplit(split, sig.inputs[0][z]);
+    if (!split.labels.empty()) zero_dim_[param] = z;
+  } else if (op.kind != OpKind::kAccumulate) {
+    p_.zero_whole.push_back(param);
+  }
+}
+
+void Policy::SplitLikeParameter(AxisSplit& split) const {
+  const Op& op = split.view.op;
+  const int g = split.g;
+  // A master copy's update is split like the parameter it copies.
+  if (split.labels.empty() && (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd)) {
+    std::optional<TensorId> param = ir::ParameterOfMaster(spec_, op.inputs[0]);
+    if (param.has_value() && !layout_[*param].empty() &&
+        layout_[*param][g].kind == AxisKind::kSharded) {
+      TrySplit(split, split.view.sig.inputs[0][layout_[*param][g].dim]);
+    }
+  }
+  // A weight gradient lies like its weight: computed on the weight's shard from
+  // gathered activations (Megatron-LM's backward), not summed whole from sequence
+  // pieces.
+  if (split.labels.empty() && op.outputs.size() == 1 && op.info.phase == ir::Phase::kBackward &&
+      spec_.tensor(op.outputs[0]).role == ir::TensorRole::kGradient &&
+      split.view.out[0].shape.rank() >= 2) {
+    if (std::optional<TensorId> w = ParameterOfGradient(spec_, op.outputs[0]);
+        w.has_value() && !layout_[*w].empty() && layout_[*w][g].kind == AxisKind::kSharded) {
+      TrySplit(split, split.view.sig.outputs[0][layout_[*w][g].dim]);
+    }
+  }
+}
+
+void Policy::FollowShardedInputs(AxisSplit& split) const {
+  const Op& op = split.view.op;
+  const ir::DimSignature& sig = split.view.sig;
+  // Follow the split of an input that arrives sharded: a parameter's first (the
+  // backward of a row-parallel linear computes with the weight's shard and
+  // gathers the activation gradient, as Megatron-LM does, rather than gathering
+  // the weight, which would stay whole on every device through every
+  // micro-batch), then the others.
+  for (int pass = 0; pass < 2 && split.labels.empty(); ++pass) {
+    for (size_t i = 0; i < op.inputs.size() && split.labels.empty(); ++i) {
+      if (IsFree(spec_, op.inputs[i]) != (pass == 0)) continue;
+      const AxisLayout* a = Produced(op, i, split.g);
+      if (a != nullptr && a->kind == AxisKind::kSharded) TrySplit(split, sig.inputs[i][a->dim]);
+    }
+  }
+  // Sequence parallelism between tensor-parallel regions: an op there runs on
+  // sequence pieces, so partial sums arriving from a row-parallel linear are
+  // reduce-scattered into them (Megatron-LM's sequence parallelism) rather than
+  // carried whole through the residual stream, where every micro-batch in
+  // flight would keep them whole.
+  if (split.g == kTp && s_.sp && split.labels.empty() &&
+      op.info.phase != ir::Phase::kOptimizer) {
+    for (size_t i = 0; i < op.inputs.size() && split.labels.empty(); ++i) {
+      int sd = seq_dim_[op.inputs[i]];
+      if (sd >= 0 && !IsFree(spec_, op.inputs[i])) TrySplit(split, sig.inputs[i][sd]);
+    }
+  }
+}
+
+bool Policy::RunsOnPartials(const Op& op, int g) const {
+  bool any = false, all = true;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    const AxisLayout* a = Produced(op, i, g);
+    bool partial =
+        a != nullptr && a->kind == AxisKind::kPartial && a->reduce == ir::ReduceOp::kSum;
+    any |= partial;
+    all &= partial;
+  }
+  // Never zero-split over dp: a factored plan could not write it, and explicit
+  // and factored plans make the same decisions.
+  return any && (all || g != kDp);
+}
+
+void Policy::DecideAxis(const OpView& view, int g) {
+  const Op& op = view.op;
+  OpPartition& part = p_.ops[op.id];
+  AxisSplit split{view, g, sizes_[g], {}};
+  if (g == kTp && op.info.phase != ir::Phase::kOptimizer) SplitTensorParallel(split);
+  // Expert parallelism: expert weights ([E, ...] parameters of a batched matmul)
+  // are split by expert, which turns the token-to-expert exchange into all-to-alls.
+  if (g == kEp && op.kind == OpKind::kMatMul && op.inputs.size() == 2 &&
+      IsFree(spec_, op.inputs[1]) && view.in[1].shape.rank() >= 3) {
+    TrySplit(split, view.sig.inputs[1][0]);
+  }
+  if (g == kDp && s_.zero >= 1 &&
+      (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd ||
+       (s_.zero >= 2 && op.kind == OpKind::kAccumulate && op.info.microbatch < 0 &&
+        absl::StartsWith(spec_.tensor(op.outputs[0]).name, "grad.")))) {
+    SplitForZero(split);
+  }
+  SplitLikeParameter(split);
+  FollowShardedInputs(split);
+  // Linear ops run on partial sums instead of reducing first.
+  if (split.labels.empty() && LinearInAllInputs(spec_, op) && RunsOnPartials(op, g)) {
+    part.on_partials[g] = true;
+  }
+  part.split_labels[g] = split.labels;
+}
+
+void Policy::HomeFreeInputs(const Op& op, const OpLayouts& layouts) {
   // A parameter (or optimizer state) lives in the layout its first reader wanted,
   // replicated over data parallelism; later readers (the backward, the update)
   // follow that split instead of gathering it.
@@ -417,6 +478,9 @@ absl::Status Policy::Decide(const Op& op) {
     if (kEp >= 0 && home[kEp].kind != AxisKind::kSharded) home[kEp] = AxisLayout{};
     layout_[t] = home;
   }
+}
+
+void Policy::RecordOutputs(const Op& op, const ir::DimSignature& sig, const OpLayouts& layouts) {
   for (size_t o = 0; o < op.outputs.size(); ++o) {
     layout_[op.outputs[o]] = layouts.outputs[o];
     // The sequence dim follows its label through the op.
@@ -430,6 +494,27 @@ absl::Status Policy::Decide(const Op& op) {
       if (seq_dim_[op.outputs[o]] >= 0) break;
     }
   }
+}
+
+absl::Status Policy::Decide(const Op& op) {
+  OpView view{op, {}, {}, {}};
+  for (TensorId t : op.inputs) view.in.push_back(spec_.tensor(t).type());
+  for (TensorId t : op.outputs) view.out.push_back(spec_.tensor(t).type());
+  LOOM_ASSIGN_OR_RETURN(view.sig, ir::GetOpSchema(op.kind).signature(view.in, op.attrs));
+  OpPartition& part = p_.ops[op.id];
+  part.split_labels.assign(sizes_.size(), {});
+  part.on_partials.assign(sizes_.size(), false);
+  part.recompute = s_.recompute && op.info.layer >= 0;
+  // Tensor parallelism is decided first: ZeRO picks a dim the tp split left whole.
+  std::vector<int> order = {kTp};
+  if (kEp >= 0) order.push_back(kEp);
+  order.push_back(kDp);
+  for (int g : order) {
+    if (sizes_[g] > 1) DecideAxis(view, g);
+  }
+  LOOM_ASSIGN_OR_RETURN(OpLayouts layouts, LayoutsOf(spec_, op, p_));
+  HomeFreeInputs(op, layouts);
+  RecordOutputs(op, view.sig, layouts);
   // ZeRO-3 keeps parameters sharded over dp between uses.
   if (s_.zero >= 3 && (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd) &&
       !part.split_labels[kDp].empty()) {

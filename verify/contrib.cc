@@ -675,22 +675,7 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
     live.push_back(id);
   }
   if (live.empty()) return SumResult{true, kZeroContrib};
-  if (full > 0) {
-    if (is_max) return SumResult{true, kFullContrib};  // max(x, pieces of x) = x
-    if (live.size() == 1) return SumResult{true, kFullContrib};
-    // n copies of the complete value: n times it (what its claim says decides).
-    if (full == static_cast<int>(live.size())) {
-      return SumResult{true, Scaled(kFullContrib, ir::Rational::Of(full, 1))};
-    }
-    ContribId partial = kBadContrib;
-    for (ContribId id : live) {
-      if (id != kFullContrib) partial = id;
-    }
-    return Failed(FailureClass::kDoubledPiece,
-                  "adds partial sums to a value that is already complete",
-                  absl::StrCat("the complete value is added to a partial sum (", Example(partial),
-                               "), so the result exceeds the complete value by that part"));
-  }
+  if (full > 0) return SumWithComplete(live, full, is_max);
   const Contrib first = contribs_[live[0]];  // a copy: summing the parts below may grow the store
   for (ContribId id : live) {
     if (contribs_[id].kind != first.kind ||
@@ -702,94 +687,125 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
                                  "; no sum of chunks of either adds up to the other"));
     }
   }
-  if (first.kind == Contrib::kShare) {
-    // Shares of one value over one box: their parts must be disjoint; all of
-    // them together are the complete value.
-    ir::ValuePart part = ir::ValuePart::Empty();
-    for (ContribId id : live) {
-      const Contrib& c = contribs_[id];
-      if (c.tensor != first.tensor || !(c.chunks[0] == first.chunks[0]) ||
-          c.even != first.even) {
-        return Failed(FailureClass::kWrongGroup,
-                      absl::StrCat("combines ", Describe(live[0]), " with ", Describe(id)),
-                      absl::StrCat("one member: ", Example(live[0]), "; another: ", Example(id),
-                                   "; shares of different values never add up to either"));
-      }
-      if (is_max) {
-        return Failed(FailureClass::kComputationDiffers, "combines shares of a sum by max",
-                      "shares 3 and 5 combined by max give 5 where their sum is 8");
-      }
-      auto u = part.Union(c.part);
-      if (!u.ok()) {
-        return Failed(FailureClass::kDoubledPiece,
-                      absl::StrCat("adds ", Describe(id), " to a sum that already holds ",
-                                   c.part.ToString(), " of it"),
-                      absl::StrCat("with the value equal to 1 and its shares in proportion to "
-                                   "their parts: share ",
-                                   c.part.ToString(), " is counted twice"));
-      }
-      part = *std::move(u);
-    }
-    auto it = share_names_.find(first.tensor);
-    const std::string name = it == share_names_.end() ? std::string("?") : it->second;
-    return SumResult{true, first.even ? EvenShare(first.tensor, first.chunks[0], part, name)
-                                      : Share(first.tensor, first.chunks[0], part, name)};
+  if (first.kind == Contrib::kShare) return SumShares(live, first, is_max);
+  if (first.kind == Contrib::kRed) return SumChunks(live, first, reduce);
+  return SumLinear(live, first, reduce);
+}
+
+ContribStore::SumResult ContribStore::SumWithComplete(const std::vector<ContribId>& live,
+                                                      int full, bool is_max) {
+  if (is_max) return SumResult{true, kFullContrib};  // max(x, pieces of x) = x
+  if (live.size() == 1) return SumResult{true, kFullContrib};
+  // n copies of the complete value: n times it (what its claim says decides).
+  if (full == static_cast<int>(live.size())) {
+    return SumResult{true, Scaled(kFullContrib, ir::Rational::Of(full, 1))};
   }
-  if (first.kind == Contrib::kRed) {
-    const Family& f = families_[first.family];
-    if (f.reduce != reduce) {
-      return Failed(FailureClass::kComputationDiffers,
-                    absl::StrCat("combines partial ", f.reduce == ir::ReduceOp::kMax ? "maxima" : "sums",
-                                 " by ", is_max ? "max" : "sum"),
-                    is_max ? "partial sums 3 and 5 combined by max give 5 where their sum is 8"
-                           : "partial maxima 3 and 5 combined by sum give 8 where their maximum is 5");
-    }
-    std::vector<ir::Box> chunks;
-    std::vector<int> additive(first.additive.size(), 0);
-    for (ContribId id : live) {
-      const Contrib& c = contribs_[id];
-      for (const ir::Box& b : c.chunks) {
-        bool dup = false;
-        for (const ir::Box& o : chunks) {
-          if (is_max && o == b) { dup = true; break; }
-          if (Overlap(o, b)) {
-            // Terms in the overlap set to 1, the others to 0.
-            const ir::Box both = *ir::Intersect(o, b);
-            int64_t held = 0;
-            for (ContribId x : live) {
-              for (const ir::Box& y : contribs_[x].chunks) {
-                if (auto in = ir::Intersect(y, both)) held += Volume(*in);
-              }
-            }
-            return Failed(FailureClass::kDoubledPiece,
-                          absl::StrCat("adds chunk ", ir::BoxToString(b), " of the reduction over ",
-                                       absl::StrJoin(f.labels, ","), " twice"),
-                          absl::StrCat("with the terms of ", Space(f), " in ",
-                                       ir::BoxToString(both),
-                                       " equal to 1 and the others 0: the sum holds ", held,
-                                       " where the complete value is ", Volume(both)));
-          }
-        }
-        if (!dup) chunks.push_back(b);
-      }
-      for (size_t a = 0; a < additive.size() && a < c.additive.size(); ++a) {
-        additive[a] += c.additive[a];
-      }
-    }
-    for (int a : additive) {
-      if (a > 1 && !is_max) {
-        return Failed(FailureClass::kDoubledPiece,
-                      absl::StrCat("adds an additive input (a bias) ", a, " times"),
-                      absl::StrCat("with every term 0 and the additive input (a bias) equal to 1: "
-                                   "the sum holds ",
-                                   a, " where the complete value is 1"));
-      }
+  ContribId partial = kBadContrib;
+  for (ContribId id : live) {
+    if (id != kFullContrib) partial = id;
+  }
+  return Failed(FailureClass::kDoubledPiece,
+                "adds partial sums to a value that is already complete",
+                absl::StrCat("the complete value is added to a partial sum (", Example(partial),
+                             "), so the result exceeds the complete value by that part"));
+}
+
+ContribStore::SumResult ContribStore::SumShares(const std::vector<ContribId>& live,
+                                                const Contrib& first, bool is_max) {
+  // Shares of one value over one box: their parts must be disjoint; all of
+  // them together are the complete value.
+  ir::ValuePart part = ir::ValuePart::Empty();
+  for (ContribId id : live) {
+    const Contrib& c = contribs_[id];
+    if (c.tensor != first.tensor || !(c.chunks[0] == first.chunks[0]) ||
+        c.even != first.even) {
+      return Failed(FailureClass::kWrongGroup,
+                    absl::StrCat("combines ", Describe(live[0]), " with ", Describe(id)),
+                    absl::StrCat("one member: ", Example(live[0]), "; another: ", Example(id),
+                                 "; shares of different values never add up to either"));
     }
     if (is_max) {
-      for (int& a : additive) a = std::min(a, 1);
+      return Failed(FailureClass::kComputationDiffers, "combines shares of a sum by max",
+                    "shares 3 and 5 combined by max give 5 where their sum is 8");
     }
-    return SumResult{true, Red(first.family, std::move(chunks), std::move(additive))};
+    auto u = part.Union(c.part);
+    if (!u.ok()) {
+      return Failed(FailureClass::kDoubledPiece,
+                    absl::StrCat("adds ", Describe(id), " to a sum that already holds ",
+                                 c.part.ToString(), " of it"),
+                    absl::StrCat("with the value equal to 1 and its shares in proportion to "
+                                 "their parts: share ",
+                                 c.part.ToString(), " is counted twice"));
+    }
+    part = *std::move(u);
   }
+  auto it = share_names_.find(first.tensor);
+  const std::string name = it == share_names_.end() ? std::string("?") : it->second;
+  return SumResult{true, first.even ? EvenShare(first.tensor, first.chunks[0], part, name)
+                                    : Share(first.tensor, first.chunks[0], part, name)};
+}
+
+ContribStore::SumResult ContribStore::SumChunks(const std::vector<ContribId>& live,
+                                                const Contrib& first, ir::ReduceOp reduce) {
+  const bool is_max = reduce == ir::ReduceOp::kMax;
+  const Family& f = families_[first.family];
+  if (f.reduce != reduce) {
+    return Failed(
+        FailureClass::kComputationDiffers,
+        absl::StrCat("combines partial ", f.reduce == ir::ReduceOp::kMax ? "maxima" : "sums",
+                     " by ", is_max ? "max" : "sum"),
+        is_max ? "partial sums 3 and 5 combined by max give 5 where their sum is 8"
+               : "partial maxima 3 and 5 combined by sum give 8 where their maximum is 5");
+  }
+  std::vector<ir::Box> chunks;
+  std::vector<int> additive(first.additive.size(), 0);
+  for (ContribId id : live) {
+    const Contrib& c = contribs_[id];
+    for (const ir::Box& b : c.chunks) {
+      bool dup = false;
+      for (const ir::Box& o : chunks) {
+        if (is_max && o == b) { dup = true; break; }
+        if (Overlap(o, b)) {
+          // Terms in the overlap set to 1, the others to 0.
+          const ir::Box both = *ir::Intersect(o, b);
+          int64_t held = 0;
+          for (ContribId x : live) {
+            for (const ir::Box& y : contribs_[x].chunks) {
+              if (auto in = ir::Intersect(y, both)) held += Volume(*in);
+            }
+          }
+          return Failed(FailureClass::kDoubledPiece,
+                        absl::StrCat("adds chunk ", ir::BoxToString(b), " of the reduction over ",
+                                     absl::StrJoin(f.labels, ","), " twice"),
+                        absl::StrCat("with the terms of ", Space(f), " in ",
+                                     ir::BoxToString(both),
+                                     " equal to 1 and the others 0: the sum holds ", held,
+                                     " where the complete value is ", Volume(both)));
+        }
+      }
+      if (!dup) chunks.push_back(b);
+    }
+    for (size_t a = 0; a < additive.size() && a < c.additive.size(); ++a) {
+      additive[a] += c.additive[a];
+    }
+  }
+  for (int a : additive) {
+    if (a > 1 && !is_max) {
+      return Failed(FailureClass::kDoubledPiece,
+                    absl::StrCat("adds an additive input (a bias) ", a, " times"),
+                    absl::StrCat("with every term 0 and the additive input (a bias) equal to 1: "
+                                 "the sum holds ",
+                                 a, " where the complete value is 1"));
+    }
+  }
+  if (is_max) {
+    for (int& a : additive) a = std::min(a, 1);
+  }
+  return SumResult{true, Red(first.family, std::move(chunks), std::move(additive))};
+}
+
+ContribStore::SumResult ContribStore::SumLinear(const std::vector<ContribId>& live,
+                                                const Contrib& first, ir::ReduceOp reduce) {
   // Linear pieces: sum position by position.
   std::vector<ContribId> parts;
   const Desc& d = descs_[first.desc];
@@ -802,7 +818,8 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
     SumResult r = Sum(column, reduce);
     if (!r.ok) {
       r.message = absl::StrCat(r.message, " (", operand_name(j), " of ", d.what, ")");
-      r.counterexample = absl::StrCat("in ", operand_name(j), " of ", d.what, ", ", r.counterexample);
+      r.counterexample =
+          absl::StrCat("in ", operand_name(j), " of ", d.what, ", ", r.counterexample);
       return r;
     }
     parts.push_back(r.id);
@@ -829,7 +846,9 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
                                "equal to 1: that term adds up to ", k.ToString(),
                                " where the others add up to 1"));
   }
-  if (!common.has_value() || common->IsOne()) return SumResult{true, Lin(first.desc, std::move(parts))};
+  if (!common.has_value() || common->IsOne()) {
+    return SumResult{true, Lin(first.desc, std::move(parts))};
+  }
   for (ContribId& p : parts) p = Unscale(p).base;
   return SumResult{true, Scaled(Lin(first.desc, std::move(parts)), *common)};
 }

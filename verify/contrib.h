@@ -151,6 +151,16 @@ class ContribStore {
   ContribId Intern(Contrib c);
   // Sum for unscaled contributions.
   SumResult SumUnscaled(absl::Span<const ContribId> ids, ir::ReduceOp reduce);
+  // SumUnscaled's cases, over `live` (its non-zero members, `first` a copy of
+  // the first one's contribution, all of one kind): `full` of them copies of the
+  // complete value; shares of one value; chunks of one reduction; linear pieces
+  // of one op output.
+  SumResult SumWithComplete(const std::vector<ContribId>& live, int full, bool is_max);
+  SumResult SumShares(const std::vector<ContribId>& live, const Contrib& first, bool is_max);
+  SumResult SumChunks(const std::vector<ContribId>& live, const Contrib& first,
+                      ir::ReduceOp reduce);
+  SumResult SumLinear(const std::vector<ContribId>& live, const Contrib& first,
+                      ir::ReduceOp reduce);
 
   std::vector<Contrib> contribs_;
   absl::flat_hash_map<std::string, ContribId> contrib_ids_;

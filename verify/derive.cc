@@ -545,106 +545,153 @@ class Clock {
 
 }  // namespace
 
+namespace {
+
+// What checking a plan and folding its alike layers give the derivation: the
+// spec's micro-batch map, the fold, and whether the micro-batches are copies of
+// one another (the fold is used only then).
+struct CheckedPlan {
+  absl::StatusOr<ir::MicrobatchMap> mbmap = absl::UnknownError("not built");
+  std::optional<LayerFold> fold;
+  bool symmetric = false;
+};
+
+// The values a folded plan's left-out stages name (compute or read): each has the
+// claim, type and tensor type of the value in the same place of its
+// representative, which is checked; those a representative names are not left out.
+std::vector<char> LeftOutValues(const LayerFold& fold, size_t num_values) {
+  std::vector<char> left_out(num_values, 0);
+  for (const LayerFold::Member& m : fold.members) {
+    for (ir::ValueId v : fold.unit.stages[m.stage].values) left_out[v] = 1;
+  }
+  for (int r : fold.reps) {
+    for (ir::ValueId v : fold.unit.stages[r].values) left_out[v] = 0;
+  }
+  return left_out;
+}
+
+// A factored plan's alike layers are folded while the spec's micro-batch map is
+// built and the plan's structure is checked on this thread; the fold cuts the
+// stages before it needs the map. Then the plan's types are checked, except those
+// of the items the fold leaves out: each has the kinds, attributes, claims and
+// types of an item of its class's first stage (the stage encoding compares
+// everything the type checks read), which is checked. The micro-batch symmetry
+// the slice needs is checked copy by copy by both threads: this one once it has
+// checked the structure and helped the fold encode the stages, the fold's once
+// the fold is done.
+absl::Status CheckAndFoldConcurrently(const ir::Graph& spec, const ir::Plan& plan, Clock& clock,
+                                      Derivation::Times& times, CheckedPlan& checked) {
+  std::promise<const ir::MicrobatchMap*> built;
+  std::shared_future<const ir::MicrobatchMap*> map = built.get_future().share();
+  EncodeHelp help;  // this thread, once its checks are done
+  // The micro-batch copies still to check (the check is set before the map is
+  // published, and read only after).
+  std::unique_ptr<MicrobatchSymmetry> symmetry;
+  std::atomic<int> next_copy{1};
+  std::atomic<bool> copies_alike{true};
+  auto check_copies = [&] {
+    if (map.get() == nullptr || symmetry == nullptr || !symmetry->status().ok()) return;
+    for (int m; copies_alike && (m = next_copy.fetch_add(1)) < symmetry->microbatches();) {
+      if (!symmetry->CheckCopy(m).ok()) copies_alike = false;
+    }
+  };
+  std::thread folder([&] {
+    checked.fold = FoldLayers(
+        spec, plan,
+        [&]() -> const ir::MicrobatchMap* {
+          const ir::MicrobatchMap* m = map.get();
+          return m != nullptr && ir::ValidateFactoring(plan, *m).ok() ? m : nullptr;
+        },
+        &help);
+    help.Close();
+    check_copies();
+  });
+  // The spec's micro-batch map, built once for the checks and the slice.
+  checked.mbmap = ir::MicrobatchMap::Build(spec);
+  if (checked.mbmap.ok()) symmetry = std::make_unique<MicrobatchSymmetry>(spec, *checked.mbmap);
+  built.set_value(checked.mbmap.ok() ? &*checked.mbmap : nullptr);
+  absl::Status valid = checked.mbmap.ok()
+                           ? ir::ValidatePlanStructure(spec, plan, *checked.mbmap)
+                           : ir::ValidatePlan(spec, plan);
+  if (valid.ok()) {
+    help.Help();
+    check_copies();
+  }
+  times.validate = clock.Lap();
+  folder.join();
+  times.fold = clock.Lap();
+  checked.symmetric = valid.ok() && symmetry != nullptr && symmetry->status().ok() &&
+                      copies_alike.load() && next_copy.load() >= symmetry->microbatches();
+  if (valid.ok() && checked.mbmap.ok()) {
+    ir::ImpliedTypes implied;
+    std::vector<char> left_out_values;
+    if (checked.fold.has_value() && checked.symmetric) {
+      implied.tasks = &checked.fold->skip_tasks;
+      implied.collectives = &checked.fold->skip_collectives;
+      left_out_values = LeftOutValues(*checked.fold, plan.values.size());
+      implied.values = &left_out_values;
+    }
+    valid = ir::ValidatePlanTypes(spec, plan, *checked.mbmap, implied);
+    times.validate += clock.Lap();
+  }
+  return valid;
+}
+
+// The plan checked whole, then, for the fast derivation of a factored plan whose
+// micro-batches are copies of one another, its alike layers folded.
+absl::Status CheckAndFold(const ir::Graph& spec, const ir::Plan& plan,
+                          const DeriveOptions& options, Clock& clock, Derivation::Times& times,
+                          CheckedPlan& checked) {
+  checked.mbmap = ir::MicrobatchMap::Build(spec);
+  if (checked.mbmap.ok()) {
+    LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan, *checked.mbmap));
+  } else {
+    LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+  }
+  times.validate = clock.Lap();
+  if (options.fast && plan.is_factored() && checked.mbmap.ok()) {
+    checked.symmetric = CheckMicrobatchSymmetry(spec, *checked.mbmap).ok();
+    if (checked.symmetric && ir::ValidateFactoring(plan, *checked.mbmap).ok() &&
+        IdsInRange(spec, plan)) {
+      checked.fold = FoldLayers(spec, plan, *checked.mbmap);
+    }
+    times.fold = clock.Lap();
+  }
+  return absl::OkStatus();
+}
+
+// The fast derivation of `plan` (a slice of a factored plan when `sliced` is set),
+// or nullopt where the options ask for the plain one instead: when the fast one
+// gave up or found something.
+absl::StatusOr<std::optional<Derivation>> DeriveFast(const ir::Graph& spec,
+                                                     const ir::Plan& plan,
+                                                     const SlicedPlan* sliced,
+                                                     const FastPath& fast_path,
+                                                     const DeriveOptions& options) {
+  Deriver fast(spec, plan, sliced, fast_path, options.on_law);
+  LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
+  if (options.plain && (fast.fast_failed() || !Clean(d))) return std::nullopt;
+  if (fast.fast_failed()) d.undecided.push_back({"derivation", "the fast derivation gave up"});
+  return d;
+}
+
+}  // namespace
+
 absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& plan,
                                          const DeriveOptions& options) {
   Clock clock;
   Derivation::Times times;
   const int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
-  // A factored plan's alike layers are folded while the spec's micro-batch map is
-  // built and the plan's structure is checked (on another thread where there is
-  // one); the fold cuts the stages before it needs the map. Then the plan's types
-  // are checked, except those of the items the fold leaves out: each has the
-  // kinds, attributes, claims and types of an item of its class's first stage
-  // (the stage encoding compares everything the type checks read), which is
-  // checked. The fold is used only once the checks pass. The micro-batch
-  // symmetry the slice needs is checked copy by copy by both threads: this one
-  // once it has checked the structure and helped the fold encode the stages, the
-  // fold's once the fold is done.
-  std::optional<LayerFold> fold;
-  absl::StatusOr<ir::MicrobatchMap> mbmap = absl::UnknownError("not built");
-  bool symmetric = false;
+  // The fold of a factored plan's alike layers runs beside the plan's checks where
+  // there is another thread. The fold is used only once the checks pass.
+  CheckedPlan checked;
   if (options.fast && plan.is_factored() && threads >= 2) {
-    std::promise<const ir::MicrobatchMap*> built;
-    std::shared_future<const ir::MicrobatchMap*> map = built.get_future().share();
-    EncodeHelp help;  // this thread, once its checks are done
-    // The micro-batch copies still to check (the check is set before the map is
-    // published, and read only after).
-    std::unique_ptr<MicrobatchSymmetry> symmetry;
-    std::atomic<int> next_copy{1};
-    std::atomic<bool> copies_alike{true};
-    auto check_copies = [&] {
-      if (map.get() == nullptr || symmetry == nullptr || !symmetry->status().ok()) return;
-      for (int m; copies_alike && (m = next_copy.fetch_add(1)) < symmetry->microbatches();) {
-        if (!symmetry->CheckCopy(m).ok()) copies_alike = false;
-      }
-    };
-    std::thread folder([&] {
-      fold = FoldLayers(
-          spec, plan,
-          [&]() -> const ir::MicrobatchMap* {
-            const ir::MicrobatchMap* m = map.get();
-            return m != nullptr && ir::ValidateFactoring(plan, *m).ok() ? m : nullptr;
-          },
-          &help);
-      help.Close();
-      check_copies();
-    });
-    // The spec's micro-batch map, built once for the checks and the slice.
-    mbmap = ir::MicrobatchMap::Build(spec);
-    if (mbmap.ok()) symmetry = std::make_unique<MicrobatchSymmetry>(spec, *mbmap);
-    built.set_value(mbmap.ok() ? &*mbmap : nullptr);
-    absl::Status valid =
-        mbmap.ok() ? ir::ValidatePlanStructure(spec, plan, *mbmap) : ir::ValidatePlan(spec, plan);
-    if (valid.ok()) {
-      help.Help();
-      check_copies();
-    }
-    times.validate = clock.Lap();
-    folder.join();
-    times.fold = clock.Lap();
-    symmetric = valid.ok() && symmetry != nullptr && symmetry->status().ok() &&
-                copies_alike.load() && next_copy.load() >= symmetry->microbatches();
-    if (valid.ok() && mbmap.ok()) {
-      ir::ImpliedTypes implied;
-      std::vector<char> left_out_values;
-      if (fold.has_value() && symmetric) {
-        implied.tasks = &fold->skip_tasks;
-        implied.collectives = &fold->skip_collectives;
-        // Every value a left-out stage names (computes or reads) has the claim,
-        // type and tensor type of the value in the same place of its
-        // representative, which is checked: those a representative names are not
-        // left out.
-        left_out_values.assign(plan.values.size(), 0);
-        for (const LayerFold::Member& m : fold->members) {
-          for (ir::ValueId v : fold->unit.stages[m.stage].values) left_out_values[v] = 1;
-        }
-        for (int r : fold->reps) {
-          for (ir::ValueId v : fold->unit.stages[r].values) left_out_values[v] = 0;
-        }
-        implied.values = &left_out_values;
-      }
-      valid = ir::ValidatePlanTypes(spec, plan, *mbmap, implied);
-      times.validate += clock.Lap();
-    }
-    LOOM_RETURN_IF_ERROR(valid);
+    LOOM_RETURN_IF_ERROR(CheckAndFoldConcurrently(spec, plan, clock, times, checked));
   } else {
-    mbmap = ir::MicrobatchMap::Build(spec);
-    if (mbmap.ok()) {
-      LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan, *mbmap));
-    } else {
-      LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
-    }
-    times.validate = clock.Lap();
-    if (options.fast && plan.is_factored() && mbmap.ok()) {
-      symmetric = CheckMicrobatchSymmetry(spec, *mbmap).ok();
-      if (symmetric && ir::ValidateFactoring(plan, *mbmap).ok() && IdsInRange(spec, plan)) {
-        fold = FoldLayers(spec, plan, *mbmap);
-      }
-      times.fold = clock.Lap();
-    }
+    LOOM_RETURN_IF_ERROR(CheckAndFold(spec, plan, options, clock, times, checked));
   }
-  if (!symmetric) fold.reset();
+  if (!checked.symmetric) checked.fold.reset();
   auto finish = [&](absl::StatusOr<Derivation> d, bool plain) -> absl::StatusOr<Derivation> {
     if (d.ok()) {
       d->times.validate = times.validate;
@@ -658,36 +705,27 @@ absl::StatusOr<Derivation> DeriveLineage(const ir::Graph& spec, const ir::Plan& 
   shares.shares = true;
   if (!plan.is_factored()) {
     if (options.fast) {
-      Deriver fast(spec, plan, nullptr, shares, options.on_law);
-      LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
-      if (!options.plain || (!fast.fast_failed() && Clean(d))) {
-        if (fast.fast_failed()) d.undecided.push_back({"derivation", "the fast derivation gave up"});
-        return finish(std::move(d), false);
-      }
+      LOOM_ASSIGN_OR_RETURN(std::optional<Derivation> d,
+                            DeriveFast(spec, plan, nullptr, shares, options));
+      if (d.has_value()) return finish(*std::move(d), false);
     }
     return finish(Deriver(spec, plan, nullptr, {}, options.on_law).Run(), true);
   }
   if (options.fast) {
-    if (fold.has_value()) {
+    if (checked.fold.has_value()) {
       SliceOptions slice_options;
-      slice_options.skip_tasks = &fold->skip_tasks;
-      slice_options.skip_collectives = &fold->skip_collectives;
-      slice_options.skip_outputs = &fold->skip_outputs;
+      slice_options.skip_tasks = &checked.fold->skip_tasks;
+      slice_options.skip_collectives = &checked.fold->skip_collectives;
+      slice_options.skip_outputs = &checked.fold->skip_outputs;
       slice_options.compress_replicas = true;
-      const SlicedPlan sliced = SliceFactoredPlan(spec, plan, *std::move(mbmap), slice_options);
+      const SlicedPlan sliced =
+          SliceFactoredPlan(spec, plan, *std::move(checked.mbmap), slice_options);
       times.slice = clock.Lap();
-      {
-        FastPath fast_path = shares;
-        fast_path.fold = &*fold;
-        Deriver fast(spec, sliced.plan, &sliced, fast_path, options.on_law);
-        LOOM_ASSIGN_OR_RETURN(Derivation d, fast.Run());
-        if (!options.plain || (!fast.fast_failed() && Clean(d))) {
-          if (fast.fast_failed()) {
-            d.undecided.push_back({"derivation", "the fast derivation gave up"});
-          }
-          return finish(std::move(d), false);
-        }
-      }
+      FastPath fast_path = shares;
+      fast_path.fold = &*checked.fold;
+      LOOM_ASSIGN_OR_RETURN(std::optional<Derivation> d,
+                            DeriveFast(spec, sliced.plan, &sliced, fast_path, options));
+      if (d.has_value()) return finish(*std::move(d), false);
     } else if (!options.plain) {
       return absl::FailedPreconditionError("the fast derivation needs alike micro-batches");
     }

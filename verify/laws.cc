@@ -154,133 +154,133 @@ struct NumericBackend {
   }
 };
 
-// Builds the law's goals, pairs (pieces, whole op) element by element, with
-// backend `b`: symbolic for a proof, reference kernels for a numeric check.
-// Returns an unknown proof when the law's instance does not build.
-template <class B>
-std::optional<LawProof> BuildGoals(
-    B& b, const LawUse& law,
-    std::vector<std::pair<typename B::Elem, typename B::Elem>>* goals_out) {
-  using Tensor = typename B::Tensor;
-  const std::string kind = std::string(ir::OpKindName(law.kind));
-  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
-  auto sig = schema.signature(law.inputs, law.attrs);
-  auto out_types = ir::InferOutputTypes(law.kind, law.inputs, law.attrs);
-  if (!sig.ok() || !out_types.ok()) return Unknown("the op's signature or types do not build");
-  std::vector<Tensor> whole_in;
-  for (size_t i = 0; i < law.inputs.size(); ++i) {
-    whole_in.push_back(b.Inputs(law.inputs[i], absl::StrCat("x", i)));
-  }
-  std::map<std::string, std::pair<Interval, int64_t>> at;
-  for (size_t k = 0; k < law.labels.size(); ++k) {
-    at[law.labels[k]] = {law.intervals[k], law.extents[k]};
-  }
-  // Split reduction labels, and which outputs sum over them.
-  std::vector<std::string> reduced;
+// Label intervals, each with its label's extent: a piece of an op's index space.
+using LabelIntervals = std::map<std::string, std::pair<Interval, int64_t>>;
+
+// The law's op as built on the law's input types: its schema, dim signature and
+// output types.
+struct LawOp {
+  const LawUse& law;
+  const ir::OpSchema& schema;
+  ir::DimSignature sig;
+  std::vector<ir::TensorType> out_types;
+};
+
+// The reduction labels the law's piece splits, and whether one of them is a
+// maximum's.
+struct SplitReductions {
+  std::vector<std::string> labels;
   bool is_max = false;
+};
+
+SplitReductions SplitReductionsOf(const LawUse& law, const ir::DimSignature& sig) {
+  SplitReductions reduced;
   for (size_t k = 0; k < law.labels.size(); ++k) {
-    auto kind_it = sig->kinds.find(law.labels[k]);
-    if (kind_it == sig->kinds.end()) continue;
+    auto kind_it = sig.kinds.find(law.labels[k]);
+    if (kind_it == sig.kinds.end()) continue;
     const bool red = kind_it->second == ir::DimKind::kReduction ||
                      kind_it->second == ir::DimKind::kMaxReduction;
     const bool full = law.intervals[k].begin == 0 && law.intervals[k].end == law.extents[k];
     if (red && !full) {
-      reduced.push_back(law.labels[k]);
-      if (kind_it->second == ir::DimKind::kMaxReduction) is_max = true;
+      reduced.labels.push_back(law.labels[k]);
+      if (kind_it->second == ir::DimKind::kMaxReduction) reduced.is_max = true;
     }
   }
-  // Every sibling chunk assignment of the reduced labels: equal chunks where the
-  // piece's interval divides the extent, else the piece's interval and what lies
-  // before and after it (a pipeline stage's rows of a stack of every parameter's
-  // norm): any partition of a reduction adds up to it.
-  std::vector<std::map<std::string, std::pair<Interval, int64_t>>> siblings = {at};
-  if (!reduced.empty()) {
-    siblings.clear();
-    std::vector<std::map<std::string, std::pair<Interval, int64_t>>> acc = {at};
-    for (const std::string& l : reduced) {
-      const auto [iv, e] = at[l];
-      if (iv.size() <= 0) return Unknown("an empty reduction chunk");
-      std::vector<Interval> chunks;
-      if (e % iv.size() == 0 && iv.begin % iv.size() == 0) {
-        for (int64_t b = 0; b < e; b += iv.size()) chunks.push_back(Interval{b, b + iv.size()});
-      } else {
-        if (iv.begin > 0) chunks.push_back(Interval{0, iv.begin});
-        chunks.push_back(iv);
-        if (iv.end < e) chunks.push_back(Interval{iv.end, e});
-      }
-      std::vector<std::map<std::string, std::pair<Interval, int64_t>>> next;
-      for (const auto& a : acc) {
-        for (const Interval& chunk : chunks) {
-          auto c = a;
-          c[l] = {chunk, e};
-          next.push_back(std::move(c));
-        }
-      }
-      acc = std::move(next);
-    }
-    siblings = std::move(acc);
-  }
-  // Partial operands: split them into y + z.
-  std::vector<Tensor> y_in = whole_in, z_in = whole_in;
-  for (int p : law.partial_inputs) {
-    y_in[p] = b.Inputs(law.inputs[p], absl::StrCat("y", p));
-    z_in[p] = b.Inputs(law.inputs[p], absl::StrCat("z", p));
-    for (size_t e = 0; e < whole_in[p].data.size(); ++e) {
-      whole_in[p].data[e] = b.Add(y_in[p].data[e], z_in[p].data[e]);
-    }
-  }
-  std::vector<const Tensor*> whole_ptrs;
-  for (const Tensor& t : whole_in) whole_ptrs.push_back(&t);
-  auto whole = b.Eval(law.kind, whole_ptrs, law.attrs);
-  if (!whole.ok()) return Unknown(absl::StrCat("'", kind, "': ", whole.status().message()));
+  return reduced;
+}
 
-  // Runs the piece for label intervals `pat` on inputs `src`; outputs and boxes.
-  auto run_piece = [&](const std::map<std::string, std::pair<Interval, int64_t>>& label_pat,
-                       const std::vector<Tensor>& src, bool keep_additive,
-                       std::vector<Tensor>* outs, std::vector<Box>* out_boxes) -> bool {
-    const auto pat = WithCoupled(*sig, label_pat);
-    std::vector<Box> in_boxes(law.inputs.size());
-    std::vector<Tensor> pieces;
-    for (size_t i = 0; i < law.inputs.size(); ++i) {
-      if (!BoxFor(sig->inputs[i], law.inputs[i].shape, pat, &in_boxes[i])) return false;
-      pieces.push_back(Slice(src[i], in_boxes[i]));
-      const bool additive = std::find(sig->additive_inputs.begin(), sig->additive_inputs.end(),
-                                      static_cast<int>(i)) != sig->additive_inputs.end();
-      if (additive && !keep_additive) {
-        for (auto& term : pieces.back().data) term = b.Zero();
+// Every sibling chunk assignment of the reduced labels: equal chunks where the
+// piece's interval divides the extent, else the piece's interval and what lies
+// before and after it (a pipeline stage's rows of a stack of every parameter's
+// norm): any partition of a reduction adds up to it. nullopt for an empty chunk.
+std::optional<std::vector<LabelIntervals>> SiblingPieces(
+    const LabelIntervals& at, const std::vector<std::string>& reduced) {
+  if (reduced.empty()) return std::vector<LabelIntervals>{at};
+  std::vector<LabelIntervals> acc = {at};
+  for (const std::string& l : reduced) {
+    const auto [iv, e] = at.at(l);
+    if (iv.size() <= 0) return std::nullopt;
+    std::vector<Interval> chunks;
+    if (e % iv.size() == 0 && iv.begin % iv.size() == 0) {
+      for (int64_t b = 0; b < e; b += iv.size()) chunks.push_back(Interval{b, b + iv.size()});
+    } else {
+      if (iv.begin > 0) chunks.push_back(Interval{0, iv.begin});
+      chunks.push_back(iv);
+      if (iv.end < e) chunks.push_back(Interval{iv.end, e});
+    }
+    std::vector<LabelIntervals> next;
+    for (const auto& a : acc) {
+      for (const Interval& chunk : chunks) {
+        auto c = a;
+        c[l] = {chunk, e};
+        next.push_back(std::move(c));
       }
     }
-    out_boxes->assign(out_types->size(), Box{});
-    for (size_t k = 0; k < out_types->size(); ++k) {
-      if (!BoxFor(sig->outputs[k], (*out_types)[k].shape, pat, &(*out_boxes)[k])) return false;
-    }
-    ir::AttrMap attrs = law.attrs;
-    if (schema.shard_attrs != nullptr) {
-      auto a = schema.shard_attrs(law.attrs, law.inputs, in_boxes, *out_types, *out_boxes);
-      if (!a.ok()) return false;
-      attrs = *std::move(a);
-    }
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : pieces) ptrs.push_back(&t);
-    auto r = b.Eval(law.kind, ptrs, attrs);
-    if (!r.ok()) return false;
-    *outs = *std::move(r);
-    return true;
-  };
+    acc = std::move(next);
+  }
+  return acc;
+}
 
-  auto& goals = *goals_out;
-  std::vector<std::vector<Tensor>> piece_outs;
+// Runs the piece of `op` for label intervals `label_pat` on inputs `src` (its
+// additive inputs zeroed unless `keep_additive`): its outputs and their boxes.
+// False when the piece has no valid boxes, attributes or shapes.
+template <class B>
+bool RunPiece(B& b, const LawOp& op, const LabelIntervals& label_pat,
+              const std::vector<typename B::Tensor>& src, bool keep_additive,
+              std::vector<typename B::Tensor>* outs, std::vector<Box>* out_boxes) {
+  using Tensor = typename B::Tensor;
+  const LawUse& law = op.law;
+  const auto pat = WithCoupled(op.sig, label_pat);
+  std::vector<Box> in_boxes(law.inputs.size());
+  std::vector<Tensor> pieces;
+  for (size_t i = 0; i < law.inputs.size(); ++i) {
+    if (!BoxFor(op.sig.inputs[i], law.inputs[i].shape, pat, &in_boxes[i])) return false;
+    pieces.push_back(Slice(src[i], in_boxes[i]));
+    const bool additive = std::find(op.sig.additive_inputs.begin(), op.sig.additive_inputs.end(),
+                                    static_cast<int>(i)) != op.sig.additive_inputs.end();
+    if (additive && !keep_additive) {
+      for (auto& term : pieces.back().data) term = b.Zero();
+    }
+  }
+  out_boxes->assign(op.out_types.size(), Box{});
+  for (size_t k = 0; k < op.out_types.size(); ++k) {
+    if (!BoxFor(op.sig.outputs[k], op.out_types[k].shape, pat, &(*out_boxes)[k])) return false;
+  }
+  ir::AttrMap attrs = law.attrs;
+  if (op.schema.shard_attrs != nullptr) {
+    auto a = op.schema.shard_attrs(law.attrs, law.inputs, in_boxes, op.out_types, *out_boxes);
+    if (!a.ok()) return false;
+    attrs = *std::move(a);
+  }
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : pieces) ptrs.push_back(&t);
+  auto r = b.Eval(law.kind, ptrs, attrs);
+  if (!r.ok()) return false;
+  *outs = *std::move(r);
+  return true;
+}
+
+// Every sibling piece's outputs: on the whole inputs (additive inputs counted in
+// the first sibling only), or, with partial operands, on their parts y and z,
+// summed. Returns an unknown proof when a piece does not build.
+template <class B>
+std::optional<LawProof> SiblingOutputs(
+    B& b, const LawOp& op, const std::vector<LabelIntervals>& siblings,
+    const std::vector<typename B::Tensor>& whole_in, const std::vector<typename B::Tensor>& y_in,
+    const std::vector<typename B::Tensor>& z_in,
+    std::vector<std::vector<typename B::Tensor>>* piece_outs) {
+  using Tensor = typename B::Tensor;
   std::vector<Box> boxes;
   for (size_t s = 0; s < siblings.size(); ++s) {
     std::vector<Tensor> outs;
-    if (law.partial_inputs.empty()) {
-      if (!run_piece(siblings[s], whole_in, s == 0, &outs, &boxes)) {
+    if (op.law.partial_inputs.empty()) {
+      if (!RunPiece(b, op, siblings[s], whole_in, s == 0, &outs, &boxes)) {
         return Unknown("a sibling piece has no valid attributes or shapes");
       }
     } else {
       std::vector<Tensor> oy, oz;
-      if (!run_piece(siblings[s], y_in, true, &oy, &boxes) ||
-          !run_piece(siblings[s], z_in, true, &oz, &boxes)) {
+      if (!RunPiece(b, op, siblings[s], y_in, true, &oy, &boxes) ||
+          !RunPiece(b, op, siblings[s], z_in, true, &oz, &boxes)) {
         return Unknown("the piece has no valid attributes or shapes");
       }
       outs = oy;
@@ -290,20 +290,35 @@ std::optional<LawProof> BuildGoals(
         }
       }
     }
-    piece_outs.push_back(std::move(outs));
+    piece_outs->push_back(std::move(outs));
   }
-  for (size_t k = 0; k < out_types->size(); ++k) {
+  return std::nullopt;
+}
+
+// The goals, output by output: the law's own piece against the whole op's
+// output over its box, or, for an output that sums over a reduced label, the sum
+// (or maximum) of every sibling's piece. Returns an unknown proof when shapes
+// disagree.
+template <class B>
+std::optional<LawProof> OutputGoals(
+    B& b, const LawOp& op, const LabelIntervals& at, const SplitReductions& reduced,
+    const std::vector<LabelIntervals>& siblings, const std::vector<typename B::Tensor>& whole,
+    const std::vector<std::vector<typename B::Tensor>>& piece_outs,
+    std::vector<std::pair<typename B::Elem, typename B::Elem>>* goals_out) {
+  using Tensor = typename B::Tensor;
+  auto& goals = *goals_out;
+  for (size_t k = 0; k < op.out_types.size(); ++k) {
     // Outputs that keep every reduced label as a dim are pieces of their own.
     bool sums = false;
-    for (const std::string& l : reduced) {
-      const auto& ol = sig->outputs[k];
+    for (const std::string& l : reduced.labels) {
+      const auto& ol = op.sig.outputs[k];
       if (std::find(ol.begin(), ol.end(), l) == ol.end()) sums = true;
     }
     Box box;
-    if (!BoxFor(sig->outputs[k], (*out_types)[k].shape, WithCoupled(*sig, at), &box)) {
+    if (!BoxFor(op.sig.outputs[k], op.out_types[k].shape, WithCoupled(op.sig, at), &box)) {
       return Unknown("output box");
     }
-    const Tensor expect = Slice((*whole)[k], box);
+    const Tensor expect = Slice(whole[k], box);
     if (!sums) {
       // The law's own piece (sibling 0 is `at` when nothing is reduced).
       size_t self = 0;
@@ -321,10 +336,55 @@ std::optional<LawProof> BuildGoals(
         if (outs[k].data.size() != expect.data.size()) return Unknown("piece shape differs");
         parts.push_back(outs[k].data[e]);
       }
-      goals.push_back({is_max ? b.Max(parts) : b.Sum(parts), expect.data[e]});
+      goals.push_back({reduced.is_max ? b.Max(parts) : b.Sum(parts), expect.data[e]});
     }
   }
   return std::nullopt;
+}
+
+// Builds the law's goals, pairs (pieces, whole op) element by element, with
+// backend `b`: symbolic for a proof, reference kernels for a numeric check.
+// Returns an unknown proof when the law's instance does not build.
+template <class B>
+std::optional<LawProof> BuildGoals(
+    B& b, const LawUse& law,
+    std::vector<std::pair<typename B::Elem, typename B::Elem>>* goals_out) {
+  using Tensor = typename B::Tensor;
+  const std::string kind = std::string(ir::OpKindName(law.kind));
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  auto sig = schema.signature(law.inputs, law.attrs);
+  auto out_types = ir::InferOutputTypes(law.kind, law.inputs, law.attrs);
+  if (!sig.ok() || !out_types.ok()) return Unknown("the op's signature or types do not build");
+  const LawOp op{law, schema, *std::move(sig), *std::move(out_types)};
+  std::vector<Tensor> whole_in;
+  for (size_t i = 0; i < law.inputs.size(); ++i) {
+    whole_in.push_back(b.Inputs(law.inputs[i], absl::StrCat("x", i)));
+  }
+  LabelIntervals at;
+  for (size_t k = 0; k < law.labels.size(); ++k) {
+    at[law.labels[k]] = {law.intervals[k], law.extents[k]};
+  }
+  const SplitReductions reduced = SplitReductionsOf(law, op.sig);
+  std::optional<std::vector<LabelIntervals>> siblings = SiblingPieces(at, reduced.labels);
+  if (!siblings.has_value()) return Unknown("an empty reduction chunk");
+  // Partial operands: split them into y + z.
+  std::vector<Tensor> y_in = whole_in, z_in = whole_in;
+  for (int p : law.partial_inputs) {
+    y_in[p] = b.Inputs(law.inputs[p], absl::StrCat("y", p));
+    z_in[p] = b.Inputs(law.inputs[p], absl::StrCat("z", p));
+    for (size_t e = 0; e < whole_in[p].data.size(); ++e) {
+      whole_in[p].data[e] = b.Add(y_in[p].data[e], z_in[p].data[e]);
+    }
+  }
+  std::vector<const Tensor*> whole_ptrs;
+  for (const Tensor& t : whole_in) whole_ptrs.push_back(&t);
+  auto whole = b.Eval(law.kind, whole_ptrs, law.attrs);
+  if (!whole.ok()) return Unknown(absl::StrCat("'", kind, "': ", whole.status().message()));
+  std::vector<std::vector<Tensor>> piece_outs;
+  if (auto unknown = SiblingOutputs(b, op, *siblings, whole_in, y_in, z_in, &piece_outs)) {
+    return unknown;
+  }
+  return OutputGoals(b, op, at, reduced, *siblings, *whole, piece_outs, goals_out);
 }
 
 }  // namespace
