@@ -24,14 +24,21 @@ std::vector<std::string> ListModels() {
 
 namespace {
 
-models::ModelOptions ModelOptionsOf(const ir::PlanStepSource& source) {
+models::ModelOptions ModelOptionsOf(const ir::PlanStepSource& source,
+                                    std::optional<ir::DType> dtype = std::nullopt) {
   models::ModelOptions options;
   options.tiny = source.tiny;
   options.layers = source.layers;
   options.batch = source.batch;
   options.seq = source.seq;
-  options.dtype = ir::ModelDType(source.training.precision);
+  options.dtype = dtype.value_or(ir::ModelDType(source.training.precision));
   return options;
+}
+
+// The step of `source` from its forward graph (built from the same source): every
+// training step the BuildStep functions and MakePlan return is built here.
+absl::StatusOr<ir::Graph> StepOf(const ir::Graph& forward, const ir::PlanStepSource& source) {
+  return ir::BuildTrainingStep(forward, source.training);
 }
 
 // The source as given (sizes possibly 0: the configuration's), then as built: the
@@ -60,7 +67,7 @@ absl::StatusOr<Resolved> Resolve(const ModelConfig& model, const ParallelConfig&
   s.training.microbatches = parallel.microbatches;
   s.training.precision = model.precision;
   s.training.max_grad_norm = model.max_grad_norm;
-  LOOM_ASSIGN_OR_RETURN(r.forward, models::BuildForward(model.name, ModelOptionsOf(s)));
+  LOOM_ASSIGN_OR_RETURN(r.forward, BuildForward(s));
   int max_layer = -1;
   for (const ir::Op& op : r.forward.ops()) max_layer = std::max(max_layer, op.info.layer);
   if (s.layers == 0) s.layers = max_layer + 1;
@@ -77,7 +84,7 @@ absl::StatusOr<Resolved> Resolve(const ModelConfig& model, const ParallelConfig&
 
 absl::StatusOr<ir::Graph> BuildStep(const ModelConfig& model, const ParallelConfig& parallel) {
   LOOM_ASSIGN_OR_RETURN(Resolved r, Resolve(model, parallel));
-  return ir::BuildTrainingStep(r.forward, r.source.training);
+  return StepOf(r.forward, r.source);
 }
 
 absl::StatusOr<ir::PlanStepSource> StepSourceOf(const ModelConfig& model,
@@ -86,14 +93,20 @@ absl::StatusOr<ir::PlanStepSource> StepSourceOf(const ModelConfig& model,
   return r.source;
 }
 
-absl::StatusOr<ir::Graph> BuildStep(const ir::PlanStepSource& source) {
-  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(source.model, ModelOptionsOf(source)));
-  return ir::BuildTrainingStep(forward, source.training);
+absl::StatusOr<ir::Graph> BuildForward(const ir::PlanStepSource& source,
+                                       std::optional<ir::DType> dtype) {
+  return models::BuildForward(source.model, ModelOptionsOf(source, dtype));
+}
+
+absl::StatusOr<ir::Graph> BuildStep(const ir::PlanStepSource& source,
+                                    std::optional<ir::DType> dtype) {
+  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, BuildForward(source, dtype));
+  return StepOf(forward, source);
 }
 
 absl::StatusOr<ir::Plan> MakePlan(const ModelConfig& model, const ParallelConfig& parallel) {
   LOOM_ASSIGN_OR_RETURN(Resolved r, Resolve(model, parallel));
-  LOOM_ASSIGN_OR_RETURN(ir::Graph step, ir::BuildTrainingStep(r.forward, r.source.training));
+  LOOM_ASSIGN_OR_RETURN(ir::Graph step, StepOf(r.forward, r.source));
   LOOM_ASSIGN_OR_RETURN(ir::Plan plan, MakePlan(step, parallel));
   plan.step = std::move(r.source);
   return plan;
@@ -163,12 +176,13 @@ absl::StatusOr<SearchSummary> SearchSchedule(const ir::Graph& step, ir::Plan& pl
 
 absl::StatusOr<verify::VerifyReport> VerifyPlan(const ir::Graph& step, const ir::Plan& plan,
                                                 const VerifyConfig& config) {
-  LOOM_RETURN_IF_ERROR(ir::ValidatePlan(step, plan));
   verify::VerifyOptions options;
   options.cache_dir = config.cache_dir;
   options.solver_timeout_ms = config.solver_timeout_ms;
   options.memory_capacity_bytes = config.memory_capacity_bytes;
   options.threads = config.threads;
+  options.progress = config.progress;
+  // Verify checks the plan against the step itself before it derives anything.
   return verify::Verify(step, plan, options);
 }
 

@@ -19,6 +19,7 @@
 //   auto report = loom::VerifyPlan(*step, *plan);          // report->verdict
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -147,8 +148,19 @@ absl::StatusOr<ir::Plan> MakePlan(const ir::Graph& step, const ParallelConfig& p
 // sizes as built, the micro-batches, the optimizer and clipping).
 absl::StatusOr<ir::PlanStepSource> StepSourceOf(const ModelConfig& model,
                                                 const ParallelConfig& parallel);
-// The training step a source describes (BuildStep of the same configuration).
-absl::StatusOr<ir::Graph> BuildStep(const ir::PlanStepSource& source);
+// The training step a source describes (BuildStep of the same configuration): the
+// zoo model's forward at the source's sizes (0: the configuration's), its backward,
+// accumulation over its micro-batches, clipping and its optimizer, in its precision.
+// The command line builds its steps here too (`loom show`, `loom graph`, and the
+// commands reading a plan). `dtype`, when given, is the dtype of every tensor of an
+// fp32 step instead of f32 (`loom show --dtype f64`); a plan records the precision,
+// never such a dtype.
+absl::StatusOr<ir::Graph> BuildStep(const ir::PlanStepSource& source,
+                                    std::optional<ir::DType> dtype = std::nullopt);
+// The forward graph of that step alone: no backward, no optimizer (`loom show
+// --forward`).
+absl::StatusOr<ir::Graph> BuildForward(const ir::PlanStepSource& source,
+                                       std::optional<ir::DType> dtype = std::nullopt);
 // The plan of `model` under `parallel`, carrying its step: every later step
 // (search, verify, run) rebuilds the step from the plan alone.
 absl::StatusOr<ir::Plan> MakePlan(const ModelConfig& model, const ParallelConfig& parallel);
@@ -193,9 +205,15 @@ struct VerifyConfig {
   unsigned solver_timeout_ms = 10000;
   std::optional<int64_t> memory_capacity_bytes;
   int threads = 0;                   // 0: every core
+  // Called on the calling thread about ten times a second while the partition laws
+  // are proved, and once when they are done (`loom verify`'s progress line).
+  std::function<void(const verify::Progress&)> progress;
 };
 
 // Proves `plan` equivalent to `step` (exit code of the verdict: verify::ExitCode).
+// The plan is checked against the step on the way in, once (ir::ValidatePlan's
+// checks, which verify::Verify runs before it derives anything): a plan that is not
+// a plan of `step` is InvalidArgument naming the item ("plan: task 3 ...").
 absl::StatusOr<verify::VerifyReport> VerifyPlan(const ir::Graph& step, const ir::Plan& plan,
                                                 const VerifyConfig& config = {});
 // The report as `loom verify --report` writes it (docs/formats.md).

@@ -80,52 +80,45 @@ void AddModelFlags(FlagSet& flags) {
 absl::StatusOr<ir::Graph> BuildModelGraph(const FlagSet& flags) {
   auto name = flags.GetString("--model");
   if (!name.has_value()) return absl::InvalidArgumentError("missing --model NAME");
-  models::ModelOptions options;
-  options.tiny = flags.GetBool("--tiny");
-  auto layers = flags.GetInt("--layers", 0, 1, ir::kMaxLayers);
-  if (!layers.ok()) return layers.status();
-  options.layers = static_cast<int>(*layers);
-  auto batch = flags.GetInt("--batch", 0, 1, int64_t{1} << 30);
-  if (!batch.ok()) return batch.status();
-  options.batch = *batch;
-  auto seq = flags.GetInt("--seq", 0, 1, int64_t{1} << 30);
-  if (!seq.ok()) return seq.status();
-  options.seq = *seq;
-  auto precision = PrecisionFlag(flags);
-  if (!precision.ok()) return precision.status();
-  options.dtype = ir::ModelDType(*precision);
-  if (auto dtype = flags.GetString("--dtype")) {
-    auto parsed = ir::ParseDType(*dtype);
+  // Sizes left 0 are the model's own (batch: 1, or 2 at tiny size).
+  ir::PlanStepSource source;
+  source.model = *name;
+  source.tiny = flags.GetBool("--tiny");
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, ir::kMaxLayers));
+  source.layers = static_cast<int>(layers);
+  LOOM_ASSIGN_OR_RETURN(source.batch, flags.GetInt("--batch", 0, 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(source.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
+  LOOM_ASSIGN_OR_RETURN(source.training.precision, PrecisionFlag(flags));
+  std::optional<ir::DType> dtype;
+  if (auto text = flags.GetString("--dtype")) {
+    auto parsed = ir::ParseDType(*text);
     if (!parsed.ok() || !ir::IsFloat(*parsed)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag '--dtype' expects f32, f64, bf16 or f16, got '", *dtype, "'"));
+          absl::StrCat("flag '--dtype' expects f32, f64, bf16 or f16, got '", *text, "'"));
     }
-    if (flags.Has("--precision") && *parsed != options.dtype) {
+    const ir::DType own = ir::ModelDType(source.training.precision);
+    if (flags.Has("--precision") && *parsed != own) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--dtype ", *dtype, " conflicts with --precision ", ir::PrecisionName(*precision),
-          " (whose parameters are ", ir::DTypeName(options.dtype), "); give one of them"));
+          "--dtype ", *text, " conflicts with --precision ",
+          ir::PrecisionName(source.training.precision), " (whose parameters are ",
+          ir::DTypeName(own), "); give one of them"));
     }
-    options.dtype = *parsed;
+    dtype = *parsed;
   }
-  auto forward = models::BuildForward(*name, options);
-  if (!forward.ok() || flags.GetBool("--forward")) return forward;
-  ir::TrainingOptions training;
-  auto microbatches = flags.GetInt("--microbatches", 1, 1, ir::kMaxMicrobatches);
-  if (!microbatches.ok()) return microbatches.status();
-  training.microbatches = static_cast<int>(*microbatches);
-  auto max_grad_norm = MaxGradNorm(flags);
-  if (!max_grad_norm.ok()) return max_grad_norm.status();
-  training.max_grad_norm = *max_grad_norm;
-  training.precision = *precision;
+  if (flags.GetBool("--forward")) return BuildForward(source, dtype);
+  LOOM_ASSIGN_OR_RETURN(int64_t microbatches,
+                        flags.GetInt("--microbatches", 1, 1, ir::kMaxMicrobatches));
+  source.training.microbatches = static_cast<int>(microbatches);
+  LOOM_ASSIGN_OR_RETURN(source.training.max_grad_norm, MaxGradNorm(flags));
   if (auto opt = flags.GetString("--optimizer")) {
     auto kind = ir::ParseOptimizerKind(*opt);
     if (!kind.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("flag '--optimizer' expects adamw or sgd, got '", *opt, "'"));
     }
-    training.optimizer = *kind;
+    source.training.optimizer = *kind;
   }
-  return ir::BuildTrainingStep(*forward, training);
+  return BuildStep(source, dtype);
 }
 
 using Command = std::function<int(const std::vector<std::string>&, std::ostream&, std::ostream&)>;
@@ -328,65 +321,54 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!name.has_value() || name->empty()) {
     return fail(absl::InvalidArgumentError("missing --model NAME"));
   }
-  transform::Strategy strategy;
+  ParallelConfig parallel;
   struct IntFlag {
     const char* name;
     int* target;
     int64_t max;
   };
-  for (const IntFlag& f : {IntFlag{"--dp", &strategy.dp, 1 << 20}, IntFlag{"--tp", &strategy.tp, 4096},
-                           IntFlag{"--pp", &strategy.pp, 4096}, IntFlag{"--vpp", &strategy.vpp, 64},
-                           IntFlag{"--zero", &strategy.zero, 3},
-                           IntFlag{"--microbatches", &strategy.microbatches, ir::kMaxMicrobatches}}) {
+  for (const IntFlag& f : {IntFlag{"--dp", &parallel.dp, 1 << 20}, IntFlag{"--tp", &parallel.tp, 4096},
+                           IntFlag{"--pp", &parallel.pp, 4096}, IntFlag{"--vpp", &parallel.vpp, 64},
+                           IntFlag{"--zero", &parallel.zero, 3},
+                           IntFlag{"--microbatches", &parallel.microbatches, ir::kMaxMicrobatches}}) {
     auto v = flags.GetInt(f.name, *f.target, f.name == std::string("--zero") ? 0 : 1, f.max);
     if (!v.ok()) return fail(v.status());
     *f.target = static_cast<int>(*v);
   }
   auto ep = flags.GetInt("--ep", 1, 1, 4096);
   if (!ep.ok()) return fail(ep.status());
-  strategy.ep = static_cast<int>(*ep);
-  strategy.sp = flags.GetBool("--sp");
-  strategy.recompute = flags.GetBool("--recompute");
-  strategy.factored = !flags.GetBool("--explicit");
+  parallel.ep = static_cast<int>(*ep);
+  parallel.sp = flags.GetBool("--sp");
+  parallel.recompute = flags.GetBool("--recompute");
+  parallel.factored = !flags.GetBool("--explicit");
   if (config.has_value()) {
-    const bool factored = strategy.factored;
-    strategy = StrategyOf(config->parallel);
-    strategy.factored = factored;
+    const bool factored = parallel.factored;
+    parallel = config->parallel;
+    parallel.factored = factored;
   }
-  models::ModelOptions options;
-  options.tiny = flags.GetBool("--tiny");
+  const transform::Strategy strategy = StrategyOf(parallel);
+  ModelConfig model{.name = *name, .tiny = flags.GetBool("--tiny")};
   auto layers = flags.GetInt("--layers", 0, 1, ir::kMaxLayers);
   if (!layers.ok()) return fail(layers.status());
-  options.layers = static_cast<int>(*layers);
-  auto batch = flags.GetInt("--batch", strategy.dp, 1, int64_t{1} << 30);
+  model.layers = static_cast<int>(*layers);
+  auto batch = flags.GetInt("--batch", parallel.dp, 1, int64_t{1} << 30);
   if (!batch.ok()) return fail(batch.status());
-  options.batch = *batch;
+  model.batch = *batch;
   auto seq = flags.GetInt("--seq", 0, 1, int64_t{1} << 30);
   if (!seq.ok()) return fail(seq.status());
-  options.seq = *seq;
+  model.seq = *seq;
   auto precision = PrecisionFlag(flags);
   if (!precision.ok()) return fail(precision.status());
-  if (config.has_value()) {
-    options.tiny = config->model.tiny;
-    options.layers = config->model.layers;
-    options.batch = config->model.batch > 0 ? config->model.batch : strategy.dp;
-    options.seq = config->model.seq;
-    *precision = config->model.precision;
-  }
+  model.precision = *precision;
+  if (config.has_value()) model = config->model;
   auto path = flags.GetString("--output");
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing -o FILE"));
   const auto start = std::chrono::steady_clock::now();
-  // The plan records the step it was made from (sizes as built), so that the
-  // commands reading it need no model flags.
-  ModelConfig model{.name = *name, .tiny = options.tiny, .layers = options.layers,
-                    .batch = options.batch, .seq = options.seq, .precision = *precision};
   auto max_grad_norm = MaxGradNorm(flags);
   if (!max_grad_norm.ok()) return fail(max_grad_norm.status());
-  model.max_grad_norm = *max_grad_norm;
-  if (config.has_value()) model.max_grad_norm = config->model.max_grad_norm;
-  ParallelConfig parallel;
-  parallel.dp = strategy.dp;
-  parallel.microbatches = strategy.microbatches;
+  if (!config.has_value()) model.max_grad_norm = *max_grad_norm;
+  // The plan records the step it was made from (sizes as built), so that the
+  // commands reading it need no model flags.
   auto source = StepSourceOf(model, parallel);
   if (!source.ok()) return fail(source.status());
   status.Step(absl::StrCat("building the training step of ", *name));
@@ -410,7 +392,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   for (const auto& [k, n] : kinds) kind_text.push_back(absl::StrCat(k, " ", n));
   out << "plan:         " << *name << ", " << strategy.ToString() << " on "
       << plan->mesh.ToString() << " (" << plan->mesh.num_devices() << " devices)\n";
-  if (*precision == ir::Precision::kBf16) {
+  if (model.precision == ir::Precision::kBf16) {
     out << "precision:    bf16 (bf16 parameters and activations; f32 main gradients, master "
            "weights and Adam moments)\n";
   }

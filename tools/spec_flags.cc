@@ -12,7 +12,6 @@
 #include "ir/autodiff.h"
 #include "ir/plan_json.h"
 #include "ir/status_macros.h"
-#include "models/models.h"
 #include "tools/terminal_status.h"
 
 namespace loom::tools {
@@ -245,37 +244,32 @@ absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan
     return BuildStep(*plan.step);
   }
   // One sequence per data-parallel rank by default, as `loom plan` builds it: the
-  // expert-parallel axis is carved out of the data-parallel ranks.
+  // expert-parallel axis is carved out of the data-parallel ranks. Sizes left 0
+  // are the model's own.
   const int64_t data_ranks = plan.mesh.AxisSize("dp") * plan.mesh.AxisSize("ep");
-  std::string name;
-  models::ModelOptions options;
-  ir::Precision precision = ir::Precision::kFp32;
+  ir::PlanStepSource source;
   LOOM_ASSIGN_OR_RETURN(std::optional<TrainConfig> loaded, ConfigFromFlags(flags));
   if (loaded.has_value()) {
-    const TrainConfig& config = *loaded;
-    name = config.model.name;
-    options.tiny = config.model.tiny;
-    options.layers = config.model.layers;
-    options.batch = config.model.batch > 0 ? config.model.batch : data_ranks;
-    options.seq = config.model.seq;
-    precision = config.model.precision;
+    const ModelConfig& model = loaded->model;
+    source.model = model.name;
+    source.tiny = model.tiny;
+    source.layers = model.layers;
+    source.batch = model.batch > 0 ? model.batch : data_ranks;
+    source.seq = model.seq;
+    source.training.precision = model.precision;
   } else {
     auto model = flags.GetString("--model");
     if (!model.has_value()) {
       return absl::InvalidArgumentError(kNoRecordedStep);
     }
-    name = *model;
-    options.tiny = flags.GetBool("--tiny");
+    source.model = *model;
+    source.tiny = flags.GetBool("--tiny");
     LOOM_ASSIGN_OR_RETURN(int64_t layers, flags.GetInt("--layers", 0, 1, ir::kMaxLayers));
-    options.layers = static_cast<int>(layers);
-    LOOM_ASSIGN_OR_RETURN(options.batch, flags.GetInt("--batch", data_ranks, 1, int64_t{1} << 30));
-    LOOM_ASSIGN_OR_RETURN(options.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
-    LOOM_ASSIGN_OR_RETURN(precision, PrecisionFlag(flags));
+    source.layers = static_cast<int>(layers);
+    LOOM_ASSIGN_OR_RETURN(source.batch, flags.GetInt("--batch", data_ranks, 1, int64_t{1} << 30));
+    LOOM_ASSIGN_OR_RETURN(source.seq, flags.GetInt("--seq", 0, 1, int64_t{1} << 30));
+    LOOM_ASSIGN_OR_RETURN(source.training.precision, PrecisionFlag(flags));
   }
-  options.dtype = ir::ModelDType(precision);
-  LOOM_ASSIGN_OR_RETURN(ir::Graph forward, models::BuildForward(name, options));
-  ir::TrainingOptions training;
-  training.precision = precision;
   int64_t planned = 1;
   if (plan.factoring.has_value()) {
     planned = plan.factoring->microbatches;
@@ -283,9 +277,15 @@ absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan
     for (const ir::Task& t : plan.tasks) planned = std::max<int64_t>(planned, t.info.microbatch + 1);
   }
   LOOM_ASSIGN_OR_RETURN(int64_t microbatches, flags.GetInt("--microbatches", planned, 1, ir::kMaxMicrobatches));
-  training.microbatches = static_cast<int>(microbatches);
-  LOOM_ASSIGN_OR_RETURN(training.max_grad_norm, MaxGradNorm(flags));
-  LOOM_ASSIGN_OR_RETURN(ir::Graph step, ir::BuildTrainingStep(forward, training));
+  source.training.microbatches = static_cast<int>(microbatches);
+  if (loaded.has_value()) {
+    // The configuration's clip_grad (ConfigFromFlags has checked --max-grad-norm against it).
+    source.training.max_grad_norm = loaded->model.max_grad_norm;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(source.training.max_grad_norm, MaxGradNorm(flags));
+  }
+  LOOM_ASSIGN_OR_RETURN(ir::Graph step, BuildStep(source));
+  const ir::Precision precision = source.training.precision;
   // A plan made in the other precision: say so rather than list mismatched values.
   for (const ir::PlanValue& v : plan.values) {
     if (v.sub.tensor < 0 || v.sub.tensor >= step.num_tensors()) continue;

@@ -59,12 +59,12 @@ absl::StatusOr<std::string> ModelName(const FlagSet& flags);
 // given, must agree with it), else ModelName(flags).
 absl::StatusOr<std::string> ModelName(const FlagSet& flags, const ir::Plan& plan);
 
-// The logical training step a plan was made from: the step the plan records
-// (ir::Plan::step; a model flag or --config given beside it must agree, else an
-// error names both values), or, for a plan that records none, rebuilt from the same
-// model flags `loom plan` took or the same --config file (batch defaults to the
-// plan's data-parallel size, micro-batches to its own count; --microbatches, when
-// the command declares it, overrides).
+// The logical training step a plan was made from, built by loom::BuildStep: the
+// step the plan records (ir::Plan::step; a model flag or --config given beside it
+// must agree, else an error names both values), or, for a plan that records none,
+// rebuilt from the same model flags `loom plan` took or the same --config file
+// (batch defaults to the plan's data-parallel size, micro-batches to its own count;
+// --microbatches, when the command declares it, overrides).
 absl::StatusOr<ir::Graph> SpecForPlan(const FlagSet& flags, const ir::Plan& plan);
 
 }  // namespace loom::tools

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "api/loom.h"
 #include "ir/json_util.h"
 #include "ir/plan.h"
 #include "ir/plan_json.h"
@@ -58,14 +59,18 @@ absl::Status AboutPlanFile(const std::string& path, const absl::Status& status,
   return absl::Status(status.code(), absl::StrCat(path, ": ", context, message));
 }
 
-// The proof cache the flags ask for, created if missing; empty (with one warning)
-// when it cannot be used.
-std::string CacheDir(const FlagSet& flags, std::ostream& err) {
-  if (flags.GetBool("--no-cache")) return "";
+// The proof cache the flags ask for, created if missing; empty, with a warning to
+// print, when it cannot be used.
+struct ProofCache {
+  std::string dir;
+  std::string warning;  // empty when none
+};
+ProofCache CacheDir(const FlagSet& flags) {
+  if (flags.GetBool("--no-cache")) return {};
   std::string dir = flags.GetString("--cache").value_or(DefaultVerifyCacheDir());
   auto warn = [&](absl::string_view why) {
-    err << "loom verify: warning: " << why << "; verifying without a proof cache\n";
-    return std::string();
+    return ProofCache{"", absl::StrCat("loom verify: warning: ", why,
+                                       "; verifying without a proof cache\n")};
   };
   if (dir.empty()) return warn("neither XDG_CACHE_HOME nor HOME is set");
   std::error_code ec;
@@ -77,7 +82,7 @@ std::string CacheDir(const FlagSet& flags, std::ostream& err) {
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     return warn(absl::StrCat("cache directory ", dir, " is not writable"));
   }
-  return dir;
+  return {dir, ""};
 }
 
 void PrintFailure(const verify::Failure& f, int index, int total, std::ostream& out) {
@@ -175,24 +180,24 @@ void AddVerifyFlags(FlagSet& flags) {
   flags.AddBool("--quiet", "no progress line on a terminal");
 }
 
-// Reads the numeric and cache flags into verifier options.
-absl::StatusOr<verify::VerifyOptions> OptionsFromFlags(const FlagSet& flags) {
-  verify::VerifyOptions options;
+// Reads the numeric and cache flags into the verification's configuration.
+absl::StatusOr<VerifyConfig> VerifyConfigFromFlags(const FlagSet& flags) {
+  VerifyConfig config;
   if (flags.Has("--cache") && flags.Has("--no-cache")) {
     return absl::InvalidArgumentError("give --cache DIR or --no-cache, not both");
   }
   if (flags.Has("--memory")) {
     auto memory = flags.GetBytes("--memory", 0, int64_t{1} << 60);
     if (!memory.ok()) return memory.status();
-    options.memory_capacity_bytes = *memory;
+    config.memory_capacity_bytes = *memory;
   }
-  auto timeout = flags.GetInt("--timeout", options.solver_timeout_ms, 1, int64_t{1} << 31);
+  auto timeout = flags.GetInt("--timeout", config.solver_timeout_ms, 1, int64_t{1} << 31);
   if (!timeout.ok()) return timeout.status();
-  options.solver_timeout_ms = static_cast<unsigned>(*timeout);
+  config.solver_timeout_ms = static_cast<unsigned>(*timeout);
   auto threads = flags.GetInt("--threads", 0, 1, 1024);
   if (!threads.ok()) return threads.status();
-  options.threads = static_cast<int>(*threads);
-  return options;
+  config.threads = static_cast<int>(*threads);
+  return config;
 }
 
 struct ReportPaths {
@@ -264,8 +269,8 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
   };
   auto path = flags.GetString("--plan");
   if (!path.has_value()) return fail(absl::InvalidArgumentError("missing --plan FILE"));
-  auto options = OptionsFromFlags(flags);
-  if (!options.ok()) return fail(options.status());
+  auto config = VerifyConfigFromFlags(flags);
+  if (!config.ok()) return fail(config.status());
 
   auto plan = LoadPlanShowingProgress(*path, "verify", flags.GetBool("--quiet"));
   if (!plan.ok()) return fail(plan.status());
@@ -273,39 +278,46 @@ int CmdVerify(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (!model.ok()) return fail(model.status());
   terminal.Step("building the training step the plan records");
   auto spec = SpecForPlan(flags, *plan);
-  if (!spec.ok()) return fail(spec.status());
-  terminal.Step("checking that the plan is a plan of it");
-  absl::Status valid = ir::ValidatePlan(*spec, *plan);
   terminal.Done();
-  if (!valid.ok()) {
-    return fail(AboutPlanFile(*path, valid,
-                                         absl::StrCat("not a plan of the training step of '",
-                                                      *model, plan->step.has_value()
-                                                                  ? "' it records: "
-                                                                  : "' the flags describe: ")));
-  }
+  if (!spec.ok()) return fail(spec.status());
 
-  options->cache_dir = CacheDir(flags, err);
+  const ProofCache cache = CacheDir(flags);
+  config->cache_dir = cache.dir;
   // Progress goes to a terminal only: this process's standard error, when it is one.
   const bool show_progress =
       !flags.GetBool("--quiet") && &err == &std::cerr && isatty(STDERR_FILENO) == 1;
   if (show_progress) {
     err << "verify: deriving the lineage of " << plan->tasks.size() << " tasks" << std::flush;
-    options->progress = [&err](const verify::Progress& p) {
+    config->progress = [&err](const verify::Progress& p) {
       err << absl::StrFormat("\rverify: laws %d/%d proved, %d cached, %.1f s\033[K", p.laws_proved,
                              p.laws_total, p.cache_hits, p.seconds)
           << std::flush;
     };
   }
-  auto report = verify::Verify(*spec, *plan, *options);
+  auto report = VerifyPlan(*spec, *plan, *config);
   if (show_progress) err << "\n";
-  if (!report.ok()) return fail(AboutPlanFile(*path, report.status()));
+  // The cache's warning is printed once the plan has passed its checks: a plan that
+  // is not a plan of the step gets its error alone.
+  if (!report.ok()) {
+    // VerifyPlan checks the plan against the step before it derives anything; a plan
+    // it stops there is named as not a plan of the step (ir::ValidatePlan says so
+    // again, asked only on this path).
+    if (absl::Status valid = ir::ValidatePlan(*spec, *plan); !valid.ok()) {
+      return fail(AboutPlanFile(
+          *path, valid,
+          absl::StrCat("not a plan of the training step of '", *model,
+                       plan->step.has_value() ? "' it records: " : "' the flags describe: ")));
+    }
+    err << cache.warning;
+    return fail(AboutPlanFile(*path, report.status()));
+  }
+  err << cache.warning;
 
   PrintReport(*report, *path, *model, out);
   const verify::ReportContext context{*model, *path};
   std::vector<std::pair<std::string, std::string>> files;
   if (auto file = flags.GetString("--report")) {
-    files.push_back({*file, verify::ReportJson(*report, context)});
+    files.push_back({*file, VerifyReportJson(*report, *model, *path)});
   }
   if (auto file = flags.GetString("--junit")) {
     files.push_back({*file, verify::ReportJUnit(*report, context)});

@@ -7,12 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "api/loom.h"
 #include "gtest/gtest.h"
 #include "ir/json_util.h"
 #include "ir/plan.h"
 #include "ir/plan_json.h"
+#include "ir/text_format.h"
 #include "tests/tools/cli_test_util.h"
 
 namespace loom::tools::testing {
@@ -161,6 +163,102 @@ TEST(PlanStepTest, OldPlansKeepWorking) {
   EXPECT_EQ(without.code, kExitBadInput);
   EXPECT_TRUE(absl::StrContains(without.err, "does not record the step it was made from"))
       << without.err;
+}
+
+// A plan without its step, verified with the configuration it was made from: the
+// step clips at the configuration's clip_grad, not at --max-grad-norm's default.
+TEST(PlanStepTest, OldPlansTakeTheConfigurationsClipping) {
+  const std::string dir = Dir("plan_step_old_clip");
+  const std::string config = WriteTemp("plan_step_clip.yaml",
+                                       "loom_model: gpt2\ntiny: true\nnum_layers: 1\n"
+                                       "tensor-model-parallel-size: 2\nclip-grad: 0.5\n");
+  auto loaded = ir::LoadPlanFile(Plan(dir, {"--config", config}));
+  ASSERT_TRUE(loaded.ok());
+  loaded->step.reset();
+  const std::string old = dir + "/old.json";
+  ASSERT_TRUE(ir::SavePlanFile(*loaded, old).ok());
+  Result r = RunCli({"verify", "--plan", old, "--config", config, "--no-cache"});
+  EXPECT_EQ(r.code, kExitOk) << r.out << r.err;
+  Result other = RunCli(
+      {"verify", "--plan", old, "--config", config, "--max-grad-norm", "1", "--no-cache"});
+  EXPECT_EQ(other.code, kExitBadInput) << other.out << other.err;
+  EXPECT_TRUE(absl::StrContains(other.err, "conflicts with")) << other.err;
+}
+
+// The command line builds the library's step: `loom graph` prints what
+// loom::BuildStep builds of the same source (or of the same ModelConfig), the
+// forward alone with --forward, every float tensor in the dtype --dtype names.
+TEST(PlanStepTest, TheCommandLineBuildsTheLibrarysStep) {
+  ir::PlanStepSource source;
+  source.model = "gpt2";
+  source.tiny = true;
+  source.layers = 1;
+  source.training.microbatches = 2;
+  source.training.max_grad_norm = 0.5;
+  const std::vector<std::string> flags = {"--model", "gpt2", "--tiny", "--layers", "1",
+                                          "--microbatches", "2", "--max-grad-norm", "0.5"};
+  auto graph = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"graph"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    Result r = RunCli(args);
+    EXPECT_EQ(r.code, kExitOk) << r.err;
+    return r.out;
+  };
+  auto step = BuildStep(source);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(graph({}), ir::PrintGraph(*step));
+  // Tiny gpt2's own batch is 2 sequences.
+  auto same = BuildStep(ModelConfig{.name = "gpt2", .tiny = true, .layers = 1, .batch = 2,
+                                    .max_grad_norm = 0.5},
+                        ParallelConfig{.microbatches = 2});
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(ir::PrintGraph(*same), ir::PrintGraph(*step));
+
+  auto forward = BuildForward(source);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  EXPECT_EQ(graph({"--forward"}), ir::PrintGraph(*forward));
+
+  auto f64 = BuildStep(source, ir::DType::kF64);
+  ASSERT_TRUE(f64.ok()) << f64.status();
+  EXPECT_EQ(graph({"--dtype", "f64"}), ir::PrintGraph(*f64));
+  for (const ir::Tensor& t : f64->tensors()) {
+    if (ir::IsFloat(t.dtype)) {
+      EXPECT_EQ(t.dtype, ir::DType::kF64) << t.name;
+    }
+  }
+}
+
+// VerifyPlan says how far the proofs are through VerifyConfig::progress, and a
+// plan that is not a plan of the step is InvalidArgument naming the item.
+TEST(PlanStepTest, VerifyPlanShowsProgressAndNamesAPlanOfAnotherStep) {
+  auto plan = MakePlan(ModelConfig{.name = "gpt2", .tiny = true, .layers = 1},
+                       ParallelConfig{.tp = 2});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto step = StepOfPlan(*plan);
+  ASSERT_TRUE(step.ok()) << step.status();
+  VerifyConfig config;
+  config.threads = 1;
+  int calls = 0;
+  verify::Progress last;
+  config.progress = [&](const verify::Progress& p) {
+    ++calls;
+    last = p;
+  };
+  auto report = VerifyPlan(*step, *plan, config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->verdict, verify::Verdict::kEquivalent);
+  EXPECT_GE(calls, 1);
+  EXPECT_GT(last.laws_total, 0);
+  EXPECT_EQ(last.laws_done, last.laws_total);
+
+  ir::Plan other = *plan;
+  other.values[0].sub.tensor = 99999;
+  auto rejected = VerifyPlan(*step, other, config);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rejected.status().message(),
+            "plan: value 0 (device 0, micro-batch 0): unknown tensor id 99999");
 }
 
 // The step record is read strictly: an unknown field or a wrong type is an error

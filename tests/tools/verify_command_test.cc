@@ -320,6 +320,44 @@ TEST(VerifyCommandTest, BadInputIsOneLineExit2) {
   }
 }
 
+// A plan that is not a plan of its step is named so, with the item, in one error
+// line (exit 2), and the proof cache is not spoken of; an error the derivation
+// meets in a plan that passes those checks (a dependency cycle) is not called so,
+// and follows the cache's warning.
+TEST(VerifyCommandTest, NamesAPlanThatIsNotAPlanOfItsStep) {
+  const std::string dir = TempDir("verify_not_a_plan");
+  auto plan = ir::LoadPlanFile(WritePlan(dir));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string unusable_cache = WriteTemp("verify_not_a_plan_cache", "x") + "/cache";
+
+  ir::Plan unknown_tensor = *plan;
+  unknown_tensor.values[0].sub.tensor = 99999;
+  const std::string bad = dir + "/unknown_tensor.json";
+  ASSERT_TRUE(ir::SavePlanFile(unknown_tensor, bad).ok());
+  Result r = Verify(bad, {"--cache", unusable_cache});
+  EXPECT_EQ(r.code, kExitBadInput) << r.out << r.err;
+  EXPECT_EQ(r.err, "loom verify: error: " + bad +
+                       ": not a plan of the training step of 'gpt2' it records: value 0 (device "
+                       "0, micro-batch 0): unknown tensor id 99999\n");
+  EXPECT_EQ(r.out, "");
+
+  ir::Plan cycle = *plan;
+  ir::Task& task = cycle.tasks[3];
+  ASSERT_FALSE(task.inputs.empty());
+  ASSERT_FALSE(task.outputs.empty());
+  task.inputs[0] = task.outputs[0];
+  const std::string cyclic = dir + "/cycle.json";
+  ASSERT_TRUE(ir::SavePlanFile(cycle, cyclic).ok());
+  Result c = Verify(cyclic, {"--cache", unusable_cache});
+  EXPECT_EQ(c.code, kExitBadInput) << c.out << c.err;
+  EXPECT_EQ(Lines(c.err), 2) << c.err;
+  EXPECT_TRUE(absl::StartsWith(c.err, "loom verify: warning: cannot create cache directory"))
+      << c.err;
+  EXPECT_TRUE(absl::StrContains(c.err, "\nloom verify: error: " + cyclic + ": ")) << c.err;
+  EXPECT_TRUE(absl::StrContains(c.err, "dependency cycle")) << c.err;
+  EXPECT_FALSE(absl::StrContains(c.err, "not a plan of")) << c.err;
+}
+
 // The default cache follows the XDG base directory rules.
 TEST(VerifyCommandTest, DefaultCacheDirFollowsXdg) {
   struct Restore {
