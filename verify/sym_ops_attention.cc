@@ -13,11 +13,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using Types = absl::Span<const ir::TensorType>;
-
 // Sizes and attributes of one attention call (shapes checked by shape inference).
 struct AttentionDims {
   int64_t batch = 0;
@@ -83,7 +78,7 @@ std::vector<TermId> AttentionWeights(smt::Terms& terms, const AttentionDims& d, 
   return Softmax(terms, scores);
 }
 
-Outputs SymAttention(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymAttention(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   LOOM_ASSIGN_OR_RETURN(AttentionDims d, GetAttentionDims(in, attrs));
   const SymTensor& v = *in[2];
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
@@ -108,7 +103,7 @@ Outputs SymAttention(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Typ
 // With P = softmax(S), S = scale q k^T: dv = P^T do, dP = do v^T,
 // dS = P * (dP - rowsum(P * dP)), dq = scale dS k, dk = scale dS^T q; kv gradients
 // sum over the query heads of their group.
-Outputs SymAttentionGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymAttentionGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   LOOM_ASSIGN_OR_RETURN(AttentionDims d, GetAttentionDims(in, attrs));
   const SymTensor& q = *in[0];
   const SymTensor& k = *in[1];
@@ -162,7 +157,7 @@ Outputs SymAttentionGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
 // Rotate-half RoPE: for i < d/2 the pair (i, i + d/2) at position `pos` turns by
 // pos * theta^(-2i/d) (the opposite way when inverse). The angles are constants:
 // their cosines and sines are the doubles the reference kernel computes.
-Outputs SymRope(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymRope(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   LOOM_ASSIGN_OR_RETURN(double theta, attrs.GetFloat("theta", 10000.0));
   if (!(theta > 0)) {
     return absl::InvalidArgumentError(

@@ -16,12 +16,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using smt::Terms;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using OutTypes = absl::Span<const ir::TensorType>;
-
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi), as in the reference
 constexpr double kGeluA = 0.044715;
 constexpr double kSqrtHalf = 0.7071067811865476;     // 1 / sqrt(2), as in the reference

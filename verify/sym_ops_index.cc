@@ -19,12 +19,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using smt::Terms;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using OutTypes = absl::Span<const ir::TensorType>;
-
 Outputs Arange(Terms& t, Inputs, const ir::AttrMap& attrs, OutTypes out_types) {
   absl::StatusOr<double> start = attrs.GetFloat("start");
   if (!start.ok()) return OpError("arange", start.status());

@@ -7,9 +7,21 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "ir/graph.h"
+#include "smt/term.h"
 #include "verify/sym_ops.h"
 
 namespace loom::verify::internal {
+
+// The parts of a symbolic kernel's signature (SymKernelFn), named once for the
+// families' files.
+using TermId = smt::TermId;
+using Terms = smt::Terms;
+using Outputs = absl::StatusOr<std::vector<SymTensor>>;
+using Inputs = absl::Span<const SymTensor* const>;
+using OutTypes = absl::Span<const ir::TensorType>;
 
 std::vector<SymKernel> ElementwiseSymKernels();
 std::vector<SymKernel> ShapeSymKernels();

@@ -14,11 +14,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using Types = absl::Span<const ir::TensorType>;
-
 // The optional `vocab_begin` attribute; 0 when absent (the whole vocabulary).
 absl::StatusOr<int64_t> VocabBegin(const ir::AttrMap& attrs) {
   if (!attrs.Has("vocab_begin")) return 0;
@@ -42,7 +37,7 @@ absl::StatusOr<int64_t> TokenCount(const ir::Shape& logits, const ir::AttrMap& a
 }
 
 // sum over positions of logsumexp(row) - row[target], divided by `count`.
-Outputs SymCrossEntropy(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymCrossEntropy(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& logits = *in[0];
   const SymTensor& targets = *in[1];
   const int64_t v = LastDim(logits.shape);
@@ -63,7 +58,7 @@ Outputs SymCrossEntropy(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, 
 
 // dlogits = (exp(row - logsumexp(row)) - onehot(target)) * dloss / count.
 Outputs SymCrossEntropyGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs,
-                            Types out_types) {
+                            OutTypes out_types) {
   const SymTensor& logits = *in[0];
   const SymTensor& targets = *in[1];
   const SymTensor& dloss = *in[2];
@@ -85,7 +80,7 @@ Outputs SymCrossEntropyGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& att
 }
 
 // x[..., target - vocab_begin] when the target falls in this piece, 0 otherwise.
-Outputs SymPick(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymPick(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& x = *in[0];
   const SymTensor& targets = *in[1];
   const int64_t v = LastDim(x.shape);
@@ -98,7 +93,7 @@ Outputs SymPick(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types ou
 }
 
 // dx[..., target - vocab_begin] = dy[...] when in range, 0 elsewhere.
-Outputs SymPickGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymPickGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& targets = *in[0];
   const SymTensor& dy = *in[1];
   LOOM_ASSIGN_OR_RETURN(int64_t v, attrs.GetInt("vocab"));

@@ -18,12 +18,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using smt::Terms;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using OutTypes = absl::Span<const ir::TensorType>;
-
 // a [..., m, k] @ b [..., k, n] (same batch dims) or b [k, n] -> [..., m, n].
 Outputs MatMul(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& a = *in[0];

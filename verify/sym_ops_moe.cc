@@ -25,11 +25,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using Types = absl::Span<const ir::TensorType>;
-
 // ---- gate ---------------------------------------------------------------------
 
 struct GateAttrs {
@@ -74,7 +69,7 @@ TermId TopKIndex(smt::Terms& terms, int64_t j, absl::Span<const TermId> scores) 
 
 // (weights [T, k], indices [T, k]): the k best scores of each row, optionally
 // divided by their sum, and their experts.
-Outputs SymTopKGate(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymTopKGate(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& logits = *in[0];
   const int64_t tokens = logits.shape.dim(0);
   const int64_t experts = logits.shape.dim(1);
@@ -97,7 +92,7 @@ Outputs SymTopKGate(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Type
 // The selection is held fixed. With w_j = s[i_j] / Z, Z = sum_l s[i_l]:
 // ds[i_j] += (dw_j - sum_l dw_l w_l) / Z (just dw_j without normalisation); then
 // softmax: dlogit = s * (ds - <ds, s>), sigmoid: dlogit = ds * s * (1 - s).
-Outputs SymTopKGateGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymTopKGateGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& logits = *in[0];
   const SymTensor& indices = *in[1];
   const SymTensor& dw = *in[2];
@@ -208,7 +203,7 @@ int64_t SlotOffset(int64_t e, int64_t column, int64_t columns, int64_t d) {
 }
 
 // Expert slot [e, g*C + s] holds the row of the group's pair routed there.
-Outputs SymDispatch(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymDispatch(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& x = *in[0];
   const int64_t d = x.shape.dim(1);
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
@@ -231,7 +226,7 @@ Outputs SymDispatch(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Type
 }
 
 // dx[t] = sum over t's kept pairs of dy at their slots.
-Outputs SymDispatchGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymDispatchGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& dy = *in[0];
   const int64_t columns = dy.shape.dim(1);
   const int64_t d = dy.shape.dim(2);
@@ -254,7 +249,7 @@ Outputs SymDispatchGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, 
 }
 
 // y[t] = sum over t's kept pairs p of weights[p] * expert_out at p's slot.
-Outputs SymCombine(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymCombine(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& eo = *in[0];
   const SymTensor& w = *in[1];
   const int64_t columns = eo.shape.dim(1);
@@ -279,7 +274,7 @@ Outputs SymCombine(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types
 
 // d_expert_out at p's slot += weights[p] * dy[t]; d_weights[p] = <expert_out at p's
 // slot, dy[t]>.
-Outputs SymCombineGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymCombineGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& eo = *in[0];
   const SymTensor& w = *in[1];
   const SymTensor& dy = *in[3];

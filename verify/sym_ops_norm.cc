@@ -6,28 +6,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ir/ops/op_attrs.h"
 #include "ir/status_macros.h"
 #include "verify/sym_ops_internal.h"
 #include "verify/sym_formulas.h"
 
 namespace loom::verify::internal {
 namespace {
-
-using smt::TermId;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using Types = absl::Span<const ir::TensorType>;
-
-constexpr double kDefaultEps = 1e-5;
-
-absl::StatusOr<double> Eps(const ir::AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps", kDefaultEps));
-  if (!(eps >= 0.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'eps' is ", eps, ", expected a non-negative number"));
-  }
-  return eps;
-}
 
 // Per-row statistics: xhat = (x - mean) * rstd.
 struct RowStats {
@@ -61,8 +46,8 @@ RowStats RmsNormStats(smt::Terms& terms, absl::Span<const TermId> row, double ep
 }
 
 // y = (x - mean) * rstd * gamma + beta.
-Outputs SymLayerNorm(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
-  LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+Outputs SymLayerNorm(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
+  LOOM_ASSIGN_OR_RETURN(double eps, ir::ops::NormEps(attrs));
   const SymTensor& x = *in[0];
   const SymTensor& gamma = *in[1];
   const SymTensor& beta = *in[2];
@@ -83,9 +68,9 @@ Outputs SymLayerNorm(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Typ
 // With xhat the normalised row and g = dy * gamma:
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dgamma = sum dy * xhat,
 // dbeta = sum dy. RMSNorm (centred = false) has no mean and no dbeta.
-Outputs NormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types,
+Outputs NormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types,
                  bool centred) {
-  LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+  LOOM_ASSIGN_OR_RETURN(double eps, ir::ops::NormEps(attrs));
   const SymTensor& x = *in[0];
   const SymTensor& gamma = *in[1];
   const SymTensor& dy = *in[2];
@@ -120,13 +105,13 @@ Outputs NormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types o
   return out;
 }
 
-Outputs SymLayerNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymLayerNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   return NormGrad(terms, in, attrs, out_types, /*centred=*/true);
 }
 
 // y = x * rstd * gamma.
-Outputs SymRmsNorm(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
-  LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+Outputs SymRmsNorm(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
+  LOOM_ASSIGN_OR_RETURN(double eps, ir::ops::NormEps(attrs));
   const SymTensor& x = *in[0];
   const SymTensor& gamma = *in[1];
   const int64_t d = LastDim(x.shape);
@@ -142,7 +127,7 @@ Outputs SymRmsNorm(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types
   return out;
 }
 
-Outputs SymRmsNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymRmsNormGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   return NormGrad(terms, in, attrs, out_types, /*centred=*/false);
 }
 

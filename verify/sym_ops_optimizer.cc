@@ -15,16 +15,11 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using Types = absl::Span<const ir::TensorType>;
-
 using ir::ops::AdamWAttrs;
 using ir::ops::ParseAdamWAttrs;
 
 // param - lr * (grad + weight_decay * param).
-Outputs SymSgd(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymSgd(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   LOOM_ASSIGN_OR_RETURN(double lr, attrs.GetFloat("lr"));
   LOOM_ASSIGN_OR_RETURN(double wd, attrs.GetFloat("weight_decay", 0.0));
   const SymTensor& param = *in[0];
@@ -42,7 +37,7 @@ Outputs SymSgd(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out
 // PyTorch's AdamW: m' = beta1 m + (1 - beta1) g, v' = beta2 v + (1 - beta2) g^2,
 // param' = param - lr wd param - lr (m' / c1) / (sqrt(v' / c2) + eps) with the bias
 // corrections c_i = 1 - beta_i^step.
-Outputs SymAdamW(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymAdamW(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   LOOM_ASSIGN_OR_RETURN(AdamWAttrs a, ParseAdamWAttrs(attrs));
   const SymTensor& param = *in[0];
   const SymTensor& grad = *in[1];
@@ -75,7 +70,7 @@ Outputs SymAdamW(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types o
 }
 
 // min(1, max_norm / (sqrt(total_sumsq) + eps)).
-Outputs SymClipCoef(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymClipCoef(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   LOOM_ASSIGN_OR_RETURN(double max_norm, attrs.GetFloat("max_norm"));
   LOOM_ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps", 1e-6));
   const TermId norm = Sqrt(terms, in[0]->data[0]);

@@ -20,12 +20,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using smt::Terms;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using OutTypes = absl::Span<const ir::TensorType>;
-
 template <TermId (*F)(Terms&, TermId)>
 Outputs Unary(Terms& t, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   return std::vector<SymTensor>{

@@ -14,10 +14,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::TermId;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using Types = absl::Span<const ir::TensorType>;
 using ir::ops::AxisAttr;
 using ir::ops::AxisView;
 using ir::ops::ProjectIndices;
@@ -33,7 +29,7 @@ std::vector<std::vector<TermId>> GatherReduced(const SymTensor& a, const std::ve
   return parts;
 }
 
-Outputs SymSum(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymSum(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& a = *in[0];
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(a.shape, attrs));
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
@@ -44,7 +40,7 @@ Outputs SymSum(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out
 }
 
 // The sum divided by the mean's count (ir::ops::MeanCount).
-Outputs SymMean(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymMean(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& a = *in[0];
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedDims(a.shape, attrs));
   LOOM_ASSIGN_OR_RETURN(int64_t count, ir::ops::MeanCount(a.shape, attrs));
@@ -69,7 +65,7 @@ std::vector<TermId> Fiber(const SymTensor& a, const AxisView& v, int64_t o, int6
   return fiber;
 }
 
-Outputs SymMax(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymMax(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& a = *in[0];
   LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(a.shape, attrs));
   AxisView v = ViewAround(a.shape, dim);
@@ -84,7 +80,7 @@ Outputs SymMax(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out
 
 // dy lands at the first position of the maximum along `dim`: the argmax is an
 // uninterpreted function of the whole fiber (with one element it is 0).
-Outputs SymMaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types out_types) {
+Outputs SymMaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, OutTypes out_types) {
   const SymTensor& a = *in[0];
   const SymTensor& dy = *in[1];
   LOOM_ASSIGN_OR_RETURN(int dim, AxisAttr(a.shape, attrs));
@@ -106,7 +102,7 @@ Outputs SymMaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap& attrs, Types
   return out;
 }
 
-Outputs SymSumSquares(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types out_types) {
+Outputs SymSumSquares(smt::Terms& terms, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& a = *in[0];
   std::vector<TermId> squares;
   squares.reserve(a.data.size());
@@ -117,7 +113,7 @@ Outputs SymSumSquares(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types ou
 }
 
 // exp(x - max) / sum(exp(x - max)) along the last dim.
-Outputs SymSoftmax(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types out_types) {
+Outputs SymSoftmax(smt::Terms& terms, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& x = *in[0];
   const int64_t n = LastDim(x.shape);
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
@@ -130,7 +126,7 @@ Outputs SymSoftmax(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types out_t
 }
 
 // x - logsumexp(x) along the last dim.
-Outputs SymLogSoftmax(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types out_types) {
+Outputs SymLogSoftmax(smt::Terms& terms, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& x = *in[0];
   const int64_t n = LastDim(x.shape);
   std::vector<SymTensor> out = ZeroOutputs(terms, out_types);
@@ -143,7 +139,7 @@ Outputs SymLogSoftmax(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types ou
 }
 
 // dx = y * (dy - sum_last(y * dy)).
-Outputs SymSoftmaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types out_types) {
+Outputs SymSoftmaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& y = *in[0];
   const SymTensor& dy = *in[1];
   const int64_t n = LastDim(y.shape);
@@ -162,7 +158,7 @@ Outputs SymSoftmaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types o
 }
 
 // dx = dy - exp(y) * sum_last(dy).
-Outputs SymLogSoftmaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap&, Types out_types) {
+Outputs SymLogSoftmaxGrad(smt::Terms& terms, Inputs in, const ir::AttrMap&, OutTypes out_types) {
   const SymTensor& y = *in[0];
   const SymTensor& dy = *in[1];
   const int64_t n = LastDim(y.shape);

@@ -17,11 +17,6 @@
 namespace loom::verify::internal {
 namespace {
 
-using smt::Terms;
-using Outputs = absl::StatusOr<std::vector<SymTensor>>;
-using Inputs = absl::Span<const SymTensor* const>;
-using OutTypes = absl::Span<const ir::TensorType>;
-
 // The `dim` attribute normalised against `rank`.
 absl::StatusOr<int> GetDim(absl::string_view op, const ir::AttrMap& attrs, int rank) {
   absl::StatusOr<int64_t> dim = attrs.GetInt("dim");

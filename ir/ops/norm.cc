@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/op_attrs.h"
 #include "ir/ops/op_util.h"
 #include "ir/ops/ops.h"
 #include "ir/status_macros.h"
@@ -22,18 +23,7 @@ using ops::ExpectMinRank;
 using ops::ExpectSameType;
 using ops::FlopsPerOutputElement;
 
-constexpr double kDefaultEps = 1e-5;
-
 // ---- shared helpers -----------------------------------------------------------
-
-absl::StatusOr<double> Eps(const AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps", kDefaultEps));
-  if (!(eps >= 0.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'eps' is ", eps, ", expected a non-negative number"));
-  }
-  return eps;
-}
 
 // x [..., d] float, then each of the inputs `params` a float [d].
 absl::Status CheckNormInputs(absl::Span<const TensorType> in, std::vector<int> params,
@@ -45,7 +35,7 @@ absl::Status CheckNormInputs(absl::Span<const TensorType> in, std::vector<int> p
     LOOM_RETURN_IF_ERROR(ExpectFloat(in, i));
     LOOM_RETURN_IF_ERROR(ExpectDims(in, i, {d}));
   }
-  return Eps(attrs).status();
+  return ops::NormEps(attrs).status();
 }
 
 // Rows of length d of a [..., d] tensor.
@@ -163,7 +153,7 @@ double Flops(absl::Span<const TensorType>, absl::Span<const TensorType> out, con
 // y = (x - mean) / sqrt(var + eps) * gamma + beta.
 absl::Status KernelLayerNorm(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                              absl::Span<HostTensor> out) {
-  LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+  LOOM_ASSIGN_OR_RETURN(double eps, ops::NormEps(attrs));
   const HostTensor& x = *in[0];
   const HostTensor& gamma = *in[1];
   const HostTensor& beta = *in[2];
@@ -182,7 +172,7 @@ absl::Status KernelLayerNorm(absl::Span<const HostTensor* const> in, const AttrM
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dgamma = sum dy * xhat, dbeta = sum dy.
 absl::Status KernelLayerNormGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                                  absl::Span<HostTensor> out) {
-  LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+  LOOM_ASSIGN_OR_RETURN(double eps, ops::NormEps(attrs));
   const HostTensor& x = *in[0];
   const HostTensor& gamma = *in[1];
   const HostTensor& dy = *in[2];
@@ -212,7 +202,7 @@ absl::Status KernelLayerNormGrad(absl::Span<const HostTensor* const> in, const A
 // y = x / sqrt(mean(x^2) + eps) * gamma.
 absl::Status KernelRmsNorm(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                            absl::Span<HostTensor> out) {
-  LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+  LOOM_ASSIGN_OR_RETURN(double eps, ops::NormEps(attrs));
   const HostTensor& x = *in[0];
   const HostTensor& gamma = *in[1];
   RowView v = Rows(x.shape);
@@ -228,7 +218,7 @@ absl::Status KernelRmsNorm(absl::Span<const HostTensor* const> in, const AttrMap
 // dx = rstd * (g - xhat * mean(g * xhat)), dgamma = sum dy * xhat.
 absl::Status KernelRmsNormGrad(absl::Span<const HostTensor* const> in, const AttrMap& attrs,
                                absl::Span<HostTensor> out) {
-  LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+  LOOM_ASSIGN_OR_RETURN(double eps, ops::NormEps(attrs));
   const HostTensor& x = *in[0];
   const HostTensor& gamma = *in[1];
   const HostTensor& dy = *in[2];
@@ -292,5 +282,18 @@ void RegisterNormOps(SchemaTable& table) {
       Flops<12>, nullptr, "rmsnorm_grad(x, gamma, dy) {eps} -> (dx, dgamma)")
       .Homogeneous({2}, 1);
 }
+
+namespace ops {
+
+absl::StatusOr<double> NormEps(const AttrMap& attrs) {
+  LOOM_ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps", 1e-5));
+  if (!(eps >= 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'eps' is ", eps, ", expected a non-negative number"));
+  }
+  return eps;
+}
+
+}  // namespace ops
 
 }  // namespace loom::ir

@@ -26,6 +26,10 @@ struct AdamWAttrs {
 };
 absl::StatusOr<AdamWAttrs> ParseAdamWAttrs(const AttrMap& attrs);
 
+// The norms' `eps` (rms_norm, layer_norm and their gradients): 1e-5 when absent,
+// non-negative.
+absl::StatusOr<double> NormEps(const AttrMap& attrs);
+
 // The sizes and attributes of one attention call: q [b, s, hq, dk], k [b, t, hkv,
 // dk], v [b, t, hkv, dv] (the first three of `in`), causal (default 1; then s ==
 // t) and scale (default 1/sqrt(dk)), checked for consistency.
