@@ -13,15 +13,6 @@
 namespace loom::exec::cuda {
 namespace {
 
-using grid::Blocks;
-using grid::FirstIndex;
-using grid::kThreads;
-using grid::Stride;
-using rn::Add;
-using rn::Div;
-using rn::Mul;
-using rn::Sub;
-
 // ---- masked softmax ------------------------------------------------------------
 
 // One block per row; shared-memory reductions in double.
@@ -51,7 +42,7 @@ __device__ double BlockMax(double v, double* shared) {
 
 template <typename T>
 __global__ void MaskedSoftmaxKernel(T* scores, int64_t rows, int64_t s, int64_t t, bool causal) {
-  __shared__ double shared[kThreads];
+  __shared__ double shared[grid::kThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* row = scores + r * t;
     const int64_t n = causal ? (r % s) + 1 : t;
@@ -70,7 +61,7 @@ __global__ void MaskedSoftmaxKernel(T* scores, int64_t rows, int64_t s, int64_t 
 
 template <typename T>
 __global__ void SoftmaxBackwardKernel(const T* p, T* dp, int64_t rows, int64_t t) {
-  __shared__ double shared[kThreads];
+  __shared__ double shared[grid::kThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* pr = p + r * t;
     T* dr = dp + r * t;
@@ -96,19 +87,19 @@ template <typename T>
 __global__ void RopeKernel(const T* x, T* out, int64_t pairs, int64_t seq, int64_t heads, int64_t d,
                            double theta, double sign) {
   const int64_t half = d / 2;
-  for (int64_t p = FirstIndex(); p < pairs; p += Stride()) {
+  for (int64_t p = grid::FirstIndex(); p < pairs; p += grid::Stride()) {
     const int64_t i = p % half;
     const int64_t row = p / half;
     const int64_t pos = (row / heads) % seq;
-    const double exponent = Div(Mul(-2.0, static_cast<double>(i)), static_cast<double>(d));
-    const double angle = Mul(Mul(sign, static_cast<double>(pos)), pow(theta, exponent));
+    const double exponent = rn::Div(rn::Mul(-2.0, static_cast<double>(i)), static_cast<double>(d));
+    const double angle = rn::Mul(rn::Mul(sign, static_cast<double>(pos)), pow(theta, exponent));
     const double c = cos(angle);
     const double sn = sin(angle);
     const int64_t at = row * d + i;
     const double x1 = static_cast<double>(x[at]);
     const double x2 = static_cast<double>(x[at + half]);
-    out[at] = static_cast<T>(Sub(Mul(x1, c), Mul(x2, sn)));
-    out[at + half] = static_cast<T>(Add(Mul(x2, c), Mul(x1, sn)));
+    out[at] = static_cast<T>(rn::Sub(rn::Mul(x1, c), rn::Mul(x2, sn)));
+    out[at + half] = static_cast<T>(rn::Add(rn::Mul(x2, c), rn::Mul(x1, sn)));
   }
 }
 
@@ -118,7 +109,7 @@ cudaError_t Rope(const DeviceTensor& x, double theta, bool inverse, const Device
   const int64_t d = x.dim(3);
   const int64_t pairs = x.Product(0, 3) * (d / 2);
   if (pairs == 0) return cudaSuccess;
-  RopeKernel<T><<<Blocks(pairs), kThreads, 0, stream>>>(
+  RopeKernel<T><<<grid::Blocks(pairs), grid::kThreads, 0, stream>>>(
       x.as<const T>(), out.as<T>(), pairs, x.dim(1), x.dim(2), d, theta, inverse ? -1.0 : 1.0);
   return cudaGetLastError();
 }
@@ -128,11 +119,11 @@ cudaError_t Rope(const DeviceTensor& x, double theta, bool inverse, const Device
 cudaError_t LaunchMaskedSoftmax(void* scores, int64_t rows, int64_t s, int64_t t, bool causal,
                                 bool f64, cudaStream_t stream) {
   if (f64) {
-    MaskedSoftmaxKernel<<<RowBlocks(rows), kThreads, 0, stream>>>(static_cast<double*>(scores),
-                                                                  rows, s, t, causal);
+    MaskedSoftmaxKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
+        static_cast<double*>(scores), rows, s, t, causal);
   } else {
-    MaskedSoftmaxKernel<<<RowBlocks(rows), kThreads, 0, stream>>>(static_cast<float*>(scores),
-                                                                  rows, s, t, causal);
+    MaskedSoftmaxKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
+        static_cast<float*>(scores), rows, s, t, causal);
   }
   return cudaGetLastError();
 }
@@ -140,10 +131,10 @@ cudaError_t LaunchMaskedSoftmax(void* scores, int64_t rows, int64_t s, int64_t t
 cudaError_t LaunchSoftmaxBackward(const void* p, void* dp, int64_t rows, int64_t t, bool f64,
                                   cudaStream_t stream) {
   if (f64) {
-    SoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, stream>>>(
+    SoftmaxBackwardKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
         static_cast<const double*>(p), static_cast<double*>(dp), rows, t);
   } else {
-    SoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, stream>>>(
+    SoftmaxBackwardKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
         static_cast<const float*>(p), static_cast<float*>(dp), rows, t);
   }
   return cudaGetLastError();

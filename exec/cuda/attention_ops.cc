@@ -193,8 +193,7 @@ absl::Status RunAttentionOp(ir::OpKind kind, const ir::AttrMap& attrs,
     case OpKind::kRope:
       return RunRope(attrs, in, out, ctx);
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the attention family"));
+      return NotInFamily(kind, "attention");
   }
 }
 

@@ -12,11 +12,6 @@
 namespace loom::exec::cuda {
 namespace {
 
-using grid::Blocks;
-using grid::FirstIndex;
-using grid::kThreads;
-using grid::Stride;
-
 __device__ __forceinline__ int64_t SourceOf(const BroadcastGeom& g, int input, int64_t e) {
   int64_t at = 0;
   for (int d = g.rank - 1; d >= 0; --d) {
@@ -35,7 +30,7 @@ __device__ __forceinline__ double Load(const T* p, int64_t i) {
 template <typename T>
 __global__ void BroadcastKernel(BroadcastFn fn, const T* a, const T* b, const T* c, T* out,
                                 int64_t n, BroadcastGeom g) {
-  for (int64_t e = FirstIndex(); e < n; e += Stride()) {
+  for (int64_t e = grid::FirstIndex(); e < n; e += grid::Stride()) {
     const double x = Load(a, SourceOf(g, 0, e));
     const double y = Load(b, SourceOf(g, 1, e));
     double r = 0;
@@ -64,8 +59,8 @@ cudaError_t Broadcast(BroadcastFn fn, const DeviceTensor* in, const DeviceTensor
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
   const T* c = fn == BroadcastFn::kWhere ? in[2].as<const T>() : nullptr;
-  BroadcastKernel<T><<<Blocks(n), kThreads, 0, stream>>>(fn, in[0].as<const T>(),
-                                                         in[1].as<const T>(), c, out.as<T>(), n, g);
+  BroadcastKernel<T><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+      fn, in[0].as<const T>(), in[1].as<const T>(), c, out.as<T>(), n, g);
   return cudaGetLastError();
 }
 

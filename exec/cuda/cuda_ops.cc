@@ -24,6 +24,11 @@ absl::Status LaunchStatus(cudaError_t err, ir::OpKind kind) {
   return CudaError(err, name.c_str());
 }
 
+absl::Status NotInFamily(ir::OpKind kind, const char* family) {
+  return absl::UnimplementedError(
+      absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the ", family, " family"));
+}
+
 absl::Status RunOp(ir::OpKind kind, const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in,
                    absl::Span<DeviceTensor> out, const OpContext& ctx) {
   // Ranks beyond the kernels' fixed-size dims run on the host.

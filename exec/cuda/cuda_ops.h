@@ -73,6 +73,8 @@ absl::Status CudaError(cudaError_t err, const char* what);
 absl::Status CublasError(cublasStatus_t err, const char* what);
 // OK for a successful launch, else CudaError naming the op.
 absl::Status LaunchStatus(cudaError_t err, ir::OpKind kind);
+// Unimplemented: `family` (its name, e.g. "loss") has no CUDA kernel for `kind`.
+absl::Status NotInFamily(ir::OpKind kind, const char* family);
 
 }  // namespace loom::exec::cuda
 

@@ -18,32 +18,24 @@
 namespace loom::exec::cuda {
 namespace {
 
-using grid::Blocks;
-using grid::FirstIndex;
-using grid::kThreads;
-using grid::Stride;
-using rn::Add;
-using rn::Div;
-using rn::Mul;
-using rn::Sub;
-
 constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluA = 0.044715;
 constexpr double kGeluA3 = 3.0 * kGeluA;  // folded as the reference's 3.0 * kGeluA * x * x
 
 // 0.5 x (1 + tanh(c (x + a x^3))).
 __device__ double Gelu(double x) {
-  const double cube = Mul(Mul(Mul(kGeluA, x), x), x);
-  const double t = tanh(Mul(kGeluC, Add(x, cube)));
-  return Mul(Mul(0.5, x), Add(1.0, t));
+  const double cube = rn::Mul(rn::Mul(rn::Mul(kGeluA, x), x), x);
+  const double t = tanh(rn::Mul(kGeluC, rn::Add(x, cube)));
+  return rn::Mul(rn::Mul(0.5, x), rn::Add(1.0, t));
 }
 
 // d/dx of Gelu: 0.5 (1 + t) + 0.5 x (1 - t^2) du.
 __device__ double GeluDerivative(double x) {
-  const double u = Mul(kGeluC, Add(x, Mul(Mul(Mul(kGeluA, x), x), x)));
+  const double u = rn::Mul(kGeluC, rn::Add(x, rn::Mul(rn::Mul(rn::Mul(kGeluA, x), x), x)));
   const double t = tanh(u);
-  const double du = Mul(kGeluC, Add(1.0, Mul(Mul(kGeluA3, x), x)));
-  return Add(Mul(0.5, Add(1.0, t)), Mul(Mul(Mul(0.5, x), Sub(1.0, Mul(t, t))), du));
+  const double du = rn::Mul(kGeluC, rn::Add(1.0, rn::Mul(rn::Mul(kGeluA3, x), x)));
+  return rn::Add(rn::Mul(0.5, rn::Add(1.0, t)),
+                 rn::Mul(rn::Mul(rn::Mul(0.5, x), rn::Sub(1.0, rn::Mul(t, t))), du));
 }
 
 constexpr double kSqrtHalf = 0.7071067811865476;     // 1 / sqrt(2)
@@ -52,19 +44,19 @@ constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 // The exact gelu 0.5 x (1 + erf(x / sqrt 2)) and its derivative
 // 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
 __device__ double GeluExact(double x) {
-  return Mul(Mul(0.5, x), Add(1.0, erf(Mul(x, kSqrtHalf))));
+  return rn::Mul(rn::Mul(0.5, x), rn::Add(1.0, erf(rn::Mul(x, kSqrtHalf))));
 }
 __device__ double GeluExactDerivative(double x) {
-  const double cdf = Mul(0.5, Add(1.0, erf(Mul(x, kSqrtHalf))));
-  return Add(cdf, Mul(Mul(x, exp(Mul(Mul(-0.5, x), x))), kInvSqrt2Pi));
+  const double cdf = rn::Mul(0.5, rn::Add(1.0, erf(rn::Mul(x, kSqrtHalf))));
+  return rn::Add(cdf, rn::Mul(rn::Mul(x, exp(rn::Mul(rn::Mul(-0.5, x), x))), kInvSqrt2Pi));
 }
 
-__device__ double Sigmoid(double x) { return Div(1.0, Add(1.0, exp(-x))); }
-__device__ double Silu(double x) { return Mul(x, Sigmoid(x)); }
+__device__ double Sigmoid(double x) { return rn::Div(1.0, rn::Add(1.0, exp(-x))); }
+__device__ double Silu(double x) { return rn::Mul(x, Sigmoid(x)); }
 // s (1 + x (1 - s)) with s = sigmoid(x).
 __device__ double SiluDerivative(double x) {
   const double s = Sigmoid(x);
-  return Mul(s, Add(1.0, Mul(x, Sub(1.0, s))));
+  return rn::Mul(s, rn::Add(1.0, rn::Mul(x, rn::Sub(1.0, s))));
 }
 
 // ---- element functions ---------------------------------------------------------
@@ -79,7 +71,7 @@ struct LogFn {
   __device__ double operator()(double x) const { return log(x); }
 };
 struct RsqrtFn {
-  __device__ double operator()(double x) const { return Div(1.0, __dsqrt_rn(x)); }
+  __device__ double operator()(double x) const { return rn::Div(1.0, __dsqrt_rn(x)); }
 };
 struct GeluFn {
   __device__ double operator()(double x) const { return Gelu(x); }
@@ -95,7 +87,7 @@ struct IdentityFn {
 };
 struct ScaleFn {
   double factor;
-  __device__ double operator()(double x) const { return Mul(x, factor); }
+  __device__ double operator()(double x) const { return rn::Mul(x, factor); }
 };
 struct PowFn {
   double exponent;
@@ -103,41 +95,45 @@ struct PowFn {
 };
 
 struct AddFn {
-  __device__ double operator()(double a, double b) const { return Add(a, b); }
+  __device__ double operator()(double a, double b) const { return rn::Add(a, b); }
 };
 struct SubFn {
-  __device__ double operator()(double a, double b) const { return Sub(a, b); }
+  __device__ double operator()(double a, double b) const { return rn::Sub(a, b); }
 };
 struct MulFn {
-  __device__ double operator()(double a, double b) const { return Mul(a, b); }
+  __device__ double operator()(double a, double b) const { return rn::Mul(a, b); }
 };
 struct GeluGradFn {
-  __device__ double operator()(double x, double dy) const { return Mul(dy, GeluDerivative(x)); }
+  __device__ double operator()(double x, double dy) const {
+    return rn::Mul(dy, GeluDerivative(x));
+  }
 };
 struct GeluExactGradFn {
   __device__ double operator()(double x, double dy) const {
-    return Mul(dy, GeluExactDerivative(x));
+    return rn::Mul(dy, GeluExactDerivative(x));
   }
 };
 struct SiluGradFn {
-  __device__ double operator()(double x, double dy) const { return Mul(dy, SiluDerivative(x)); }
+  __device__ double operator()(double x, double dy) const {
+    return rn::Mul(dy, SiluDerivative(x));
+  }
 };
 struct SwiGluFn {
-  __device__ double operator()(double gate, double up) const { return Mul(Silu(gate), up); }
+  __device__ double operator()(double gate, double up) const { return rn::Mul(Silu(gate), up); }
 };
 
 // ---- kernels -------------------------------------------------------------------
 
 template <typename T, typename F>
 __global__ void Map1Kernel(const T* x, T* out, int64_t n, F f) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     out[i] = static_cast<T>(f(static_cast<double>(x[i])));
   }
 }
 
 template <typename T, typename F>
 __global__ void Map2Kernel(const T* a, const T* b, T* out, int64_t n, F f) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     out[i] = static_cast<T>(f(static_cast<double>(a[i]), static_cast<double>(b[i])));
   }
 }
@@ -146,27 +142,27 @@ __global__ void Map2Kernel(const T* a, const T* b, T* out, int64_t n, F f) {
 template <typename T, bool kDivide>
 __global__ void TensorScalarKernel(const T* x, const T* s, T* out, int64_t n) {
   const double scalar = static_cast<double>(*s);
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     const double v = static_cast<double>(x[i]);
-    out[i] = static_cast<T>(kDivide ? Div(v, scalar) : Mul(v, scalar));
+    out[i] = static_cast<T>(kDivide ? rn::Div(v, scalar) : rn::Mul(v, scalar));
   }
 }
 
 template <typename T>
 __global__ void SwiGluGradKernel(const T* gate, const T* up, const T* dy, T* dgate, T* dup,
                                  int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     const double g = static_cast<double>(gate[i]);
     const double u = static_cast<double>(up[i]);
     const double d = static_cast<double>(dy[i]);
-    dgate[i] = static_cast<T>(Mul(Mul(d, u), SiluDerivative(g)));
-    dup[i] = static_cast<T>(Mul(d, Silu(g)));
+    dgate[i] = static_cast<T>(rn::Mul(rn::Mul(d, u), SiluDerivative(g)));
+    dup[i] = static_cast<T>(rn::Mul(d, Silu(g)));
   }
 }
 
 template <typename T>
 __global__ void FillKernel(T* out, int64_t n, T value) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) out[i] = value;
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) out[i] = value;
 }
 
 // Inputs summed by one accumulate launch, passed by value as a kernel parameter.
@@ -185,9 +181,11 @@ struct InputChunk {
 template <typename T>
 __global__ void AccumulateKernel(InputChunk<T> chunk, const double* partial_in, double* partial_out,
                                  T* out, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     double sum = partial_in != nullptr ? partial_in[i] : 0.0;
-    for (int k = 0; k < chunk.count; ++k) sum = Add(sum, static_cast<double>(chunk.data[k][i]));
+    for (int k = 0; k < chunk.count; ++k) {
+      sum = rn::Add(sum, static_cast<double>(chunk.data[k][i]));
+    }
     if (partial_out != nullptr) {
       partial_out[i] = sum;
     } else {
@@ -202,7 +200,8 @@ template <typename T, typename F>
 cudaError_t Map1(const DeviceTensor& x, const DeviceTensor& out, F f, cudaStream_t stream) {
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
-  Map1Kernel<T, F><<<Blocks(n), kThreads, 0, stream>>>(x.as<const T>(), out.as<T>(), n, f);
+  Map1Kernel<T, F>
+      <<<grid::Blocks(n), grid::kThreads, 0, stream>>>(x.as<const T>(), out.as<T>(), n, f);
   return cudaGetLastError();
 }
 
@@ -216,8 +215,8 @@ cudaError_t Map2(const DeviceTensor& a, const DeviceTensor& b, const DeviceTenso
                  cudaStream_t stream) {
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
-  Map2Kernel<T, F>
-      <<<Blocks(n), kThreads, 0, stream>>>(a.as<const T>(), b.as<const T>(), out.as<T>(), n, f);
+  Map2Kernel<T, F><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+      a.as<const T>(), b.as<const T>(), out.as<T>(), n, f);
   return cudaGetLastError();
 }
 
@@ -233,11 +232,11 @@ cudaError_t TensorScalar(ScalarFn fn, const DeviceTensor& x, const DeviceTensor&
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
   if (fn == ScalarFn::kDiv) {
-    TensorScalarKernel<T, true>
-        <<<Blocks(n), kThreads, 0, stream>>>(x.as<const T>(), s.as<const T>(), out.as<T>(), n);
+    TensorScalarKernel<T, true><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+        x.as<const T>(), s.as<const T>(), out.as<T>(), n);
   } else {
-    TensorScalarKernel<T, false>
-        <<<Blocks(n), kThreads, 0, stream>>>(x.as<const T>(), s.as<const T>(), out.as<T>(), n);
+    TensorScalarKernel<T, false><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+        x.as<const T>(), s.as<const T>(), out.as<T>(), n);
   }
   return cudaGetLastError();
 }
@@ -247,7 +246,7 @@ cudaError_t SwiGluGrad(const DeviceTensor& gate, const DeviceTensor& up, const D
                        const DeviceTensor& dgate, const DeviceTensor& dup, cudaStream_t stream) {
   const int64_t n = gate.size();
   if (n == 0) return cudaSuccess;
-  SwiGluGradKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+  SwiGluGradKernel<T><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
       gate.as<const T>(), up.as<const T>(), dy.as<const T>(), dgate.as<T>(), dup.as<T>(), n);
   return cudaGetLastError();
 }
@@ -256,7 +255,8 @@ template <typename T>
 cudaError_t Fill(const DeviceTensor& out, double value, cudaStream_t stream) {
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
-  FillKernel<T><<<Blocks(n), kThreads, 0, stream>>>(out.as<T>(), n, static_cast<T>(value));
+  FillKernel<T>
+      <<<grid::Blocks(n), grid::kThreads, 0, stream>>>(out.as<T>(), n, static_cast<T>(value));
   return cudaGetLastError();
 }
 
@@ -289,8 +289,8 @@ cudaError_t Accumulate(const DeviceTensor* inputs, int num_inputs, const DeviceT
     // Double results land in `out` either way; float ones stay in the scratch
     // buffer until the last chunk.
     double* partial_out = (last || !scratch) ? nullptr : partial;
-    AccumulateKernel<T>
-        <<<Blocks(n), kThreads, 0, stream>>>(chunk, partial_in, partial_out, out.as<T>(), n);
+    AccumulateKernel<T><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+        chunk, partial_in, partial_out, out.as<T>(), n);
     err = cudaGetLastError();
   }
   if (scratch) {

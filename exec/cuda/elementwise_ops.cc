@@ -150,8 +150,7 @@ absl::Status RunElementwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
       return LaunchStatus(LaunchFill(out[0], value, ctx.stream), kind);
     }
     default:
-      return absl::UnimplementedError(absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind),
-                                                   "' in the elementwise family"));
+      return NotInFamily(kind, "elementwise");
   }
 }
 

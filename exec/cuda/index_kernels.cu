@@ -13,14 +13,9 @@
 namespace loom::exec::cuda {
 namespace {
 
-using grid::Blocks;
-using grid::FirstIndex;
-using grid::kThreads;
-using grid::Stride;
-
 template <typename T>
 __global__ void ArangeKernel(double start, double step, T* out, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     out[i] = static_cast<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
   }
 }
@@ -28,7 +23,7 @@ __global__ void ArangeKernel(double start, double step, T* out, int64_t n) {
 // One thread per (outer, inner) line, summing along n in order.
 template <typename T>
 __global__ void CumsumKernel(const T* x, T* out, int64_t outer, int64_t n, int64_t inner) {
-  for (int64_t line = FirstIndex(); line < outer * inner; line += Stride()) {
+  for (int64_t line = grid::FirstIndex(); line < outer * inner; line += grid::Stride()) {
     const int64_t o = line / inner;
     const int64_t i = line % inner;
     double acc = 0;
@@ -55,7 +50,7 @@ struct IndexArgs {
 template <typename T>
 __global__ void IndexKernel(const T* x, T* out, int64_t n, IndexArgs<T> args,
                             unsigned long long* first_bad) {
-  for (int64_t e = FirstIndex(); e < n; e += Stride()) {
+  for (int64_t e = grid::FirstIndex(); e < n; e += grid::Stride()) {
     const int64_t p = e / args.rest;
     const int64_t r = e % args.rest;
     int64_t base = 0;
@@ -109,8 +104,8 @@ cudaError_t Index(const DeviceTensor& x, const DeviceTensor* ids, int k, const D
   if (err != cudaSuccess) return err;
   err = cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), stream);
   if (err == cudaSuccess) {
-    IndexKernel<T><<<Blocks(n), kThreads, 0, stream>>>(x.as<const T>(), out.as<T>(), n, args,
-                                                       first_bad);
+    IndexKernel<T><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+        x.as<const T>(), out.as<T>(), n, args, first_bad);
     err = cudaGetLastError();
   }
   unsigned long long bad = ~0ull;
@@ -141,9 +136,11 @@ cudaError_t LaunchArange(double start, double step, const DeviceTensor& out, cud
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
   if (out.f64) {
-    ArangeKernel<double><<<Blocks(n), kThreads, 0, stream>>>(start, step, out.as<double>(), n);
+    ArangeKernel<double>
+        <<<grid::Blocks(n), grid::kThreads, 0, stream>>>(start, step, out.as<double>(), n);
   } else {
-    ArangeKernel<float><<<Blocks(n), kThreads, 0, stream>>>(start, step, out.as<float>(), n);
+    ArangeKernel<float>
+        <<<grid::Blocks(n), grid::kThreads, 0, stream>>>(start, step, out.as<float>(), n);
   }
   return cudaGetLastError();
 }
@@ -153,11 +150,11 @@ cudaError_t LaunchCumsum(const DeviceTensor& x, int64_t outer, int64_t n, int64_
   const int64_t lines = outer * inner;
   if (lines == 0 || n == 0) return cudaSuccess;
   if (out.f64) {
-    CumsumKernel<double><<<Blocks(lines), kThreads, 0, stream>>>(x.as<const double>(),
-                                                                 out.as<double>(), outer, n, inner);
+    CumsumKernel<double><<<grid::Blocks(lines), grid::kThreads, 0, stream>>>(
+        x.as<const double>(), out.as<double>(), outer, n, inner);
   } else {
-    CumsumKernel<float><<<Blocks(lines), kThreads, 0, stream>>>(x.as<const float>(),
-                                                                out.as<float>(), outer, n, inner);
+    CumsumKernel<float><<<grid::Blocks(lines), grid::kThreads, 0, stream>>>(
+        x.as<const float>(), out.as<float>(), outer, n, inner);
   }
   return cudaGetLastError();
 }

@@ -65,8 +65,7 @@ absl::Status RunIndexOp(ir::OpKind kind, const ir::AttrMap& attrs,
     case OpKind::kIndex:
       return RunIndex(in, out, ctx);
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the index family"));
+      return NotInFamily(kind, "index");
   }
 }
 

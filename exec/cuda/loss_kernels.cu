@@ -13,37 +13,19 @@
 namespace loom::exec::cuda {
 namespace {
 
-using rows::AlignUp;
-using rows::Blocks;
-using rows::BlockSum;
-using rows::ByType;
-using rows::CeilDiv;
-using rows::ClassIndex;
-using rows::ExpSum;
-using rows::FirstError;
-using rows::kMaxRowThreads;
-using rows::kPointThreads;
-using rows::kWarp;
-using rows::RowExpSum;
-using rows::RowLaunch;
-using rows::RowShape;
-using rows::RowsOf;
-using rows::RowThreads;
-using rows::StreamScratch;
-
 constexpr int kReduceThreads = 1024;              // threads of a single-block reduction
 
 // log(sum(exp(x))) over one row, shifted by the row max (reference LogSumExp).
 template <typename T>
 __device__ double RowLogSumExp(const T* x, int64_t n, double* shared) {
-  const ExpSum e = RowExpSum(x, n, shared);
+  const rows::ExpSum e = rows::RowExpSum(x, n, shared);
   return e.max + log(e.sum);
 }
 
 // Column of target `t` in a piece of `v` entries starting at `vocab_begin`, or -1
 // (reference KernelPick / KernelPickGrad).
 __device__ __forceinline__ int64_t PickColumn(double t, int64_t v, int64_t vocab_begin) {
-  if (vocab_begin == kNoVocabBegin) return ClassIndex(t, v);
+  if (vocab_begin == kNoVocabBegin) return rows::ClassIndex(t, v);
   const double local = t - static_cast<double>(vocab_begin);
   return local >= 0 && local < static_cast<double>(v) ? static_cast<int64_t>(local) : -1;
 }
@@ -52,12 +34,13 @@ __device__ __forceinline__ int64_t PickColumn(double t, int64_t v, int64_t vocab
 
 // row_loss[r] = logsumexp(logits[r]) - logits[r, target], 0 for an invalid target.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     CrossEntropyRowKernel(const T* logits, const T* targets, int64_t rows, int64_t v,
                           double* row_loss) {
-  __shared__ double shared[kWarp];
+  __shared__ double shared[rows::kWarp];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t t = ClassIndex(static_cast<double>(targets[r]), v);  // same in every thread
+    // The same in every thread.
+    const int64_t t = rows::ClassIndex(static_cast<double>(targets[r]), v);
     if (t < 0) {
       if (threadIdx.x == 0) row_loss[r] = 0.0;
       continue;
@@ -72,23 +55,23 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 template <typename T>
 __global__ void __launch_bounds__(kReduceThreads)
     CrossEntropyTotalKernel(const double* row_loss, int64_t rows, int64_t count, T* loss) {
-  __shared__ double shared[kWarp];
+  __shared__ double shared[rows::kWarp];
   double sum = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_loss[r];
-  sum = BlockSum(sum, shared);
+  sum = rows::BlockSum(sum, shared);
   if (threadIdx.x == 0) loss[0] = static_cast<T>(sum / static_cast<double>(count));
 }
 
 // dlogits = (softmax(logits) - onehot(target)) * dloss / count; invalid-target rows
 // stay zero.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     CrossEntropyGradKernel(const T* logits, const T* targets, const T* dloss, int64_t rows,
                            int64_t v, int64_t count, T* dlogits) {
-  __shared__ double shared[kWarp];
+  __shared__ double shared[rows::kWarp];
   const double scale = static_cast<double>(dloss[0]) / static_cast<double>(count);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t t = ClassIndex(static_cast<double>(targets[r]), v);
+    const int64_t t = rows::ClassIndex(static_cast<double>(targets[r]), v);
     if (t < 0) continue;
     const T* row = logits + r * v;
     const double lse = RowLogSumExp(row, v, shared);
@@ -115,13 +98,13 @@ __global__ void PickKernel(const T* src, const T* targets, int64_t rows, int64_t
 template <typename T>
 cudaError_t CrossEntropy(const DeviceTensor& logits, const DeviceTensor& targets, int64_t count,
                          const DeviceTensor& loss, cudaStream_t stream) {
-  const RowShape s = RowsOf(logits);
+  const rows::RowShape s = rows::RowsOf(logits);
   if (s.rows == 0) return cudaSuccess;  // 0 / count: the zero-filled output
-  StreamScratch scratch(stream);
-  cudaError_t err = scratch.Allocate(AlignUp(s.rows * sizeof(double)));
+  rows::StreamScratch scratch(stream);
+  cudaError_t err = scratch.Allocate(rows::AlignUp(s.rows * sizeof(double)));
   if (err != cudaSuccess) return err;
   double* row_loss = scratch.Take<double>(s.rows);
-  CrossEntropyRowKernel<T><<<Blocks(s.rows), RowThreads(s.n), 0, stream>>>(
+  CrossEntropyRowKernel<T><<<rows::Blocks(s.rows), rows::RowThreads(s.n), 0, stream>>>(
       logits.as<T>(), targets.as<T>(), s.rows, s.n, row_loss);
   err = cudaGetLastError();
   if (err == cudaSuccess) {
@@ -129,15 +112,16 @@ cudaError_t CrossEntropy(const DeviceTensor& logits, const DeviceTensor& targets
         <<<1, kReduceThreads, 0, stream>>>(row_loss, s.rows, count, loss.as<T>());
     err = cudaGetLastError();
   }
-  return FirstError(err, scratch);
+  return rows::FirstError(err, scratch);
 }
 
 // pick (kGrad false) and pick_grad over `s`, the rows of x or dx.
 template <typename T, bool kGrad>
 cudaError_t Pick(const DeviceTensor& src, const DeviceTensor& targets, int64_t vocab_begin,
-                 const DeviceTensor& dst, RowShape s, cudaStream_t stream) {
+                 const DeviceTensor& dst, rows::RowShape s, cudaStream_t stream) {
   if (s.rows == 0 || s.n == 0) return cudaSuccess;
-  PickKernel<T, kGrad><<<Blocks(CeilDiv(s.rows, kPointThreads)), kPointThreads, 0, stream>>>(
+  const unsigned blocks = rows::Blocks(rows::CeilDiv(s.rows, rows::kPointThreads));
+  PickKernel<T, kGrad><<<blocks, rows::kPointThreads, 0, stream>>>(
       src.as<T>(), targets.as<T>(), s.rows, s.n, vocab_begin, dst.as<T>());
   return cudaGetLastError();
 }
@@ -146,7 +130,7 @@ cudaError_t Pick(const DeviceTensor& src, const DeviceTensor& targets, int64_t v
 
 cudaError_t LaunchCrossEntropy(const DeviceTensor& logits, const DeviceTensor& targets,
                                int64_t count, const DeviceTensor& loss, cudaStream_t stream) {
-  return ByType(logits, [&](auto t) {
+  return rows::ByType(logits, [&](auto t) {
     return CrossEntropy<decltype(t)>(logits, targets, count, loss, stream);
   });
 }
@@ -154,25 +138,25 @@ cudaError_t LaunchCrossEntropy(const DeviceTensor& logits, const DeviceTensor& t
 cudaError_t LaunchCrossEntropyGrad(const DeviceTensor& logits, const DeviceTensor& targets,
                                    const DeviceTensor& dloss, int64_t count,
                                    const DeviceTensor& dlogits, cudaStream_t stream) {
-  const RowShape s = RowsOf(logits);
-  return ByType(logits, [&](auto t) {
+  const rows::RowShape s = rows::RowsOf(logits);
+  return rows::ByType(logits, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(CrossEntropyGradKernel<T>, s, stream, logits.as<T>(), targets.as<T>(),
-                     dloss.as<T>(), s.rows, s.n, count, dlogits.as<T>());
+    return rows::RowLaunch(CrossEntropyGradKernel<T>, s, stream, logits.as<T>(),
+                           targets.as<T>(), dloss.as<T>(), s.rows, s.n, count, dlogits.as<T>());
   });
 }
 
 cudaError_t LaunchPick(const DeviceTensor& x, const DeviceTensor& targets, int64_t vocab_begin,
                        const DeviceTensor& y, cudaStream_t stream) {
-  return ByType(x, [&](auto t) {
-    return Pick<decltype(t), false>(x, targets, vocab_begin, y, RowsOf(x), stream);
+  return rows::ByType(x, [&](auto t) {
+    return Pick<decltype(t), false>(x, targets, vocab_begin, y, rows::RowsOf(x), stream);
   });
 }
 
 cudaError_t LaunchPickGrad(const DeviceTensor& targets, const DeviceTensor& dy, int64_t vocab_begin,
                            const DeviceTensor& dx, cudaStream_t stream) {
-  return ByType(dx, [&](auto t) {
-    return Pick<decltype(t), true>(dy, targets, vocab_begin, dx, RowsOf(dx), stream);
+  return rows::ByType(dx, [&](auto t) {
+    return Pick<decltype(t), true>(dy, targets, vocab_begin, dx, rows::RowsOf(dx), stream);
   });
 }
 

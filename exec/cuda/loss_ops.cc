@@ -56,10 +56,7 @@ bool Owns(OpKind kind) {
 absl::Status RunLossOp(ir::OpKind kind, const ir::AttrMap& attrs,
                        absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
                        const OpContext& ctx) {
-  if (!Owns(kind)) {
-    return absl::UnimplementedError(
-        absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the loss family"));
-  }
+  if (!Owns(kind)) return NotInFamily(kind, "loss");
   LOOM_RETURN_IF_ERROR(CheckOperands(kind, in, out));
   cudaStream_t stream = ctx.stream;
   switch (kind) {
@@ -92,8 +89,7 @@ absl::Status RunLossOp(ir::OpKind kind, const ir::AttrMap& attrs,
     default:
       break;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the loss family"));
+  return NotInFamily(kind, "loss");
 }
 
 }  // namespace loom::exec::cuda

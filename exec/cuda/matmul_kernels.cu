@@ -36,22 +36,10 @@ __global__ void AddBiasKernel(T* y, const T* bias, int64_t rows, int64_t cols) {
 
 // ---- embedding -----------------------------------------------------------------
 
-using rows::AlignUp;
-using rows::ByType;
-using rows::CeilDiv;
-using rows::ClassIndex;
-using rows::FirstError;
-using rows::kMaxRowThreads;
-using rows::kPointThreads;
-using rows::RowLaunch;
-using rows::RowShape;
-using rows::RowThreads;
-using rows::StreamScratch;
-
 // Table row of `id` for a table of `rows` rows, or -1 (reference TableRows; the ids
 // it rejects map to -1 too).
 __device__ __forceinline__ int64_t TableRow(double id, int64_t rows, int64_t vocab_begin) {
-  if (vocab_begin == kNoVocabBegin) return ClassIndex(id, rows);
+  if (vocab_begin == kNoVocabBegin) return rows::ClassIndex(id, rows);
   if (!(id >= 0) || id != floor(id)) return -1;
   const double local = id - static_cast<double>(vocab_begin);
   return local >= 0 && local < static_cast<double>(rows) ? static_cast<int64_t>(local) : -1;
@@ -59,7 +47,7 @@ __device__ __forceinline__ int64_t TableRow(double id, int64_t rows, int64_t voc
 
 // out[p, :] = table[row(p), :]; one block per position.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     EmbeddingKernel(const T* ids, const T* table, int64_t positions, int64_t table_rows, int64_t d,
                     int64_t vocab_begin, T* out) {
   for (int64_t p = blockIdx.x; p < positions; p += gridDim.x) {
@@ -87,7 +75,7 @@ __global__ void EmbeddingGradKeysKernel(const T* ids, int64_t positions, int64_t
 // run of one row sums dy over the run, in increasing position order (the reference's
 // order), and stores it; every other block does nothing.
 template <typename T>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     EmbeddingGradRowsKernel(const uint32_t* keys, const uint32_t* position_of, int64_t positions,
                             uint32_t sentinel, const T* dy, int64_t d, T* dtable) {
   for (int64_t i = blockIdx.x; i < positions; i += gridDim.x) {
@@ -124,8 +112,9 @@ cudaError_t EmbeddingGrad(const DeviceTensor& ids, const DeviceTensor& dy, int64
   cudaError_t err = cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, none, none, none, none, n,
                                                     0, end_bit, stream);
   if (err != cudaSuccess) return err;
-  StreamScratch scratch(stream);
-  err = scratch.Allocate(4 * AlignUp(positions * sizeof(uint32_t)) + AlignUp(sort_bytes));
+  rows::StreamScratch scratch(stream);
+  err = scratch.Allocate(4 * rows::AlignUp(positions * sizeof(uint32_t)) +
+                         rows::AlignUp(sort_bytes));
   if (err != cudaSuccess) return err;
   uint32_t* keys_in = scratch.Take<uint32_t>(positions);
   uint32_t* keys_out = scratch.Take<uint32_t>(positions);
@@ -133,18 +122,18 @@ cudaError_t EmbeddingGrad(const DeviceTensor& ids, const DeviceTensor& dy, int64
   uint32_t* positions_out = scratch.Take<uint32_t>(positions);
   void* sort_temp = scratch.Take<char>(sort_bytes);
 
-  EmbeddingGradKeysKernel<T>
-      <<<rows::Blocks(CeilDiv(positions, kPointThreads)), kPointThreads, 0, stream>>>(
-          ids.as<T>(), positions, table_rows, vocab_begin, keys_in, positions_in);
+  const unsigned key_blocks = rows::Blocks(rows::CeilDiv(positions, rows::kPointThreads));
+  EmbeddingGradKeysKernel<T><<<key_blocks, rows::kPointThreads, 0, stream>>>(
+      ids.as<T>(), positions, table_rows, vocab_begin, keys_in, positions_in);
   err = cudaGetLastError();
-  if (err != cudaSuccess) return FirstError(err, scratch);
+  if (err != cudaSuccess) return rows::FirstError(err, scratch);
   err = cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, keys_in, keys_out, positions_in,
                                         positions_out, n, 0, end_bit, stream);
   if (err == cudaSuccess) err = cudaGetLastError();
-  if (err != cudaSuccess) return FirstError(err, scratch);
-  EmbeddingGradRowsKernel<T><<<rows::Blocks(positions), RowThreads(d), 0, stream>>>(
+  if (err != cudaSuccess) return rows::FirstError(err, scratch);
+  EmbeddingGradRowsKernel<T><<<rows::Blocks(positions), rows::RowThreads(d), 0, stream>>>(
       keys_out, positions_out, positions, sentinel, dy.as<T>(), d, dtable.as<T>());
-  return FirstError(cudaGetLastError(), scratch);
+  return rows::FirstError(cudaGetLastError(), scratch);
 }
 
 }  // namespace
@@ -164,18 +153,18 @@ cudaError_t LaunchAddBias(void* y, const void* bias, int64_t rows, int64_t cols,
 // One block per position: a row of `d` entries.
 cudaError_t LaunchEmbedding(const DeviceTensor& ids, const DeviceTensor& table, int64_t vocab_begin,
                             const DeviceTensor& out, cudaStream_t stream) {
-  const RowShape s{ids.size(), table.dims[1]};
-  return ByType(table, [&](auto t) {
+  const rows::RowShape s{ids.size(), table.dims[1]};
+  return rows::ByType(table, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(EmbeddingKernel<T>, s, stream, ids.as<T>(), table.as<T>(), s.rows,
-                     table.dims[0], s.n, vocab_begin, out.as<T>());
+    return rows::RowLaunch(EmbeddingKernel<T>, s, stream, ids.as<T>(), table.as<T>(), s.rows,
+                           table.dims[0], s.n, vocab_begin, out.as<T>());
   });
 }
 
 cudaError_t LaunchEmbeddingGrad(const DeviceTensor& ids, const DeviceTensor& dy,
                                 int64_t vocab_begin, const DeviceTensor& dtable,
                                 cudaStream_t stream) {
-  return ByType(dtable, [&](auto t) {
+  return rows::ByType(dtable, [&](auto t) {
     return EmbeddingGrad<decltype(t)>(ids, dy, vocab_begin, dtable, stream);
   });
 }

@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/device_tensor.h"
@@ -91,8 +90,7 @@ absl::Status RunMatmulOp(ir::OpKind kind, const ir::AttrMap& attrs,
       return LaunchStatus(LaunchEmbeddingGrad(in[0], in[1], begin, out[0], stream), kind);
     }
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the matmul family"));
+      return NotInFamily(kind, "matmul");
   }
 }
 

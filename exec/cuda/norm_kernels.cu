@@ -14,20 +14,6 @@
 namespace loom::exec::cuda {
 namespace {
 
-using rows::AlignUp;
-using rows::Blocks;
-using rows::BlockSum;
-using rows::ByType;
-using rows::CeilDiv;
-using rows::FirstError;
-using rows::kMaxRowThreads;
-using rows::kWarp;
-using rows::RowLaunch;
-using rows::RowShape;
-using rows::RowsOf;
-using rows::RowThreads;
-using rows::StreamScratch;
-
 // Column pass of the norm gradients: blocks of kColThreads columns by kColRows rows.
 constexpr int kColThreads = 32;
 constexpr int kColRows = 8;
@@ -50,14 +36,14 @@ __device__ RowStats NormStats(const T* x, int64_t d, double eps, double* shared)
   if (kCentered) {
     double sum = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += static_cast<double>(x[j]);
-    s.mean = BlockSum(sum, shared) / n;
+    s.mean = rows::BlockSum(sum, shared) / n;
   }
   double sq = 0.0;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     const double c = kCentered ? static_cast<double>(x[j]) - s.mean : static_cast<double>(x[j]);
     sq += c * c;
   }
-  s.rstd = 1.0 / sqrt(BlockSum(sq, shared) / n + eps);
+  s.rstd = 1.0 / sqrt(rows::BlockSum(sq, shared) / n + eps);
   return s;
 }
 
@@ -70,10 +56,10 @@ __device__ __forceinline__ double Normalised(double x, const RowStats& s) {
 
 // LayerNorm: y = (x - mean) * rstd * gamma + beta. RMSNorm: y = x * rstd * gamma.
 template <typename T, bool kCentered>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     NormKernel(const T* x, const T* gamma, const T* beta, int64_t rows, int64_t d, double eps,
                T* y) {
-  __shared__ double shared[kWarp];
+  __shared__ double shared[rows::kWarp];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * d;
     const RowStats s = NormStats<kCentered>(row, d, eps, shared);
@@ -91,10 +77,10 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 // LayerNorm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 // RMSNorm dx = rstd * (g - xhat * mean(g * xhat)).
 template <typename T, bool kCentered>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     NormGradKernel(const T* x, const T* gamma, const T* dy, int64_t rows, int64_t d, double eps,
                    T* dx, double* stats) {
-  __shared__ double shared[kWarp];
+  __shared__ double shared[rows::kWarp];
   const double n = static_cast<double>(d);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * d;
@@ -107,8 +93,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       sum_g += g;
       sum_gx += g * xhat;
     }
-    const double mean_g = kCentered ? BlockSum(sum_g, shared) / n : 0.0;
-    const double mean_gx = BlockSum(sum_gx, shared) / n;
+    const double mean_g = kCentered ? rows::BlockSum(sum_g, shared) / n : 0.0;
+    const double mean_gx = rows::BlockSum(sum_gx, shared) / n;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       const double xhat = Normalised<kCentered>(static_cast<double>(row[j]), s);
       const double g = static_cast<double>(dy_row[j]) * static_cast<double>(gamma[j]);
@@ -174,63 +160,64 @@ template <typename T, bool kCentered>
 cudaError_t NormGrad(const DeviceTensor& x, const DeviceTensor& gamma, const DeviceTensor& dy,
                      double eps, const DeviceTensor& dx, const DeviceTensor& dgamma,
                      const DeviceTensor* dbeta, cudaStream_t stream) {
-  const RowShape s = RowsOf(x);
+  const rows::RowShape s = rows::RowsOf(x);
   if (s.rows == 0 || s.n == 0) return cudaSuccess;  // parameter gradients stay zero
-  const int64_t col_blocks = CeilDiv(s.n, kColThreads);
-  int64_t chunks = CeilDiv(kColTargetBlocks, col_blocks);
-  if (chunks > CeilDiv(s.rows, kColMinChunkRows)) chunks = CeilDiv(s.rows, kColMinChunkRows);
+  const int64_t col_blocks = rows::CeilDiv(s.n, kColThreads);
+  int64_t chunks = rows::CeilDiv(kColTargetBlocks, col_blocks);
+  const int64_t max_chunks = rows::CeilDiv(s.rows, kColMinChunkRows);
+  if (chunks > max_chunks) chunks = max_chunks;
   if (chunks > kColMaxChunks) chunks = kColMaxChunks;
-  const int64_t chunk_rows = CeilDiv(s.rows, chunks);
-  chunks = CeilDiv(s.rows, chunk_rows);
+  const int64_t chunk_rows = rows::CeilDiv(s.rows, chunks);
+  chunks = rows::CeilDiv(s.rows, chunk_rows);
 
   const int num_partials = dbeta != nullptr ? 2 : 1;
-  StreamScratch scratch(stream);
-  cudaError_t err =
-      scratch.Allocate(AlignUp(2 * s.rows * sizeof(double)) +
-                       num_partials * AlignUp(static_cast<size_t>(chunks * s.n) * sizeof(double)));
+  rows::StreamScratch scratch(stream);
+  const size_t partial_bytes = static_cast<size_t>(chunks * s.n) * sizeof(double);
+  cudaError_t err = scratch.Allocate(rows::AlignUp(2 * s.rows * sizeof(double)) +
+                                     num_partials * rows::AlignUp(partial_bytes));
   if (err != cudaSuccess) return err;
   double* stats = scratch.Take<double>(2 * s.rows);
   double* partial_gamma = scratch.Take<double>(chunks * s.n);
   double* partial_beta = dbeta != nullptr ? scratch.Take<double>(chunks * s.n) : nullptr;
 
-  NormGradKernel<T, kCentered><<<Blocks(s.rows), RowThreads(s.n), 0, stream>>>(
+  NormGradKernel<T, kCentered><<<rows::Blocks(s.rows), rows::RowThreads(s.n), 0, stream>>>(
       x.as<T>(), gamma.as<T>(), dy.as<T>(), s.rows, s.n, eps, dx.as<T>(), stats);
   err = cudaGetLastError();
-  if (err != cudaSuccess) return FirstError(err, scratch);
+  if (err != cudaSuccess) return rows::FirstError(err, scratch);
 
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
   NormParamGradPartialKernel<T, kCentered><<<grid, dim3(kColThreads, kColRows), 0, stream>>>(
       x.as<T>(), dy.as<T>(), stats, s.rows, s.n, chunk_rows, partial_gamma, partial_beta);
   err = cudaGetLastError();
-  if (err != cudaSuccess) return FirstError(err, scratch);
+  if (err != cudaSuccess) return rows::FirstError(err, scratch);
 
   constexpr int kThreads = 256;
-  const unsigned blocks = Blocks(CeilDiv(s.n, kThreads));
+  const unsigned blocks = rows::Blocks(rows::CeilDiv(s.n, kThreads));
   SumChunksKernel<T><<<blocks, kThreads, 0, stream>>>(partial_gamma, chunks, s.n, dgamma.as<T>());
   err = cudaGetLastError();
   if (err == cudaSuccess && dbeta != nullptr) {
     SumChunksKernel<T><<<blocks, kThreads, 0, stream>>>(partial_beta, chunks, s.n, dbeta->as<T>());
     err = cudaGetLastError();
   }
-  return FirstError(err, scratch);
+  return rows::FirstError(err, scratch);
 }
 
 }  // namespace
 
 cudaError_t LaunchRmsNorm(const DeviceTensor& x, const DeviceTensor& gamma, double eps,
                           const DeviceTensor& y, cudaStream_t stream) {
-  const RowShape s = RowsOf(x);
-  return ByType(x, [&](auto t) {
+  const rows::RowShape s = rows::RowsOf(x);
+  return rows::ByType(x, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(NormKernel<T, false>, s, stream, x.as<T>(), gamma.as<T>(),
-                     static_cast<const T*>(nullptr), s.rows, s.n, eps, y.as<T>());
+    return rows::RowLaunch(NormKernel<T, false>, s, stream, x.as<T>(), gamma.as<T>(),
+                           static_cast<const T*>(nullptr), s.rows, s.n, eps, y.as<T>());
   });
 }
 
 cudaError_t LaunchRmsNormGrad(const DeviceTensor& x, const DeviceTensor& gamma,
                               const DeviceTensor& dy, double eps, const DeviceTensor& dx,
                               const DeviceTensor& dgamma, cudaStream_t stream) {
-  return ByType(x, [&](auto t) {
+  return rows::ByType(x, [&](auto t) {
     return NormGrad<decltype(t), false>(x, gamma, dy, eps, dx, dgamma, nullptr, stream);
   });
 }
@@ -238,11 +225,11 @@ cudaError_t LaunchRmsNormGrad(const DeviceTensor& x, const DeviceTensor& gamma,
 cudaError_t LaunchLayerNorm(const DeviceTensor& x, const DeviceTensor& gamma,
                             const DeviceTensor& beta, double eps, const DeviceTensor& y,
                             cudaStream_t stream) {
-  const RowShape s = RowsOf(x);
-  return ByType(x, [&](auto t) {
+  const rows::RowShape s = rows::RowsOf(x);
+  return rows::ByType(x, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(NormKernel<T, true>, s, stream, x.as<T>(), gamma.as<T>(), beta.as<T>(), s.rows,
-                     s.n, eps, y.as<T>());
+    return rows::RowLaunch(NormKernel<T, true>, s, stream, x.as<T>(), gamma.as<T>(), beta.as<T>(),
+                           s.rows, s.n, eps, y.as<T>());
   });
 }
 
@@ -250,7 +237,7 @@ cudaError_t LaunchLayerNormGrad(const DeviceTensor& x, const DeviceTensor& gamma
                                 const DeviceTensor& dy, double eps, const DeviceTensor& dx,
                                 const DeviceTensor& dgamma, const DeviceTensor& dbeta,
                                 cudaStream_t stream) {
-  return ByType(x, [&](auto t) {
+  return rows::ByType(x, [&](auto t) {
     return NormGrad<decltype(t), true>(x, gamma, dy, eps, dx, dgamma, &dbeta, stream);
   });
 }

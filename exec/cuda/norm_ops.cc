@@ -50,10 +50,7 @@ bool Owns(OpKind kind) {
 absl::Status RunNormOp(ir::OpKind kind, const ir::AttrMap& attrs,
                        absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
                        const OpContext& ctx) {
-  if (!Owns(kind)) {
-    return absl::UnimplementedError(
-        absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the norm family"));
-  }
+  if (!Owns(kind)) return NotInFamily(kind, "norm");
   LOOM_RETURN_IF_ERROR(CheckOperands(kind, in, out));
   cudaStream_t stream = ctx.stream;
   switch (kind) {
@@ -78,8 +75,7 @@ absl::Status RunNormOp(ir::OpKind kind, const ir::AttrMap& attrs,
     default:
       break;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the norm family"));
+  return NotInFamily(kind, "norm");
 }
 
 }  // namespace loom::exec::cuda

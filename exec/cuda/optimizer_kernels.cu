@@ -12,15 +12,10 @@
 namespace loom::exec::cuda {
 namespace {
 
-using strided::BlocksFor;
-using strided::GlobalThread;
-using strided::GridThreads;
-using strided::kThreads;
-
 template <typename T>
 __global__ void SgdKernel(const T* param, const T* grad, double lr, double weight_decay,
                           T* out, int64_t n) {
-  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+  for (int64_t i = strided::GlobalThread(); i < n; i += strided::GridThreads()) {
     const double p = static_cast<double>(param[i]);
     const double g = static_cast<double>(grad[i]);
     out[i] = static_cast<T>(__dsub_rn(p, __dmul_rn(lr, __dadd_rn(g, __dmul_rn(weight_decay, p)))));
@@ -43,7 +38,7 @@ struct AdamWConstants {
 template <typename T>
 __global__ void AdamWKernel(const T* param, const T* grad, const T* m, const T* v,
                             AdamWConstants c, T* param_out, T* m_out, T* v_out, int64_t n) {
-  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+  for (int64_t i = strided::GlobalThread(); i < n; i += strided::GridThreads()) {
     const double p = static_cast<double>(param[i]);
     const double g = static_cast<double>(grad[i]);
     const double m_new =
@@ -78,10 +73,10 @@ cudaError_t LaunchSgd(const DeviceTensor& param, const DeviceTensor& grad, doubl
   }
   if (n == 0) return cudaSuccess;
   if (param.f64) {
-    SgdKernel<double><<<BlocksFor(n), kThreads, 0, stream>>>(
+    SgdKernel<double><<<strided::BlocksFor(n), strided::kThreads, 0, stream>>>(
         param.as<const double>(), grad.as<const double>(), lr, weight_decay, out.as<double>(), n);
   } else {
-    SgdKernel<float><<<BlocksFor(n), kThreads, 0, stream>>>(
+    SgdKernel<float><<<strided::BlocksFor(n), strided::kThreads, 0, stream>>>(
         param.as<const float>(), grad.as<const float>(), lr, weight_decay, out.as<float>(), n);
   }
   return cudaGetLastError();
@@ -108,12 +103,12 @@ cudaError_t LaunchAdamW(const DeviceTensor& param, const DeviceTensor& grad,
   c.correction2 = 1.0 - std::pow(p.beta2, step);
   c.eps = p.eps;
   if (param.f64) {
-    AdamWKernel<double><<<BlocksFor(n), kThreads, 0, stream>>>(
+    AdamWKernel<double><<<strided::BlocksFor(n), strided::kThreads, 0, stream>>>(
         param.as<const double>(), grad.as<const double>(), m.as<const double>(),
         v.as<const double>(), c, param_out.as<double>(), m_out.as<double>(), v_out.as<double>(),
         n);
   } else {
-    AdamWKernel<float><<<BlocksFor(n), kThreads, 0, stream>>>(
+    AdamWKernel<float><<<strided::BlocksFor(n), strided::kThreads, 0, stream>>>(
         param.as<const float>(), grad.as<const float>(), m.as<const float>(),
         v.as<const float>(), c, param_out.as<float>(), m_out.as<float>(), v_out.as<float>(), n);
   }

@@ -100,10 +100,7 @@ bool Owns(OpKind kind) {
 absl::Status RunOptimizerOp(ir::OpKind kind, const ir::AttrMap& attrs,
                             absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
                             const OpContext& ctx) {
-  if (!Owns(kind)) {
-    return absl::UnimplementedError(
-        absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the optimizer family"));
-  }
+  if (!Owns(kind)) return NotInFamily(kind, "optimizer");
   LOOM_RETURN_IF_ERROR(CheckArity(kind, in, out));
   switch (kind) {
     case OpKind::kAdamW:
@@ -115,8 +112,7 @@ absl::Status RunOptimizerOp(ir::OpKind kind, const ir::AttrMap& attrs,
     default:
       break;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the optimizer family"));
+  return NotInFamily(kind, "optimizer");
 }
 
 }  // namespace loom::exec::cuda

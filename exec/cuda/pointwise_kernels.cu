@@ -13,16 +13,11 @@
 namespace loom::exec::cuda {
 namespace {
 
-using grid::Blocks;
-using grid::FirstIndex;
-using grid::kThreads;
-using grid::Stride;
-
 // ---- unary functions and their gradients ---------------------------------------------
 
 template <typename T>
 __global__ void MathKernel(MathFn fn, const T* x, T* out, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     const double v = static_cast<double>(x[i]);
     double r = v;
     switch (fn) {
@@ -42,7 +37,7 @@ __global__ void MathKernel(MathFn fn, const T* x, T* out, int64_t n) {
 
 template <typename T>
 __global__ void PairGradKernel(PairGradFn fn, const T* at, const T* dy, T* out, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (int64_t i = grid::FirstIndex(); i < n; i += grid::Stride()) {
     const double a = static_cast<double>(at[i]);
     const double d = static_cast<double>(dy[i]);
     double r = 0;
@@ -62,11 +57,11 @@ cudaError_t LaunchMath(MathFn fn, const DeviceTensor& x, const DeviceTensor& out
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
   if (out.f64) {
-    MathKernel<double><<<Blocks(n), kThreads, 0, stream>>>(fn, x.as<const double>(),
-                                                           out.as<double>(), n);
+    MathKernel<double><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+        fn, x.as<const double>(), out.as<double>(), n);
   } else {
-    MathKernel<float><<<Blocks(n), kThreads, 0, stream>>>(fn, x.as<const float>(),
-                                                          out.as<float>(), n);
+    MathKernel<float><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
+        fn, x.as<const float>(), out.as<float>(), n);
   }
   return cudaGetLastError();
 }
@@ -76,10 +71,10 @@ cudaError_t LaunchPairGrad(PairGradFn fn, const DeviceTensor& at, const DeviceTe
   const int64_t n = out.size();
   if (n == 0) return cudaSuccess;
   if (out.f64) {
-    PairGradKernel<double><<<Blocks(n), kThreads, 0, stream>>>(
+    PairGradKernel<double><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
         fn, at.as<const double>(), dy.as<const double>(), out.as<double>(), n);
   } else {
-    PairGradKernel<float><<<Blocks(n), kThreads, 0, stream>>>(
+    PairGradKernel<float><<<grid::Blocks(n), grid::kThreads, 0, stream>>>(
         fn, at.as<const float>(), dy.as<const float>(), out.as<float>(), n);
   }
   return cudaGetLastError();

@@ -122,8 +122,7 @@ absl::Status RunPointwiseOp(ir::OpKind kind, const ir::AttrMap& attrs,
       return LaunchStatus(LaunchMath(fn, in[0], out[0], ctx.stream), kind);
     }
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the pointwise family"));
+      return NotInFamily(kind, "pointwise");
   }
 }
 

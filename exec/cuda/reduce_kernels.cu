@@ -15,22 +15,6 @@
 namespace loom::exec::cuda {
 namespace {
 
-using rows::BlockSum;
-using rows::ByType;
-using rows::ExpSum;
-using rows::kMaxRowThreads;
-using rows::kWarp;
-using rows::RowExpSum;
-using rows::RowLaunch;
-using rows::RowShape;
-using rows::RowsOf;
-using strided::BlocksFor;
-using strided::GlobalThread;
-using strided::GridThreads;
-using strided::kMaxBlocks;
-using strided::kThreads;
-using strided::RowMajorStrides;
-
 // Reductions at least this long over the innermost dim use a block per output.
 constexpr int64_t kBlockReduceMin = 4096;
 
@@ -65,7 +49,7 @@ void AppendDim(int64_t extent, int64_t stride, int& rank, int64_t* extents, int6
 
 ReduceGeom MakeReduceGeom(const DeviceTensor& src, uint32_t reduced_dims) {
   int64_t strides[kMaxRank];
-  RowMajorStrides(src, strides);
+  strided::RowMajorStrides(src, strides);
   ReduceGeom g;
   for (int d = 0; d < src.rank; ++d) {
     const int64_t e = src.dims[d];
@@ -114,7 +98,7 @@ __device__ inline T Finish(double sum, double count) {
 // One thread per output element, visiting its inputs in row-major order.
 template <typename T, ReduceKind K>
 __global__ void ReduceThreadKernel(const T* src, T* dst, ReduceGeom g, double count) {
-  for (int64_t o = GlobalThread(); o < g.num_out; o += GridThreads()) {
+  for (int64_t o = strided::GlobalThread(); o < g.num_out; o += strided::GridThreads()) {
     int64_t off = KeptOffset(g, o);
     double sum = 0.0;
     if (g.red_rank <= 1) {
@@ -142,17 +126,17 @@ __global__ void ReduceThreadKernel(const T* src, T* dst, ReduceGeom g, double co
 // then the block adds the partial sums in a fixed tree order.
 template <typename T, ReduceKind K>
 __global__ void ReduceBlockKernel(const T* src, T* dst, ReduceGeom g, double count) {
-  __shared__ double partial[kThreads];
+  __shared__ double partial[strided::kThreads];
   const int t = threadIdx.x;
   for (int64_t o = blockIdx.x; o < g.num_out; o += gridDim.x) {
     const int64_t base = KeptOffset(g, o);
     double sum = 0.0;
-    for (int64_t r = t; r < g.count; r += kThreads) {
+    for (int64_t r = t; r < g.count; r += strided::kThreads) {
       sum = Accumulate<K>(sum, static_cast<double>(src[base + ReducedOffset(g, r)]));
     }
     partial[t] = sum;
     __syncthreads();
-    for (int w = kThreads / 2; w > 0; w >>= 1) {
+    for (int w = strided::kThreads / 2; w > 0; w >>= 1) {
       if (t < w) partial[t] = __dadd_rn(partial[t], partial[t + w]);
       __syncthreads();
     }
@@ -166,11 +150,11 @@ cudaError_t EnqueueReduce(const DeviceTensor& src, const ReduceGeom& g, double c
                           const DeviceTensor& dst, cudaStream_t stream) {
   const bool innermost_reduced = g.red_rank > 0 && g.red_stride[g.red_rank - 1] == 1;
   if (innermost_reduced && g.count >= kBlockReduceMin) {
-    const int blocks = static_cast<int>(std::min<int64_t>(g.num_out, kMaxBlocks));
-    ReduceBlockKernel<T, K><<<blocks, kThreads, 0, stream>>>(src.as<const T>(), dst.as<T>(),
-                                                             g, count);
+    const int blocks = static_cast<int>(std::min<int64_t>(g.num_out, strided::kMaxBlocks));
+    ReduceBlockKernel<T, K><<<blocks, strided::kThreads, 0, stream>>>(src.as<const T>(),
+                                                                      dst.as<T>(), g, count);
   } else {
-    ReduceThreadKernel<T, K><<<BlocksFor(g.num_out), kThreads, 0, stream>>>(
+    ReduceThreadKernel<T, K><<<strided::BlocksFor(g.num_out), strided::kThreads, 0, stream>>>(
         src.as<const T>(), dst.as<T>(), g, count);
   }
   return cudaGetLastError();
@@ -230,12 +214,12 @@ __device__ inline int64_t FirstArgMax(const T* a, int64_t base, int64_t n, int64
 // position on a tie. Every thread of the block must call it.
 template <typename T>
 __device__ int64_t BlockFirstArgMax(const T* a, int64_t base, int64_t n) {
-  __shared__ T values[kThreads];
-  __shared__ int64_t positions[kThreads];
+  __shared__ T values[strided::kThreads];
+  __shared__ int64_t positions[strided::kThreads];
   const int t = threadIdx.x;
   T best_value = T(0);
   int64_t best = -1;  // none yet
-  for (int64_t k = t; k < n; k += kThreads) {
+  for (int64_t k = t; k < n; k += strided::kThreads) {
     const T x = a[base + k];
     if (x == x && (best < 0 || x > best_value)) {
       best_value = x;
@@ -245,7 +229,7 @@ __device__ int64_t BlockFirstArgMax(const T* a, int64_t base, int64_t n) {
   values[t] = best_value;
   positions[t] = best;
   __syncthreads();
-  for (int w = kThreads / 2; w > 0; w >>= 1) {
+  for (int w = strided::kThreads / 2; w > 0; w >>= 1) {
     if (t < w) {
       const T v = values[t + w];
       const int64_t p = positions[t + w];
@@ -268,7 +252,7 @@ __device__ int64_t BlockFirstArgMax(const T* a, int64_t base, int64_t n) {
 template <typename T>
 __global__ void MaxThreadKernel(const T* a, const T* dy, T* out, AxisGeom g) {
   const int64_t total = g.outer * g.inner;
-  for (int64_t j = GlobalThread(); j < total; j += GridThreads()) {
+  for (int64_t j = strided::GlobalThread(); j < total; j += strided::GridThreads()) {
     const int64_t base = (j / g.inner) * g.n * g.inner + j % g.inner;
     const int64_t best = FirstArgMax(a, base, g.n, g.inner);
     if (dy == nullptr) {
@@ -300,10 +284,10 @@ cudaError_t EnqueueMax(const DeviceTensor& a, const T* dy, const AxisGeom& g, T*
                        cudaStream_t stream) {
   if (g.outer * g.inner == 0) return cudaSuccess;
   if (g.inner == 1 && g.n >= kBlockReduceMin) {
-    const int blocks = static_cast<int>(std::min<int64_t>(g.outer, kMaxBlocks));
-    MaxBlockKernel<T><<<blocks, kThreads, 0, stream>>>(a.as<const T>(), dy, out, g);
+    const int blocks = static_cast<int>(std::min<int64_t>(g.outer, strided::kMaxBlocks));
+    MaxBlockKernel<T><<<blocks, strided::kThreads, 0, stream>>>(a.as<const T>(), dy, out, g);
   } else {
-    MaxThreadKernel<T><<<BlocksFor(g.outer * g.inner), kThreads, 0, stream>>>(
+    MaxThreadKernel<T><<<strided::BlocksFor(g.outer * g.inner), strided::kThreads, 0, stream>>>(
         a.as<const T>(), dy, out, g);
   }
   return cudaGetLastError();
@@ -313,12 +297,12 @@ cudaError_t EnqueueMax(const DeviceTensor& a, const T* dy, const AxisGeom& g, T*
 
 // softmax: y = exp(x - max) / sum; log_softmax: y = x - logsumexp(x).
 template <typename T, bool kLog>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     SoftmaxKernel(const T* x, int64_t rows, int64_t n, T* y) {
-  __shared__ double shared[kWarp];
+  __shared__ double shared[rows::kWarp];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * n;
-    const ExpSum e = RowExpSum(row, n, shared);
+    const rows::ExpSum e = rows::RowExpSum(row, n, shared);
     const double lse = e.max + log(e.sum);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       const double v = static_cast<double>(row[j]);
@@ -329,9 +313,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
 // softmax_grad: dx = y * (dy - sum(y * dy)); log_softmax_grad: dx = dy - exp(y) * sum(dy).
 template <typename T, bool kLog>
-__global__ void __launch_bounds__(kMaxRowThreads)
+__global__ void __launch_bounds__(rows::kMaxRowThreads)
     SoftmaxGradKernel(const T* y, const T* dy, int64_t rows, int64_t n, T* dx) {
-  __shared__ double shared[kWarp];
+  __shared__ double shared[rows::kWarp];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * n;
     double sum = 0.0;
@@ -339,7 +323,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       const double g = static_cast<double>(dy[base + j]);
       sum += kLog ? g : static_cast<double>(y[base + j]) * g;
     }
-    sum = BlockSum(sum, shared);
+    sum = rows::BlockSum(sum, shared);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       const double yv = static_cast<double>(y[base + j]);
       const double g = static_cast<double>(dy[base + j]);
@@ -384,38 +368,38 @@ cudaError_t LaunchMaxGrad(const DeviceTensor& a, const DeviceTensor& dy, int dim
 }
 
 cudaError_t LaunchSoftmax(const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) {
-  const RowShape s = RowsOf(x);
-  return ByType(x, [&](auto t) {
+  const rows::RowShape s = rows::RowsOf(x);
+  return rows::ByType(x, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(SoftmaxKernel<T, false>, s, stream, x.as<T>(), s.rows, s.n, y.as<T>());
+    return rows::RowLaunch(SoftmaxKernel<T, false>, s, stream, x.as<T>(), s.rows, s.n, y.as<T>());
   });
 }
 
 cudaError_t LaunchLogSoftmax(const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) {
-  const RowShape s = RowsOf(x);
-  return ByType(x, [&](auto t) {
+  const rows::RowShape s = rows::RowsOf(x);
+  return rows::ByType(x, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(SoftmaxKernel<T, true>, s, stream, x.as<T>(), s.rows, s.n, y.as<T>());
+    return rows::RowLaunch(SoftmaxKernel<T, true>, s, stream, x.as<T>(), s.rows, s.n, y.as<T>());
   });
 }
 
 cudaError_t LaunchSoftmaxGrad(const DeviceTensor& y, const DeviceTensor& dy, const DeviceTensor& dx,
                               cudaStream_t stream) {
-  const RowShape s = RowsOf(y);
-  return ByType(y, [&](auto t) {
+  const rows::RowShape s = rows::RowsOf(y);
+  return rows::ByType(y, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(SoftmaxGradKernel<T, false>, s, stream, y.as<T>(), dy.as<T>(), s.rows, s.n,
-                     dx.as<T>());
+    return rows::RowLaunch(SoftmaxGradKernel<T, false>, s, stream, y.as<T>(), dy.as<T>(), s.rows,
+                           s.n, dx.as<T>());
   });
 }
 
 cudaError_t LaunchLogSoftmaxGrad(const DeviceTensor& y, const DeviceTensor& dy,
                                  const DeviceTensor& dx, cudaStream_t stream) {
-  const RowShape s = RowsOf(y);
-  return ByType(y, [&](auto t) {
+  const rows::RowShape s = rows::RowsOf(y);
+  return rows::ByType(y, [&](auto t) {
     using T = decltype(t);
-    return RowLaunch(SoftmaxGradKernel<T, true>, s, stream, y.as<T>(), dy.as<T>(), s.rows, s.n,
-                     dx.as<T>());
+    return rows::RowLaunch(SoftmaxGradKernel<T, true>, s, stream, y.as<T>(), dy.as<T>(), s.rows,
+                           s.n, dx.as<T>());
   });
 }
 

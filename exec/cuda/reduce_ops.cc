@@ -133,8 +133,7 @@ absl::Status RunReduceOp(ir::OpKind kind, const ir::AttrMap& attrs,
   } else if (IsSoftmax(kind)) {
     LOOM_RETURN_IF_ERROR(CheckOperands(kind, in, out));
   } else {
-    return absl::UnimplementedError(
-        absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the reduce family"));
+    return NotInFamily(kind, "reduce");
   }
   cudaStream_t stream = ctx.stream;
   switch (kind) {
@@ -158,8 +157,7 @@ absl::Status RunReduceOp(ir::OpKind kind, const ir::AttrMap& attrs,
     default:
       break;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the reduce family"));
+  return NotInFamily(kind, "reduce");
 }
 
 }  // namespace loom::exec::cuda

@@ -10,12 +10,6 @@
 namespace loom::exec::cuda {
 namespace {
 
-using strided::BlocksFor;
-using strided::GlobalThread;
-using strided::GridThreads;
-using strided::kThreads;
-using strided::RowMajorStrides;
-
 // ---- strided copy ------------------------------------------------------------------
 
 // Element i of a box of `extent` (row-major) is copied from
@@ -61,7 +55,7 @@ CopyGeom MakeCopyGeom(int rank, const int64_t* extent, const int64_t* src_stride
 
 template <typename T>
 __global__ void StridedCopyKernel(const T* src, T* dst, CopyGeom g) {
-  for (int64_t i = GlobalThread(); i < g.count; i += GridThreads()) {
+  for (int64_t i = strided::GlobalThread(); i < g.count; i += strided::GridThreads()) {
     int64_t rest = i;
     int64_t s = g.src_base;
     int64_t d = g.dst_base;
@@ -79,10 +73,10 @@ cudaError_t EnqueueCopy(bool f64, const void* src, void* dst, const CopyGeom& g,
                         cudaStream_t stream) {
   if (g.count == 0) return cudaSuccess;
   if (f64) {
-    StridedCopyKernel<double><<<BlocksFor(g.count), kThreads, 0, stream>>>(
+    StridedCopyKernel<double><<<strided::BlocksFor(g.count), strided::kThreads, 0, stream>>>(
         static_cast<const double*>(src), static_cast<double*>(dst), g);
   } else {
-    StridedCopyKernel<float><<<BlocksFor(g.count), kThreads, 0, stream>>>(
+    StridedCopyKernel<float><<<strided::BlocksFor(g.count), strided::kThreads, 0, stream>>>(
         static_cast<const float*>(src), static_cast<float*>(dst), g);
   }
   return cudaGetLastError();
@@ -110,8 +104,8 @@ cudaError_t LaunchCopyBox(const DeviceTensor& src, const RankArray& src_origin,
   const int rank = src.rank;
   int64_t src_strides[kMaxRank];
   int64_t dst_strides[kMaxRank];
-  RowMajorStrides(src, src_strides);
-  RowMajorStrides(dst, dst_strides);
+  strided::RowMajorStrides(src, src_strides);
+  strided::RowMajorStrides(dst, dst_strides);
   int64_t src_base = 0;
   int64_t dst_base = 0;
   for (int d = 0; d < rank; ++d) {
@@ -134,8 +128,8 @@ cudaError_t LaunchTranspose(const DeviceTensor& src, const RankArray& perm,
   int64_t src_strides[kMaxRank];
   int64_t dst_strides[kMaxRank];
   int64_t gathered[kMaxRank] = {};
-  RowMajorStrides(src, src_strides);
-  RowMajorStrides(dst, dst_strides);
+  strided::RowMajorStrides(src, src_strides);
+  strided::RowMajorStrides(dst, dst_strides);
   for (int i = 0; i < rank; ++i) {
     const int64_t p = perm.v[i];
     if (p < 0 || p >= rank || src.dims[p] != dst.dims[i]) return cudaErrorInvalidValue;

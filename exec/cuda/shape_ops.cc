@@ -215,10 +215,7 @@ bool Owns(OpKind kind) {
 absl::Status RunShapeOp(ir::OpKind kind, const ir::AttrMap& attrs,
                         absl::Span<const DeviceTensor> in, absl::Span<DeviceTensor> out,
                         const OpContext& ctx) {
-  if (!Owns(kind)) {
-    return absl::UnimplementedError(
-        absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the shape family"));
-  }
+  if (!Owns(kind)) return NotInFamily(kind, "shape");
   LOOM_RETURN_IF_ERROR(CheckArity(kind, in, out));
   switch (kind) {
     case OpKind::kReshape:
@@ -238,8 +235,7 @@ absl::Status RunShapeOp(ir::OpKind kind, const ir::AttrMap& attrs,
     default:
       break;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("no CUDA kernel for '", ir::OpKindName(kind), "' in the shape family"));
+  return NotInFamily(kind, "shape");
 }
 
 }  // namespace loom::exec::cuda
