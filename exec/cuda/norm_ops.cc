@@ -1,12 +1,11 @@
 // The norm family of the CUDA backend: rms_norm, layer_norm and their gradients.
-// Reads the attributes the reference kernels read (same names, defaults and checks:
-// ir/ops/norm.cc) and calls the launchers of norm_kernels.h.
+// Reads `eps` as the reference kernels do (ir::ops::NormEps) and calls the launchers
+// of norm_kernels.h.
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "exec/cuda/cuda_ops.h"
 #include "exec/cuda/device_tensor.h"
@@ -14,24 +13,13 @@
 #include "exec/cuda/op_checks.h"
 #include "ir/attributes.h"
 #include "ir/op_kind.h"
+#include "ir/ops/op_attrs.h"
 #include "ir/status_macros.h"
 
 namespace loom::exec::cuda {
 namespace {
 
 using ir::OpKind;
-
-constexpr double kDefaultEps = 1e-5;  // the norms' default, as in ir/ops/norm.cc
-
-// `eps` of the norms: 1e-5 when absent, and non-negative.
-absl::StatusOr<double> Eps(const ir::AttrMap& attrs) {
-  LOOM_ASSIGN_OR_RETURN(double eps, attrs.GetFloat("eps", kDefaultEps));
-  if (!(eps >= 0.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'eps' is ", eps, ", expected a non-negative number"));
-  }
-  return eps;
-}
 
 bool Owns(OpKind kind) {
   switch (kind) {
@@ -55,20 +43,20 @@ absl::Status RunNormOp(ir::OpKind kind, const ir::AttrMap& attrs,
   cudaStream_t stream = ctx.stream;
   switch (kind) {
     case OpKind::kRmsNorm: {  // (x, gamma) -> y
-      LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+      LOOM_ASSIGN_OR_RETURN(double eps, ir::ops::NormEps(attrs));
       return LaunchStatus(LaunchRmsNorm(in[0], in[1], eps, out[0], stream), kind);
     }
     case OpKind::kRmsNormGrad: {  // (x, gamma, dy) -> (dx, dgamma)
-      LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+      LOOM_ASSIGN_OR_RETURN(double eps, ir::ops::NormEps(attrs));
       return LaunchStatus(
           LaunchRmsNormGrad(in[0], in[1], in[2], eps, out[0], out[1], stream), kind);
     }
     case OpKind::kLayerNorm: {  // (x, gamma, beta) -> y
-      LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+      LOOM_ASSIGN_OR_RETURN(double eps, ir::ops::NormEps(attrs));
       return LaunchStatus(LaunchLayerNorm(in[0], in[1], in[2], eps, out[0], stream), kind);
     }
     case OpKind::kLayerNormGrad: {  // (x, gamma, dy) -> (dx, dgamma, dbeta)
-      LOOM_ASSIGN_OR_RETURN(double eps, Eps(attrs));
+      LOOM_ASSIGN_OR_RETURN(double eps, ir::ops::NormEps(attrs));
       return LaunchStatus(
           LaunchLayerNormGrad(in[0], in[1], in[2], eps, out[0], out[1], out[2], stream), kind);
     }
