@@ -157,7 +157,7 @@ absl::StatusOr<SearchSummary> SearchSchedule(const ir::Graph& step, ir::Plan& pl
   options.time_limit_seconds = config.time_limit_seconds;
   LOOM_ASSIGN_OR_RETURN(schedule::SearchResult found, schedule::SearchSchedule(model, options));
   LOOM_ASSIGN_OR_RETURN(ir::Plan ordered,
-                        schedule::ApplySchedule(step, plan, blocks, found.schedule));
+                        schedule::ApplySchedule(plan, blocks, found.schedule));
   plan = std::move(ordered);
   SearchSummary summary;
   summary.schedule = found.schedule.name;

@@ -108,8 +108,9 @@ struct PlanBlocks {
   std::vector<int> collective_block;
 };
 
-// The block model of `plan` (explicit or factored) under `cost`. Errors: a cost
-// model that is not positive, a plan whose data flow has a cycle, a stage whose
+// The block model of `plan` (explicit or factored) under `cost`. Errors: a plan
+// that is not a plan of `spec` (ir::ValidatePlan), a cost model that is not
+// positive, a plan whose data flow has a cycle, a stage whose
 // pieces lie on several pipeline ranks, a block model that fails
 // ValidateBlockModel.
 absl::StatusOr<PlanBlocks> BlocksFromPlan(const ir::Graph& spec, const ir::Plan& plan,
@@ -130,9 +131,11 @@ inline constexpr int64_t kMaxExpandedSteps = 1'000'000'000;
 // the programs cannot deadlock. A factored plan stays factored and is ordered
 // block by block without being expanded (schedule/factored_order.h): its
 // factored_order holds one program per scale-unit device, at most
-// `max_expanded_steps` steps in all, which every data-parallel replica runs. Errors name the place: a schedule that is
-// invalid or made for other blocks, or one that contradicts the plan's data flow.
-absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& plan,
+// `max_expanded_steps` steps in all, which every data-parallel replica runs. `blocks` is
+// BlocksFromPlan of the same plan, which checked it against its step. Errors name the
+// place: a schedule that is invalid or made for other blocks, or one that contradicts
+// the plan's data flow.
+absl::StatusOr<ir::Plan> ApplySchedule(const ir::Plan& plan,
                                        const PlanBlocks& blocks, const Schedule& schedule,
                                        int64_t max_expanded_steps = kMaxExpandedSteps);
 

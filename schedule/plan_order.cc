@@ -202,10 +202,8 @@ absl::Status Emitter::Stuck() const {
 
 }  // namespace
 
-absl::StatusOr<ir::Plan> ApplySchedule(const ir::Graph& spec, const ir::Plan& plan,
-                                       const PlanBlocks& blocks, const Schedule& schedule,
-                                       int64_t max_expanded_steps) {
-  LOOM_RETURN_IF_ERROR(ir::ValidatePlan(spec, plan));
+absl::StatusOr<ir::Plan> ApplySchedule(const ir::Plan& plan, const PlanBlocks& blocks,
+                                       const Schedule& schedule, int64_t max_expanded_steps) {
   Plan out = plan;
   out.order.clear();
   out.factored_order = {};

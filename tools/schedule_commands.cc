@@ -400,7 +400,7 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
     }
     if (auto path = flags.GetString("--output")) {
       status.Step(absl::StrCat("writing ", *path));
-      auto ordered = schedule::ApplySchedule(*spec, *plan, *plan_blocks, result->schedule);
+      auto ordered = schedule::ApplySchedule(*plan, *plan_blocks, result->schedule);
       if (!ordered.ok()) return fail(ordered.status());
       absl::Status saved = ir::SavePlanFile(*ordered, *path);
       if (!saved.ok()) return fail(saved);

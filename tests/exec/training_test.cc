@@ -99,7 +99,7 @@ Built Build(const RunCase& c, ir::DType dtype) {
   auto sim = schedule::Simulate(blocks->model, *s);
   EXPECT_TRUE(sim.ok()) << sim.status();
   if (sim.ok()) b.predicted_peak = sim->peak_memory;
-  auto ordered = schedule::ApplySchedule(b.spec, b.plan, *blocks, *s);
+  auto ordered = schedule::ApplySchedule(b.plan, *blocks, *s);
   EXPECT_TRUE(ordered.ok()) << ordered.status();
   if (ordered.ok()) b.plan = *std::move(ordered);
   return b;

@@ -184,7 +184,7 @@ TEST_P(PlanBlocksMatrixTest, ScheduledPlanRunsInScheduleOrder) {
   Schedule schedule = OneFOneB(blocks_.model, blocks_.microbatches);
   auto sim = Simulate(blocks_.model, schedule);
   ASSERT_TRUE(sim.ok() && sim->valid) << (sim.ok() ? sim->violation : sim.status().ToString());
-  auto ordered = ApplySchedule(spec_, plan_, blocks_, schedule);
+  auto ordered = ApplySchedule(plan_, blocks_, schedule);
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   ASSERT_EQ(ordered->order.size(), static_cast<size_t>(plan_.mesh.num_devices()));
   EXPECT_TRUE(ir::ValidatePlan(spec_, *ordered).ok()) << ir::ValidatePlan(spec_, *ordered);
@@ -326,7 +326,7 @@ TEST(PlanBlocksTest, UntaggedAndTiedGradientSumRunAfterBlocks) {
 TEST(PlanBlocksTest, AllForwardFirstOrderRuns) {
   Made m = MakeBlocks("llama3-8b", Make(2, 2, 2, 3), 2, 4);
   Schedule schedule = AllForwardFirst(m.blocks.model, 3);
-  auto ordered = ApplySchedule(m.spec, m.plan, m.blocks, schedule);
+  auto ordered = ApplySchedule(m.plan, m.blocks, schedule);
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   EXPECT_TRUE(ir::ValidatePlan(m.spec, *ordered).ok()) << ir::ValidatePlan(m.spec, *ordered);
   EXPECT_TRUE(CheckPlanOrder(*ordered).ok()) << CheckPlanOrder(*ordered);
@@ -351,7 +351,7 @@ TEST(PlanBlocksTest, FactoredPlanKeepsItsFactoringWhenOrdered) {
   ASSERT_TRUE(blocks.ok()) << blocks.status();
   EXPECT_EQ(blocks->model, m.blocks.model) << BlockModelToJson(blocks->model);
   Schedule schedule = OneFOneB(blocks->model, 3);
-  auto ordered = ApplySchedule(m.spec, *factored, *blocks, schedule);
+  auto ordered = ApplySchedule(*factored, *blocks, schedule);
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   ASSERT_TRUE(ordered->is_factored());
   const int64_t unit = ordered->factoring->dp_device_stride;
@@ -403,7 +403,7 @@ TEST(PlanBlocksTest, BrokenFactoredOrdersAreRefused) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   auto blocks = BlocksFromPlan(spec, *plan);
   ASSERT_TRUE(blocks.ok()) << blocks.status();
-  auto ordered = ApplySchedule(spec, *plan, *blocks, OneFOneB(blocks->model, 2));
+  auto ordered = ApplySchedule(*plan, *blocks, OneFOneB(blocks->model, 2));
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   ASSERT_TRUE(ir::ValidatePlan(spec, *ordered).ok());
   // An untagged step given a copy, a tagged step's copy out of range, a step twice.
@@ -479,7 +479,7 @@ TEST(PlanBlocksTest, FactoredPlanAboveTheStepLimitIsRefused) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   auto blocks = BlocksFromPlan(spec, *plan);
   ASSERT_TRUE(blocks.ok()) << blocks.status();
-  auto ordered = ApplySchedule(spec, *plan, *blocks, OneFOneB(blocks->model, 2),
+  auto ordered = ApplySchedule(*plan, *blocks, OneFOneB(blocks->model, 2),
                                /*max_expanded_steps=*/100);
   ASSERT_FALSE(ordered.ok());
   EXPECT_EQ(ordered.status().code(), absl::StatusCode::kInvalidArgument);
@@ -490,7 +490,7 @@ TEST(PlanBlocksTest, FactoredPlanAboveTheStepLimitIsRefused) {
 // Schedules that do not fit the plan or its blocks are rejected.
 TEST(PlanBlocksTest, RejectsMismatchedOrInvalidSchedules) {
   Made m = MakeBlocks("llama3-8b", Make(1, 1, 2, 2), 2);
-  auto wrong_count = ApplySchedule(m.spec, m.plan, m.blocks, OneFOneB(m.blocks.model, 3));
+  auto wrong_count = ApplySchedule(m.plan, m.blocks, OneFOneB(m.blocks.model, 3));
   ASSERT_FALSE(wrong_count.ok());
   EXPECT_NE(wrong_count.status().message().find("micro-batches"), absl::string_view::npos)
       << wrong_count.status();
@@ -498,14 +498,14 @@ TEST(PlanBlocksTest, RejectsMismatchedOrInvalidSchedules) {
   Schedule bad = OneFOneB(m.blocks.model, 2);
   std::vector<Instance>& rank1 = bad.order[1];
   std::reverse(rank1.begin(), rank1.end());
-  auto invalid = ApplySchedule(m.spec, m.plan, m.blocks, bad);
+  auto invalid = ApplySchedule(m.plan, m.blocks, bad);
   ASSERT_FALSE(invalid.ok());
   EXPECT_NE(invalid.status().message().find("schedule is invalid"), absl::string_view::npos)
       << invalid.status();
   // Blocks of another plan.
   Made other = MakeBlocks("llama3-8b", Make(1, 1, 2, 2, 1, false), 2);
   other.blocks.model.blocks[0].name = "X0";
-  auto mismatched = ApplySchedule(m.spec, m.plan, other.blocks, OneFOneB(m.blocks.model, 2));
+  auto mismatched = ApplySchedule(m.plan, other.blocks, OneFOneB(m.blocks.model, 2));
   EXPECT_FALSE(mismatched.ok());
 }
 
@@ -513,7 +513,7 @@ TEST(PlanBlocksTest, RejectsMismatchedOrInvalidSchedules) {
 // members, values used before they are made, and steps listed twice.
 TEST(PlanBlocksTest, CheckPlanOrderFindsBrokenPrograms) {
   Made m = MakeBlocks("llama3-8b", Make(1, 2, 2, 2), 2);
-  auto ordered = ApplySchedule(m.spec, m.plan, m.blocks, OneFOneB(m.blocks.model, 2));
+  auto ordered = ApplySchedule(m.plan, m.blocks, OneFOneB(m.blocks.model, 2));
   ASSERT_TRUE(ordered.ok()) << ordered.status();
   ASSERT_TRUE(CheckPlanOrder(*ordered).ok()) << CheckPlanOrder(*ordered);
   // Swap the first two collectives of device 0.

@@ -75,7 +75,7 @@ void ExpectRejected(const Mutant& m) {
     ASSERT_TRUE(blocks.ok()) << blocks.status();
     auto sched = schedule::MakePredefinedSchedule("1f1b", blocks->model, m.strategy.microbatches);
     ASSERT_TRUE(sched.ok()) << sched.status();
-    auto ordered = schedule::ApplySchedule(spec, plan, *blocks, *sched);
+    auto ordered = schedule::ApplySchedule(plan, *blocks, *sched);
     ASSERT_TRUE(ordered.ok()) << ordered.status();
     plan = *std::move(ordered);
   }

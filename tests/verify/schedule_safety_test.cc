@@ -379,7 +379,7 @@ Scheduled ScheduledPlan(const std::string& model, const transform::Strategy& st,
   auto sched = schedule::MakePredefinedSchedule("1f1b", blocks->model, st.microbatches);
   EXPECT_TRUE(sched.ok()) << sched.status();
   if (!sched.ok()) return out;
-  auto ordered = schedule::ApplySchedule(out.spec, *plan, *blocks, *sched);
+  auto ordered = schedule::ApplySchedule(*plan, *blocks, *sched);
   EXPECT_TRUE(ordered.ok()) << ordered.status();
   if (ordered.ok()) out.plan = *std::move(ordered);
   return out;
