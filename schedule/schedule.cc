@@ -215,6 +215,21 @@ std::string CheckTimes(const BlockModel& model, const Schedule& s) {
 
 }  // namespace
 
+std::string ObjectiveName(Objective objective) {
+  return objective == Objective::kSpan ? "span" : "makespan";
+}
+
+absl::StatusOr<Objective> ParseObjective(absl::string_view name) {
+  if (name == "makespan") return Objective::kMakespan;
+  if (name == "span") return Objective::kSpan;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown objective '", name, "' (makespan or span)"));
+}
+
+int64_t ObjectiveValue(Objective objective, const SimResult& sim) {
+  return objective == Objective::kSpan ? sim.span : sim.makespan;
+}
+
 std::string InstanceLabel(const BlockModel& model, const Instance& instance) {
   return absl::StrCat(model.blocks[instance.block].name, ".", instance.microbatch);
 }
@@ -289,11 +304,24 @@ absl::StatusOr<SimResult> Simulate(const BlockModel& model, const Schedule& sche
       }
     }
     busy_total += r.busy[d];
+    if (!schedule.order[d].empty()) {
+      int64_t device_first = std::numeric_limits<int64_t>::max(), device_last = 0;
+      for (const Instance& x : schedule.order[d]) {
+        const int64_t s = r.start[x.microbatch * n + x.block];
+        device_first = std::min(device_first, s);
+        device_last = std::max(device_last, s + model.blocks[x.block].span);
+      }
+      r.span = std::max(r.span, device_last - device_first);
+    }
     r.bubble[d] = r.makespan > 0 ? 1.0 - static_cast<double>(r.busy[d]) / r.makespan : 0.0;
   }
   r.bubble_ratio = r.makespan > 0 ? 1.0 - static_cast<double>(busy_total) /
                                               (static_cast<double>(r.makespan) * model.num_devices)
                                   : 0.0;
+  r.span_bubble_ratio =
+      r.span > 0 ? 1.0 - static_cast<double>(busy_total) /
+                             (static_cast<double>(r.span) * model.num_devices)
+                 : 0.0;
   r.valid = r.violation.empty();
   return r;
 }
@@ -355,6 +383,8 @@ std::string ScheduleToJson(const BlockModel& model, const Schedule& schedule,
     if (!sim->valid) summary["violation"] = sim->violation;
     summary["makespan"] = sim->makespan;
     summary["bubble_ratio"] = sim->bubble_ratio;
+    summary["span"] = sim->span;
+    summary["span_bubble_ratio"] = sim->span_bubble_ratio;
     summary["peak_memory"] = sim->peak_memory;
     j["summary"] = summary;
   }

@@ -53,11 +53,28 @@ struct SimResult {
   std::string violation;
   std::vector<int64_t> start;       // per instance (microbatch * num_blocks + block)
   int64_t makespan = 0;             // last end - first start
+  // The longest device span: max over devices of its last end - its first start,
+  // what an iteration costs when iterations follow each other without a barrier
+  // (span_timing.h).
+  int64_t span = 0;
   std::vector<int64_t> busy;        // per device: time spent running blocks
   std::vector<double> bubble;       // per device: idle share of the makespan
   double bubble_ratio = 0;          // idle share over all devices
+  double span_bubble_ratio = 0;     // idle share over all devices of `span` each
   std::vector<int64_t> peak_memory; // per device, from level 0
 };
+
+// What a schedule is measured by. kMakespan: one iteration alone, from its first
+// block's start to its last block's end. kSpan: iterations following each other
+// without a barrier (the optimizer's step validated afterwards, as Zero Bubble
+// does), where an iteration costs the longest device span (SimResult::span), each
+// schedule timed for its least span (span_timing.h).
+enum class Objective { kMakespan, kSpan };
+// "makespan", "span".
+std::string ObjectiveName(Objective objective);
+absl::StatusOr<Objective> ParseObjective(absl::string_view name);
+// The figure `objective` measures in `sim`.
+int64_t ObjectiveValue(Objective objective, const SimResult& sim);
 
 // Times and checks a schedule. Rules, checked in this order, the first broken one
 // named in `violation`: every instance of every micro-batch on each of its devices
