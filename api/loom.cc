@@ -155,6 +155,7 @@ absl::StatusOr<SearchSummary> SearchSchedule(const ir::Graph& step, ir::Plan& pl
   options.microbatches = blocks.microbatches;
   options.node_limit = config.node_limit;
   options.time_limit_seconds = config.time_limit_seconds;
+  LOOM_ASSIGN_OR_RETURN(options.objective, schedule::ParseObjective(config.objective));
   LOOM_ASSIGN_OR_RETURN(schedule::SearchResult found, schedule::SearchSchedule(model, options));
   LOOM_ASSIGN_OR_RETURN(ir::Plan ordered,
                         schedule::ApplySchedule(plan, blocks, found.schedule));
@@ -167,7 +168,12 @@ absl::StatusOr<SearchSummary> SearchSchedule(const ir::Graph& step, ir::Plan& pl
   summary.makespan_lower_bound = found.makespan_lower_bound;
   summary.makespan_optimal = found.makespan_optimal;
   summary.makespan_proof = found.makespan_proof;
+  summary.objective = schedule::ObjectiveName(found.objective);
+  summary.span = found.sim.span;
+  summary.span_lower_bound = found.span_lower_bound;
+  summary.span_optimal = found.span_optimal;
   summary.bubble = found.sim.bubble_ratio;
+  summary.span_bubble = found.sim.span_bubble_ratio;
   summary.peak_memory = found.sim.peak_memory;
   summary.seconds = found.seconds;
   summary.svg = schedule::ScheduleToSvg(model, found.schedule, found.sim);

@@ -178,18 +178,26 @@ struct SearchConfig {
   int64_t node_limit = 2'000'000;  // deterministic search budget
   double time_limit_seconds = 0;   // 0: none
   std::optional<int64_t> memory_cap;  // per device, in the block model's units
+  // "makespan" (one iteration alone) or "span" (iterations back to back without a
+  // barrier: the longest device's first start to last end).
+  std::string objective = "makespan";
 };
 
 struct SearchSummary {
-  std::string schedule;               // "search", a published name, "list/<rule>", "serial",
-                                      // "local" or "exact"
+  std::string schedule;               // "search", a published name, "list/<rule>",
+                                      // "inflight", "serial", "local" or "exact"
+  std::string objective;              // what it was chosen by: "makespan" or "span"
   int64_t period = 0;                 // of the searched repetend
   int64_t period_lower_bound = 0;
   int64_t makespan = 0;
   int64_t makespan_lower_bound = 0;
   bool makespan_optimal = false;      // proved (makespan_proof says how)
   std::string makespan_proof;         // empty when not proved
-  double bubble = 0;                  // idle share over all devices
+  int64_t span = 0;                   // longest device's first start to last end
+  int64_t span_lower_bound = 0;       // the most work on one device
+  bool span_optimal = false;          // proved: the span meets its lower bound
+  double bubble = 0;                  // idle share over all devices of the makespan
+  double span_bubble = 0;             // idle share over all devices of the span
   std::vector<int64_t> peak_memory;   // per pipeline rank, block-model units
   double seconds = 0;
   std::string svg;                    // the schedule's Gantt chart

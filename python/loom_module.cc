@@ -196,8 +196,9 @@ std::map<std::string, int64_t> CollectiveCounts(const ir::Plan& p) {
 }
 
 SearchSummary Search(const ir::Graph& step, ir::Plan& plan, int64_t node_limit, double time_limit,
-                     std::optional<int64_t> memory_cap) {
+                     std::optional<int64_t> memory_cap, const std::string& objective) {
   SearchConfig config;
+  config.objective = objective;
   config.node_limit = node_limit;
   config.time_limit_seconds = time_limit;
   config.memory_cap = memory_cap;
@@ -392,16 +393,28 @@ void DefineModule(py::module_& m) {
                     "every schedule found none shorter (makespan_proof says which)")
       .def_readonly("makespan_proof", &SearchSummary::makespan_proof,
                     "how the makespan was proved optimal; empty when it was not")
-      .def_readonly("bubble", &SearchSummary::bubble, "idle share over all devices")
+      .def_readonly("objective", &SearchSummary::objective,
+                    "what the schedule was chosen by: 'makespan' or 'span'")
+      .def_readonly("span", &SearchSummary::span,
+                    "the longest device's first start to last end (iterations back to back)")
+      .def_readonly("span_lower_bound", &SearchSummary::span_lower_bound,
+                    "the most work on one device")
+      .def_readonly("span_optimal", &SearchSummary::span_optimal,
+                    "proved: the span meets its lower bound")
+      .def_readonly("bubble", &SearchSummary::bubble,
+                    "idle share over all devices of the makespan")
+      .def_readonly("span_bubble", &SearchSummary::span_bubble,
+                    "idle share over all devices of the span")
       .def_readonly("peak_memory", &SearchSummary::peak_memory, "per pipeline rank")
       .def_readonly("seconds", &SearchSummary::seconds)
       .def_readonly("svg", &SearchSummary::svg, "the schedule's Gantt chart")
       .def("__repr__", [](const SearchSummary& s) {
         return absl::StrFormat(
-            "SearchSummary(schedule='%s', period=%d, period_lower_bound=%d, makespan=%d, "
-            "makespan_lower_bound=%d, bubble=%.4f, peak_memory=[%s])",
-            s.schedule, s.period, s.period_lower_bound, s.makespan, s.makespan_lower_bound,
-            s.bubble,
+            "SearchSummary(schedule='%s', objective='%s', period=%d, period_lower_bound=%d, "
+            "makespan=%d, makespan_lower_bound=%d, span=%d, span_lower_bound=%d, bubble=%.4f, "
+            "span_bubble=%.4f, peak_memory=[%s])",
+            s.schedule, s.objective, s.period, s.period_lower_bound, s.makespan,
+            s.makespan_lower_bound, s.span, s.span_lower_bound, s.bubble, s.span_bubble,
             absl::StrJoin(s.peak_memory, ", "));
       });
 
@@ -432,11 +445,12 @@ void DefineModule(py::module_& m) {
       .def(
           "search",
           [](ir::Plan& plan, const ir::Graph& step, int64_t node_limit, double time_limit,
-             std::optional<int64_t> memory_cap) {
-            return Search(step, plan, node_limit, time_limit, memory_cap);
+             std::optional<int64_t> memory_cap, const std::string& objective) {
+            return Search(step, plan, node_limit, time_limit, memory_cap, objective);
           },
           py::arg("step"), py::kw_only(), py::arg("node_limit") = 2'000'000,
           py::arg("time_limit") = 0.0, py::arg("memory_cap") = std::nullopt,
+          py::arg("objective") = "makespan",
           "Searches the pipeline order and writes it into this plan (which becomes "
           "explicit and scheduled).")
       .def("__repr__", [](const ir::Plan& p) {
@@ -473,7 +487,7 @@ void DefineModule(py::module_& m) {
       py::arg("path"), "Reads a plan JSON file.");
   m.def("search", &Search, py::arg("step"), py::arg("plan"), py::kw_only(),
         py::arg("node_limit") = 2'000'000, py::arg("time_limit") = 0.0,
-        py::arg("memory_cap") = std::nullopt,
+        py::arg("memory_cap") = std::nullopt, py::arg("objective") = "makespan",
         "plan.search(step, ...): orders `plan` in place and returns the SearchSummary.");
 
   // ---------------------------------------------------------------------------

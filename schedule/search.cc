@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,9 +13,11 @@
 #include "absl/strings/str_join.h"
 #include "ir/status_macros.h"
 #include "schedule/exact_schedule.h"
+#include "schedule/inflight_search.h"
 #include "schedule/list_schedule.h"
 #include "schedule/order_search.h"
 #include "schedule/predefined.h"
+#include "schedule/span_timing.h"
 #include "smt/modulo_schedule.h"
 
 namespace loom::schedule {
@@ -756,13 +759,63 @@ class RepetendSearch {
   std::vector<int64_t> proved_infeasible_;
 };
 
+// The reservation table has a column per time unit of the period: above this many,
+// the repetend is searched on a coarser grid.
+constexpr int64_t kGridColumns = 1024;
+
+// `model` on a grid of `grid` time units: spans and lags rounded up, so that any
+// timing of the coarse model, scaled back by `grid`, is a valid timing of `model`.
+BlockModel OnGrid(const BlockModel& model, int64_t grid) {
+  BlockModel coarse = model;
+  for (Block& b : coarse.blocks) {
+    b.span = (b.span + grid - 1) / grid;
+    for (Dep& p : b.preds) p.lag = (p.lag + grid - 1) / grid;
+  }
+  return coarse;
+}
+
 // The repetend search from `started`: the searched schedule, or ResourceExhausted
-// when none was found within the limits.
+// when none was found within the limits. The repetend is searched in units of the
+// greatest common divisor of the spans and lags, and where one micro-batch's work on
+// a device still takes more than kGridColumns of them, on a grid of as many as bring
+// it to kGridColumns (spans and lags rounded up): its offsets and period,
+// scaled back, are a valid repetend of the model itself, and the schedule its device
+// orders give is re-timed in the model's own units.
 absl::StatusOr<SearchResult> SearchRepetend(const BlockModel& model, const ModelFacts& facts,
                                             const SearchOptions& options,
                                             Clock::time_point started) {
-  return RepetendSearch(model, facts, options, DeadlineAfter(started, options.time_limit_seconds))
-      .Run();
+  const Clock::time_point deadline = DeadlineAfter(started, options.time_limit_seconds);
+  // The grid: the greatest common divisor of every span and lag (exact), times the
+  // factor that brings the work down to kGridColumns columns.
+  int64_t divisor = 0;
+  for (const Block& b : model.blocks) {
+    divisor = std::gcd(divisor, b.span);
+    for (const Dep& p : b.preds) divisor = std::gcd(divisor, p.lag);
+  }
+  const int64_t columns = facts.max_work / divisor;
+  const int64_t grid = divisor * ((columns + kGridColumns - 1) / kGridColumns);
+  if (grid <= 1) return RepetendSearch(model, facts, options, deadline).Run();
+  const BlockModel coarse = OnGrid(model, grid);
+  LOOM_ASSIGN_OR_RETURN(ModelFacts coarse_facts, AnalyzeBlockModel(coarse));
+  LOOM_ASSIGN_OR_RETURN(SearchResult result,
+                        RepetendSearch(coarse, coarse_facts, options, deadline).Run());
+  result.period *= grid;
+  for (int64_t& offset : result.schedule.repetend->offset) offset *= grid;
+  result.schedule.repetend->period = result.period;
+  result.schedule.start.clear();  // the device orders, timed in the model's units
+  LOOM_ASSIGN_OR_RETURN(result.sim, Simulate(model, result.schedule));
+  LOOM_RET_CHECK(result.sim.valid) << "searched schedule is invalid: " << result.sim.violation;
+  result.latency *= grid;
+  result.period_lower_bound = facts.max_work;
+  result.makespan_lower_bound = MakespanLowerBound(facts, options.microbatches);
+  result.period_optimal = result.period == result.period_lower_bound;
+  result.gap_reason =
+      result.period_optimal
+          ? ""
+          : absl::StrCat("searched on a grid of ", grid, " time units (spans and lags rounded "
+                         "up to it)", result.gap_reason.empty() ? "" : "; on that grid: ",
+                         result.gap_reason);
+  return result;
 }
 
 ScheduleCandidate Candidate(const std::string& name, const absl::StatusOr<SimResult>& sim) {
@@ -776,6 +829,7 @@ ScheduleCandidate Candidate(const std::string& name, const absl::StatusOr<SimRes
   } else {
     c.fits = true;
     c.makespan = sim->makespan;
+    c.span = sim->span;
     c.peak_memory = sim->peak_memory;
   }
   return c;
@@ -820,20 +874,30 @@ absl::Status CheckCapsAdmitSchedule(const BlockModel& model, const ModelFacts& f
   return absl::OkStatus();
 }
 
+// `schedule` as the objective times it: for kSpan at its least span.
+absl::StatusOr<Schedule> TimedFor(Objective objective, const BlockModel& model,
+                                  absl::StatusOr<Schedule> schedule) {
+  if (objective != Objective::kSpan || !schedule.ok()) return schedule;
+  return TimeForLeastSpan(model, *schedule);
+}
+
 // The schedules the search competes with: each one simulated within the model's
-// caps and listed as a candidate; the shortest valid one is kept.
+// caps and listed as a candidate; the best valid one by the objective is kept.
 class Alternatives {
  public:
-  explicit Alternatives(const BlockModel& model) : model_(model) {}
+  Alternatives(const BlockModel& model, Objective objective)
+      : model_(model), objective_(objective) {}
 
   // Adds `made` as candidate `name` (`defined`: whether the model admits it).
   void Compare(const std::string& name, absl::StatusOr<Schedule> made, bool defined) {
+    made = TimedFor(objective_, model_, std::move(made));
     absl::StatusOr<SimResult> sim =
         made.ok() ? Simulate(model_, *made) : absl::StatusOr<SimResult>(made.status());
     candidates_.push_back(Candidate(name, sim));
     ScheduleCandidate& c = candidates_.back();
     c.defined = defined;
-    if (c.fits && (!best_sim_.has_value() || c.makespan < best_sim_->makespan)) {
+    if (c.fits && (!best_sim_.has_value() ||
+                   ObjectiveValue(objective_, *sim) < ObjectiveValue(objective_, *best_sim_))) {
       best_ = *std::move(made);
       best_sim_ = *std::move(sim);
     }
@@ -845,6 +909,7 @@ class Alternatives {
 
  private:
   const BlockModel& model_;
+  const Objective objective_;
   std::vector<ScheduleCandidate> candidates_;
   std::optional<Schedule> best_;
   std::optional<SimResult> best_sim_;
@@ -873,10 +938,34 @@ absl::StatusOr<Schedule> BestRandomListSchedule(const BlockModel& model, const M
   return *std::move(kept);
 }
 
-// The published schedules the model admits, the list schedules and the serial
-// one, timed within the same caps.
+// The in-flight search, compared as "inflight" where the model admits it (every
+// block on one device), on a budget of schedules that shrinks as they grow.
+void CompareInFlightSearch(const BlockModel& model, const ModelFacts& facts,
+                           const SearchOptions& options, Clock::time_point deadline,
+                           Alternatives& alternatives) {
+  constexpr int64_t kInFlightWork = int64_t{1} << 22;  // instances built, over all tries
+  const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
+  const int evaluations =
+      static_cast<int>(std::clamp<int64_t>(kInFlightWork / instances, 30, 400));
+  std::optional<InFlightSearchResult> found = SearchInFlightLimits(
+      model, facts, options.microbatches, options.objective, evaluations, deadline);
+  for (const Block& block : model.blocks) {
+    if (block.devices.size() != 1) return;  // not defined: a block spans devices
+  }
+  alternatives.Compare(
+      "inflight",
+      found.has_value()
+          ? absl::StatusOr<Schedule>(std::move(found->schedule))
+          : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
+                "every in-flight limit tried ran into a dead end within the caps")),
+      true);
+}
+
+// The published schedules the model admits, the list schedules, the in-flight
+// search and the serial schedule, timed within the same caps.
 void CompareAlternatives(const BlockModel& model, const ModelFacts& facts,
-                         const SearchOptions& options, Alternatives& alternatives) {
+                         const SearchOptions& options, Clock::time_point deadline,
+                         Alternatives& alternatives) {
   for (const std::string& name : PredefinedScheduleNames()) {
     absl::StatusOr<Schedule> made = MakePredefinedSchedule(name, model, options.microbatches);
     const bool defined = made.ok();
@@ -896,6 +985,7 @@ void CompareAlternatives(const BlockModel& model, const ModelFacts& facts,
       alternatives.Compare(absl::StrCat("list/", ListPriorityName(rule)), std::move(listed), true);
     }
   }
+  CompareInFlightSearch(model, facts, options, deadline, alternatives);
   constexpr int64_t kRandomInstances = 512;
   if (int64_t{model.num_blocks()} * options.microbatches <= kRandomInstances) {
     alternatives.Compare("list/random",
@@ -923,6 +1013,7 @@ absl::StatusOr<std::optional<ExactScheduleResult>> CompareBranchAndBound(
   const std::optional<SimResult>& best_sim = alternatives.best_sim();
   std::optional<ExactScheduleResult> exact;
   if (!options.compare_alternatives || instances > kExactInstances ||
+      options.objective != Objective::kMakespan ||
       (best_sim.has_value() && best_sim->makespan == makespan_bound)) {
     return exact;
   }
@@ -972,7 +1063,8 @@ absl::StatusOr<SearchResult> SearchRepetendUnlessSettled(const BlockModel& model
   }
   if (settled && model.num_blocks() > kSettledBlocks) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "not searched: another schedule meets the makespan's lower bound, and a "
+        "not searched: another schedule meets the ", ObjectiveName(options.objective),
+        "'s lower bound, and a "
         "repetend of ", model.num_blocks(), " blocks would cost more than it adds"));
   }
   return SearchRepetend(model, facts, repetend_options, started);
@@ -981,10 +1073,17 @@ absl::StatusOr<SearchResult> SearchRepetendUnlessSettled(const BlockModel& model
 // The result from the repetend `searched` (or why none was found) and the
 // alternatives: the searched schedule unless another is shorter (ties go to the
 // search); ResourceExhausted when neither gives a schedule.
-absl::StatusOr<SearchResult> ChooseSchedule(absl::StatusOr<SearchResult> searched,
+absl::StatusOr<SearchResult> ChooseSchedule(const BlockModel& model,
+                                            absl::StatusOr<SearchResult> searched,
                                             Alternatives& alternatives, const ModelFacts& facts,
-                                            int64_t makespan_bound, bool settled) {
+                                            Objective objective, int64_t makespan_bound,
+                                            bool settled) {
   SearchResult result;
+  if (searched.ok() && objective == Objective::kSpan) {
+    // The repetend's orders, timed for their least span.
+    LOOM_ASSIGN_OR_RETURN(searched->schedule, TimeForLeastSpan(model, searched->schedule));
+    LOOM_ASSIGN_OR_RETURN(searched->sim, Simulate(model, searched->schedule));
+  }
   if (searched.ok()) {
     result = *std::move(searched);
     result.candidates.push_back(Candidate("search", result.sim));
@@ -1009,7 +1108,9 @@ absl::StatusOr<SearchResult> ChooseSchedule(absl::StatusOr<SearchResult> searche
   }
   for (ScheduleCandidate& c : others) result.candidates.push_back(std::move(c));
   std::optional<SimResult>& best_sim = alternatives.best_sim();
-  if (best_sim.has_value() && (!searched.ok() || best_sim->makespan < result.sim.makespan)) {
+  if (best_sim.has_value() &&
+      (!searched.ok() ||
+       ObjectiveValue(objective, *best_sim) < ObjectiveValue(objective, result.sim))) {
     result.schedule = *std::move(alternatives.best());
     result.sim = *std::move(best_sim);
   } else if (!searched.ok()) {
@@ -1031,18 +1132,21 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   LOOM_ASSIGN_OR_RETURN(ModelFacts facts, AnalyzeBlockModel(model));
   LOOM_RETURN_IF_ERROR(CheckCapsAdmitSchedule(model, facts, options.microbatches));
   const int64_t makespan_bound = MakespanLowerBound(facts, options.microbatches);
-  Alternatives alternatives(model);
+  const int64_t span_bound = facts.max_work * options.microbatches;
+  const Objective objective = options.objective;
+  Alternatives alternatives(model, objective);
   // Every alternative is a whole schedule, simulated: above this many instances
   // only the repetend is built.
   constexpr int64_t kAlternativeInstances = int64_t{1} << 22;
   const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
   if (options.compare_alternatives && instances <= kAlternativeInstances) {
-    CompareAlternatives(model, facts, options, alternatives);
+    CompareAlternatives(model, facts, options, deadline, alternatives);
   }
   // Small problems: a local search over the best schedule's device orders, then a
   // branch and bound over every schedule below the best so far. They find the shorter
-  // schedules the ramps of a few micro-batches allow.
+  // schedules the ramps of a few micro-batches allow (by makespan).
   if (options.compare_alternatives && instances <= kExactInstances &&
+      objective == Objective::kMakespan &&
       alternatives.best().has_value() && alternatives.best_sim()->makespan > makespan_bound) {
     std::optional<Schedule> improved =
         ImproveOrders(model, *alternatives.best(),
@@ -1052,17 +1156,23 @@ absl::StatusOr<SearchResult> SearchSchedule(const BlockModel& model,
   LOOM_ASSIGN_OR_RETURN(std::optional<ExactScheduleResult> exact,
                         CompareBranchAndBound(model, facts, options, makespan_bound, deadline,
                                               alternatives));
-  // A schedule meeting the makespan's lower bound, or one the branch and bound proved
-  // optimal, leaves no repetend shorter.
+  // A schedule meeting the objective's lower bound, or one the branch and bound
+  // proved optimal, leaves no repetend better.
   const std::optional<SimResult>& best_sim = alternatives.best_sim();
-  const bool settled = (best_sim.has_value() && best_sim->makespan == makespan_bound) ||
-                       (exact.has_value() && exact->exhaustive);
+  const bool settled =
+      (best_sim.has_value() && objective == Objective::kMakespan &&
+       best_sim->makespan == makespan_bound) ||
+      (best_sim.has_value() && objective == Objective::kSpan && best_sim->span == span_bound) ||
+      (exact.has_value() && exact->exhaustive);
   absl::StatusOr<SearchResult> searched =
       SearchRepetendUnlessSettled(model, facts, options, settled, started);
   if (!searched.ok() && !absl::IsResourceExhausted(searched.status())) return searched.status();
   LOOM_ASSIGN_OR_RETURN(SearchResult result,
-                        ChooseSchedule(std::move(searched), alternatives, facts, makespan_bound,
-                                       settled));
+                        ChooseSchedule(model, std::move(searched), alternatives, facts,
+                                       objective, makespan_bound, settled));
+  result.objective = objective;
+  result.span_lower_bound = span_bound;
+  result.span_optimal = result.sim.span == span_bound;
   if (result.sim.makespan == result.makespan_lower_bound) {
     result.makespan_optimal = true;
     result.makespan_proof = "it meets the makespan's lower bound";

@@ -15,10 +15,12 @@
 // are tightened jointly with the steady state. The search is deterministic.
 //
 // The searched schedule then competes with every published schedule defined on the
-// model (predefined.h: GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2/V, Chimera, DualPipe)
-// and with greedy list schedules (list_schedule.h), all timed by the simulator
-// within the same caps: the shortest valid one is returned, so the result is never
-// longer than a hand-made schedule the model admits. Small problems (up to 256 block
+// model (predefined.h: GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2/V, Chimera, DualPipe),
+// with greedy list schedules (list_schedule.h) and with the in-flight search
+// (inflight_search.h: how many micro-batches each device keeps in flight, weight
+// gradients deferred into its idle time), all timed by the simulator within the
+// same caps: the best valid one by the objective is returned, so the result is never
+// worse than a hand-made schedule the model admits. Small problems (up to 256 block
 // instances) also get a local search over the best one's device orders
 // (order_search.h) and a branch and bound over every schedule (exact_schedule.h),
 // which may prove the makespan optimal, or that no schedule exists.
@@ -40,9 +42,14 @@ struct SearchOptions {
   int64_t node_limit = 2'000'000;
   // Wall-clock safety net in seconds; 0: none.
   double time_limit_seconds = 0;
-  // Compare with the predefined schedules defined on the model and with the list
-  // schedules, and keep the shortest valid schedule (ties go to the searched one).
+  // Compare with the predefined schedules defined on the model, the list
+  // schedules and the in-flight search, and keep the best valid schedule by the
+  // objective (ties go to the searched repetend).
   bool compare_alternatives = true;
+  // What "best" means (schedule.h): one iteration's makespan, or the longest device
+  // span when iterations follow each other without a barrier; with kSpan every
+  // schedule compared is first timed for its least span (span_timing.h).
+  Objective objective = Objective::kMakespan;
 };
 
 // A schedule compared on the model: the searched repetend ("search"), a predefined
@@ -54,6 +61,7 @@ struct ScheduleCandidate {
   bool fits = false;     // defined, and valid within the model's caps
   std::string why_not;   // when it does not fit
   int64_t makespan = 0;  // when it fits
+  int64_t span = 0;      // when it fits: the longest device span (for kSpan, least)
   std::vector<int64_t> peak_memory;
 };
 
@@ -77,8 +85,14 @@ struct SearchResult {
   // schedules, not only repetends. False says only that no proof was made.
   bool makespan_optimal = false;
   // How it was proved, in words (empty when not): it meets the lower bound, or a
-  // branch and bound over every schedule of the micro-batches found none shorter.
+  // branch and bound over every schedule of the micro-batches found none shorter
+  // (made only for kMakespan).
   std::string makespan_proof;
+  Objective objective = Objective::kMakespan;
+  // No device's span can be below its work: the most work of all N micro-batches
+  // on one device. The returned span equals it: proved least (span_optimal).
+  int64_t span_lower_bound = 0;
+  bool span_optimal = false;
   // Every schedule compared: "search" first (fits is false when no repetend was
   // found), then the predefined ones by name, then the list schedules.
   std::vector<ScheduleCandidate> candidates;

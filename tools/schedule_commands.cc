@@ -21,6 +21,7 @@
 #include "schedule/render.h"
 #include "schedule/schedule.h"
 #include "schedule/search.h"
+#include "schedule/span_timing.h"
 #include "schedule/torch_csv.h"
 #include "tools/cli.h"
 #include "tools/flags.h"
@@ -213,7 +214,9 @@ absl::StatusOr<int64_t> PlanMemoryCap(const FlagSet& flags, int64_t unit_bytes) 
 
 // The schedules compared on the model, the returned one marked.
 void PrintCandidates(const schedule::SearchResult& r, absl::string_view unit, std::ostream& out) {
-  out << "schedules:    compared on this model within its caps (makespan, peak memory)\n";
+  const bool span = r.objective == schedule::Objective::kSpan;
+  out << "schedules:    compared on this model within its caps ("
+      << (span ? "span, makespan" : "makespan") << ", peak memory)\n";
   std::vector<std::string> undefined;
   for (const schedule::ScheduleCandidate& c : r.candidates) {
     if (!c.defined) {
@@ -222,6 +225,7 @@ void PrintCandidates(const schedule::SearchResult& r, absl::string_view unit, st
     }
     out << absl::StrFormat("  %-25s ", c.name);
     if (c.fits) {
+      if (span) out << absl::StrFormat("%-12d ", c.span);
       out << absl::StrFormat("%-12d %s%s", c.makespan, Slashed(c.peak_memory), unit);
       if (c.name == r.schedule.name) out << "  <- returned";
     } else {
@@ -243,14 +247,20 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
   std::string what = "the searched repetend";
   if (r.schedule.name != "search") {
     what = absl::StrCat(absl::StartsWith(r.schedule.name, "list/") ? "a list schedule"
+                        : r.schedule.name == "inflight"
+                            ? "the in-flight search: micro-batches in flight per device"
                         : r.schedule.name == "serial" ? "micro-batches one after another"
                         : r.schedule.name == "exact"  ? "a branch and bound over every schedule"
                         : r.schedule.name == "local"  ? "a local search over device orders"
                                                       : "predefined",
-                        searched ? ", shorter than the searched repetend"
+                        searched ? ", better than the searched repetend"
                                  : "; the search found no repetend");
   }
   out << "schedule:     " << r.schedule.name << " (" << what << ")\n";
+  if (r.objective == schedule::Objective::kSpan) {
+    out << "objective:    span (iterations back to back: the longest device span, each "
+           "schedule timed for its least)\n";
+  }
   if (r.period > 0) {
     out << "period:       " << r.period
         << (!r.period_optimal ? ""
@@ -264,7 +274,10 @@ void PrintSearch(const schedule::BlockModel& model, const schedule::SearchResult
   out << "makespan:     " << r.sim.makespan << " (lower bound " << r.makespan_lower_bound
       << (r.makespan_optimal ? ": proved optimal, " + r.makespan_proof : "; not proved optimal")
       << ")\n";
-  out << "bubble:       " << Percent(r.sim.bubble_ratio) << "\n";
+  out << "span:         " << r.sim.span << " (longest device, first start to last end; lower bound "
+      << r.span_lower_bound << (r.span_optimal ? ": proved least" : "") << ")\n";
+  out << "bubble:       " << Percent(r.sim.bubble_ratio) << " of the makespan, "
+      << Percent(r.sim.span_bubble_ratio) << " of the span\n";
   out << "peak memory:  " << Slashed(r.sim.peak_memory) << unit << "\n";
   if (r.period > 0) {
     out << "repetend:     " << r.in_flight << " micro-batches in flight, latency " << r.latency
@@ -289,7 +302,12 @@ std::string SearchJson(const schedule::BlockModel& model, const schedule::Search
   j["makespan_lower_bound"] = r.makespan_lower_bound;
   j["makespan_optimal"] = r.makespan_optimal;
   if (!r.makespan_proof.empty()) j["makespan_proof"] = r.makespan_proof;
+  j["objective"] = schedule::ObjectiveName(r.objective);
+  j["span"] = r.sim.span;
+  j["span_lower_bound"] = r.span_lower_bound;
+  j["span_optimal"] = r.span_optimal;
   j["bubble_ratio"] = r.sim.bubble_ratio;
+  j["span_bubble_ratio"] = r.sim.span_bubble_ratio;
   j["peak_memory"] = r.sim.peak_memory;
   j["in_flight"] = r.in_flight;
   ir::OrderedJson candidates = ir::OrderedJson::array();
@@ -300,6 +318,7 @@ std::string SearchJson(const schedule::BlockModel& model, const schedule::Search
     e["fits"] = c.fits;
     if (c.fits) {
       e["makespan"] = c.makespan;
+      e["span"] = c.span;
       e["peak_memory"] = c.peak_memory;
     } else {
       e["why_not"] = c.why_not;
@@ -325,6 +344,10 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.AddString("--microbatches", "N", "micro-batches to schedule (default 1)");
   flags.AddString("--time-limit", "S", "stop searching after S seconds (default: no limit)");
   flags.AddString("--node-limit", "N", "search nodes allowed (default 2000000; deterministic)");
+  flags.AddString("--objective", "O",
+                  "makespan (default: one iteration, first start to last end) or span "
+                  "(iterations back to back without a barrier: the longest device's first "
+                  "start to last end)");
   flags.AddBool("--json", "print the figures as JSON");
   AddOutputFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
@@ -375,6 +398,9 @@ int CmdSearch(const std::vector<std::string>& args, std::ostream& out, std::ostr
   auto nodes = flags.GetInt("--node-limit", options.node_limit, 1, int64_t{1} << 40);
   if (!nodes.ok()) return fail(nodes.status());
   options.node_limit = *nodes;
+  auto objective = schedule::ParseObjective(flags.GetString("--objective").value_or("makespan"));
+  if (!objective.ok()) return fail(objective.status());
+  options.objective = *objective;
   status.Step("searching");
   auto result = schedule::SearchSchedule(*model, options);
   status.Done();
@@ -513,8 +539,10 @@ void PrintSimulation(const std::string& what, const schedule::BlockModel& m,
   std::vector<std::string> per_device;
   for (double b : sim.bubble) per_device.push_back(Percent(b));
   out << "makespan:     " << sim.makespan << "\n";
-  out << "bubble:       " << Percent(sim.bubble_ratio) << " (per device "
-      << absl::StrJoin(per_device, " ") << ")\n";
+  out << "span:         " << sim.span << " (longest device, first start to last end)\n";
+  out << "bubble:       " << Percent(sim.bubble_ratio) << " of the makespan (per device "
+      << absl::StrJoin(per_device, " ") << "), " << Percent(sim.span_bubble_ratio)
+      << " of the span\n";
   out << "peak memory:  " << Slashed(sim.peak_memory) << unit << " (cap " << CapText(m, unit)
       << ")\n";
 }
@@ -549,6 +577,8 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.AddString("--memory", "M",
                   "memory cap of every device (replaces the schedule's caps): in the model's "
                   "units, or with --plan bytes with a unit (80GiB)");
+  flags.AddBool("--least-span", "time the orders for the least longest device span "
+                                "(iterations back to back) instead of as soon as possible");
   flags.AddBool("--json", "print the figures as JSON");
   AddOutputFlags(flags);
   if (int rc = ParseOrExit(flags, args, out, err); rc >= 0) return rc;
@@ -565,6 +595,11 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   const std::string unit = loaded->bytes_per_memory_unit > 0
                                ? MemoryUnitName(loaded->bytes_per_memory_unit)
                                : std::string();
+  if (flags.GetBool("--least-span")) {
+    auto timed = schedule::TimeForLeastSpan(loaded->model, loaded->schedule);
+    if (!timed.ok()) return fail(timed.status());
+    loaded->schedule = *std::move(timed);
+  }
   auto sim = schedule::Simulate(loaded->model, loaded->schedule);
   if (!sim.ok()) return fail(sim.status());
   const bool json = flags.GetBool("--json");
@@ -573,7 +608,9 @@ int CmdSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
     j["valid"] = sim->valid;
     if (!sim->valid) j["violation"] = sim->violation;
     j["makespan"] = sim->makespan;
+    j["span"] = sim->span;
     j["bubble_ratio"] = sim->bubble_ratio;
+    j["span_bubble_ratio"] = sim->span_bubble_ratio;
     j["bubble"] = sim->bubble;
     j["peak_memory"] = sim->peak_memory;
     out << ir::DumpJson(j) << "\n";

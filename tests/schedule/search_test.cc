@@ -152,6 +152,45 @@ TEST(SearchTest, StageModelWithCommunication) {
   EXPECT_LE(r->sim.makespan, 32 * 6 + r->latency);
 }
 
+// Spans of thousands of units (microseconds): the repetend is searched on a
+// coarser grid and is still a repetend of the model itself, its period the
+// scaled one; the schedule is timed in the model's own units.
+TEST(SearchTest, LongSpansAreSearchedOnAGrid) {
+  auto unit = MakeStageModel(4, 4, "loop", StageCosts{2, 2, 2, 1, 2, 1});
+  auto fine = MakeStageModel(4, 4, "loop", StageCosts{2000, 2000, 2000, 1000, 2, 1});
+  ASSERT_TRUE(unit.ok() && fine.ok());
+  unit->SetUniformCap(8);
+  fine->SetUniformCap(8);
+  SearchOptions o;
+  o.microbatches = 32;
+  o.compare_alternatives = false;
+  auto coarse_result = SearchSchedule(*unit, o);
+  auto fine_result = SearchSchedule(*fine, o);
+  ASSERT_TRUE(coarse_result.ok() && fine_result.ok());
+  EXPECT_TRUE(fine_result->sim.valid) << fine_result->sim.violation;
+  EXPECT_EQ(fine_result->period, 1000 * coarse_result->period);
+  EXPECT_EQ(fine_result->period_lower_bound, 6000);
+  EXPECT_TRUE(fine_result->period_optimal);
+  EXPECT_EQ(fine_result->schedule.order, coarse_result->schedule.order);
+  EXPECT_EQ(fine_result->sim.makespan, 1000 * coarse_result->sim.makespan);
+  // Offsets scaled back are a valid timing of the fine model.
+  ASSERT_TRUE(fine_result->schedule.repetend.has_value());
+  EXPECT_EQ(fine_result->schedule.repetend->period, fine_result->period);
+  Schedule repeated = fine_result->schedule;
+  const int n = fine->num_blocks();
+  repeated.start.assign(static_cast<size_t>(n) * o.microbatches, 0);
+  for (int mb = 0; mb < o.microbatches; ++mb) {
+    for (int b = 0; b < n; ++b) {
+      repeated.start[mb * n + b] =
+          fine_result->schedule.repetend->offset[b] + mb * fine_result->period;
+    }
+  }
+  repeated.order = ScheduleFromTimes(*fine, o.microbatches, repeated.start).order;
+  auto sim = Simulate(*fine, repeated);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_TRUE(sim->valid) << sim->violation;
+}
+
 // Bad models are refused with one clear error.
 TEST(SearchTest, RejectsBadModels) {
   auto r = Search(Placement("vshape", 4, 0), 8);
