@@ -1,10 +1,12 @@
 #include "schedule/inflight_search.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <queue>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -16,6 +18,8 @@ namespace {
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 enum class Class { kBackward, kOther, kForward, kWeight };
+constexpr int kClasses = 4;
+using Known = std::set<std::tuple<int, int, int64_t>>;  // (micro-batch, order, id)
 
 Class ClassOf(BlockKind kind) {
   switch (kind) {
@@ -38,7 +42,7 @@ Class ClassOf(BlockKind kind) {
 class InFlightRule {
  public:
   InFlightRule(const BlockModel& model, const ModelFacts& facts, int microbatches,
-               const std::vector<int>& limits)
+               const InFlightLimits& limits)
       : model_(model),
         facts_(facts),
         limits_(limits),
@@ -47,7 +51,7 @@ class InFlightRule {
         total_(int64_t{n_} * microbatches),
         waiting_(total_),
         ready_at_(total_, 0),
-        start_(total_, -1),
+        order_(model.num_devices),
         free_at_(model.num_devices, 0),
         held_(model.num_devices, 0),
         in_flight_(model.num_devices, 0),
@@ -55,10 +59,16 @@ class InFlightRule {
         forwards_(model.num_devices, 0),
         backwards_(model.num_devices, 0),
         wake_(model.num_devices, kNever),
-        known_(model.num_devices) {
+        known_(model.num_devices),
+        known_count_(model.num_devices, 0),
+        busy_(model.num_devices, false),
+        idle_(model.num_devices, 0),
+        unplaced_work_(model.num_devices, 0) {
     for (const Block& block : model.blocks) {
-      if (ClassOf(block.kind) == Class::kForward) ++forwards_[block.devices.front()];
-      if (ClassOf(block.kind) == Class::kBackward) ++backwards_[block.devices.front()];
+      const int d = block.devices.front();
+      if (ClassOf(block.kind) == Class::kForward) ++forwards_[d];
+      if (ClassOf(block.kind) == Class::kBackward) ++backwards_[d];
+      if (ClassOf(block.kind) != Class::kWeight) unplaced_work_[d] += microbatches;
     }
   }
 
@@ -78,19 +88,24 @@ class InFlightRule {
       if (chosen >= 0) {
         Place(chosen, d, now);
         ++placed;
-        if (!known_[d].empty()) WakeAt(d, free_at_[d]);
+        if (known_count_[d] > 0) WakeAt(d, free_at_[d]);
         continue;
       }
       // Nothing may start now: wait for the next instance to become ready here
       // (one placed later wakes the device when it becomes known).
       int64_t next = kNever;
-      for (int64_t id : known_[d]) {
-        if (ready_at_[id] > now) next = std::min(next, ready_at_[id]);
+      for (const Known& known : known_[d]) {
+        for (const auto& [m, sub, id] : known) {
+          if (ready_at_[id] > now) next = std::min(next, ready_at_[id]);
+        }
       }
       if (next != kNever) WakeAt(d, next);
     }
     if (placed != total_) return std::nullopt;  // the caps or limits stopped every device
-    Schedule s = ScheduleFromTimes(model_, microbatches_, start_);
+    // A device places its instances in the order of their start times.
+    Schedule s;
+    s.microbatches = microbatches_;
+    s.order = std::move(order_);
     s.name = "inflight";
     return s;
   }
@@ -104,9 +119,20 @@ class InFlightRule {
     }
   }
 
+  // Each class's instances in the order the rule prefers them: the oldest
+  // micro-batch first, then for a forward the later stage (a micro-batch that
+  // reached this device runs on toward the loss first), else the block id.
+  static std::tuple<int, int, int64_t> KeyOf(int64_t id, int n, Class c) {
+    const int b = static_cast<int>(id % n);
+    return {static_cast<int>(id / n), c == Class::kForward ? -b : b, id};
+  }
+
   void Know(int64_t id) {
-    const int d = model_.blocks[id % n_].devices.front();
-    known_[d].push_back(id);
+    const Block& block = model_.blocks[id % n_];
+    const int d = block.devices.front();
+    const Class c = ClassOf(block.kind);
+    known_[d][static_cast<int>(c)].insert(KeyOf(id, n_, c));
+    ++known_count_[d];
     WakeAt(d, ready_at_[id]);
   }
 
@@ -116,45 +142,69 @@ class InFlightRule {
 
   // The instance device `d` starts at `now`, or -1.
   int64_t Choose(int d, int64_t now) const {
-    int64_t best = -1;
-    std::tuple<int, int, int> best_key;
-    for (int64_t id : known_[d]) {
-      if (ready_at_[id] > now) continue;
-      const Block& block = model_.blocks[id % n_];
-      const Class c = ClassOf(block.kind);
-      if (!Fits(d, block)) continue;
-      // The limit counts micro-batches: a forward of one already in flight here
-      // (a later chunk) is never held back by it.
-      if (c == Class::kForward && started_[d][id / n_] == 0 && in_flight_[d] >= limits_[d]) {
-        continue;
-      }
-      // The class, the oldest micro-batch, then the later stage of a forward (so
-      // a micro-batch that reached this device runs on toward the loss first).
-      const int m = static_cast<int>(id / n_);
-      const int b = static_cast<int>(id % n_);
-      const std::tuple<int, int, int> key{static_cast<int>(c), m,
-                                          c == Class::kForward ? -b : b};
-      if (best < 0 || key < best_key) {
-        best = id;
-        best_key = key;
+    const std::array<Known, kClasses>& known = known_[d];
+    int64_t next_arrival = kNever;  // of a forward or backward not ready yet
+    // A backward (or another block) first: the oldest ready one that fits.
+    for (Class c : {Class::kBackward, Class::kOther}) {
+      for (const auto& [m, sub, id] : known[static_cast<int>(c)]) {
+        if (ready_at_[id] > now) {
+          next_arrival = std::min(next_arrival, ready_at_[id]);
+        } else if (Fits(d, model_.blocks[id % n_])) {
+          return id;
+        }
       }
     }
-    return best;
+    // Then the oldest ready forward, unless the limit or the cap holds it back. The
+    // limit counts micro-batches: a forward of one already in flight here (a later
+    // chunk) is never held back by it.
+    const WeightPolicy policy = limits_.weights[d];
+    bool weights_allowed = policy != WeightPolicy::kDefer || unplaced_work_[d] == 0;
+    for (const auto& [m, sub, id] : known[static_cast<int>(Class::kForward)]) {
+      if (ready_at_[id] > now) {
+        next_arrival = std::min(next_arrival, ready_at_[id]);
+        continue;
+      }
+      const bool held = started_[d][m] == 0 && in_flight_[d] >= limits_.microbatches[d];
+      if (!held && Fits(d, model_.blocks[id % n_])) return id;
+      weights_allowed = true;  // a forward waits: a deferred W may run
+      break;
+    }
+    if (!weights_allowed) return -1;
+    // Then the oldest weight gradient ready.
+    for (const auto& [m, sub, id] : known[static_cast<int>(Class::kWeight)]) {
+      if (ready_at_[id] > now) continue;
+      const bool delays = unplaced_work_[d] > 0 && now + model_.blocks[id % n_].span > next_arrival;
+      if (delays && policy == WeightPolicy::kFitGaps) {
+        return -1;  // it would delay work on its way: wait for that instead
+      }
+      if (delays && policy == WeightPolicy::kBalanceGaps && next_arrival != kNever &&
+          idle_[d] + (next_arrival - now) <= most_idle_) {
+        return -1;  // waiting keeps this device within the longest idle so far
+      }
+      return id;
+    }
+    return -1;
   }
 
   void Place(int64_t id, int d, int64_t now) {
     const Block& block = model_.blocks[id % n_];
-    start_[id] = now;
+    if (busy_[d]) {
+      idle_[d] += now - free_at_[d];
+      most_idle_ = std::max(most_idle_, idle_[d]);
+    }
+    busy_[d] = true;
+    order_[d].push_back(Instance{static_cast<int>(id % n_), static_cast<int>(id / n_)});
     free_at_[d] = now + block.span;
     held_[d] += block.memory;
     const Class c = ClassOf(block.kind);
+    if (c != Class::kWeight) --unplaced_work_[d];
     int& started = started_[d][id / n_];
     if (c == Class::kForward && started++ == 0) ++in_flight_[d];
     if (c == Class::kBackward && ++started == forwards_[d] + backwards_[d] && forwards_[d] > 0) {
       --in_flight_[d];  // its last backward here
     }
-    std::vector<int64_t>& known = known_[d];
-    known.erase(std::find(known.begin(), known.end(), id));
+    known_[d][static_cast<int>(c)].erase(KeyOf(id, n_, c));
+    --known_count_[d];
     const int64_t base = id - id % n_;
     for (int s : facts_.succs[id % n_]) {
       const int64_t next = base + s;
@@ -169,13 +219,13 @@ class InFlightRule {
 
   const BlockModel& model_;
   const ModelFacts& facts_;
-  const std::vector<int>& limits_;
+  const InFlightLimits& limits_;
   const int n_;
   const int microbatches_;
   const int64_t total_;
   std::vector<int> waiting_;        // predecessors not placed
   std::vector<int64_t> ready_at_;   // latest predecessor end + lag
-  std::vector<int64_t> start_;
+  std::vector<std::vector<Instance>> order_;  // per device
   std::vector<int64_t> free_at_;    // per device
   std::vector<int64_t> held_;       // per device
   std::vector<int> in_flight_;      // per device: micro-batches in flight (see started_)
@@ -185,29 +235,38 @@ class InFlightRule {
   std::vector<int> forwards_;       // per device: forward blocks of one micro-batch
   std::vector<int> backwards_;      // per device: backward blocks of one micro-batch
   std::vector<int64_t> wake_;       // per device: its pending event's time
-  std::vector<std::vector<int64_t>> known_;  // per device: placeable instances
+  // Per device and class: the instances whose predecessors are placed, in the order
+  // the rule prefers them.
+  std::vector<std::array<Known, kClasses>> known_;
+  std::vector<int64_t> known_count_;
+  std::vector<int64_t> unplaced_work_;  // per device: forwards and backwards not placed
+  std::vector<bool> busy_;              // per device: has started a block
+  std::vector<int64_t> idle_;           // per device: time idle since its first block
+  int64_t most_idle_ = 0;               // of any device
   std::priority_queue<std::pair<int64_t, int>, std::vector<std::pair<int64_t, int>>,
                       std::greater<>>
       events_;
 };
 
-// Per device, how many of its forwards fit between its first forward of a
-// micro-batch and that micro-batch's first backward on it (at least 1).
+// Per device, how many micro-batches' forwards fit between its first forward of a
+// micro-batch and that micro-batch's last backward on it, on the model's critical
+// paths (at least 1): the micro-batches that must be in flight for the device
+// never to wait.
 std::vector<double> ForwardsBeforeBackward(const BlockModel& model, const ModelFacts& facts) {
   std::vector<double> r(model.num_devices, 1.0);
   for (int d = 0; d < model.num_devices; ++d) {
-    int64_t first_forward = kNever, first_backward = kNever, forward_work = 0;
+    int64_t first_forward = kNever, last_backward = -1, forward_work = 0;
     for (int b : facts.on_device[d]) {
       const Block& block = model.blocks[b];
       if (ClassOf(block.kind) == Class::kForward) {
         first_forward = std::min(first_forward, facts.head[b]);
         forward_work += block.span;
       } else if (ClassOf(block.kind) == Class::kBackward) {
-        first_backward = std::min(first_backward, facts.head[b]);
+        last_backward = std::max(last_backward, facts.head[b]);
       }
     }
-    if (forward_work > 0 && first_backward != kNever && first_backward > first_forward) {
-      r[d] = std::max(1.0, static_cast<double>(first_backward - first_forward) / forward_work);
+    if (forward_work > 0 && last_backward > first_forward) {
+      r[d] = std::max(1.0, static_cast<double>(last_backward - first_forward) / forward_work);
     }
   }
   return r;
@@ -235,7 +294,7 @@ class LimitSearch {
   }
 
   // Whether `limits` gave a schedule better than the best so far.
-  bool Try(const std::vector<int>& limits) {
+  bool Try(const InFlightLimits& limits) {
     if (Exhausted()) return false;
     ++evaluations_;
     std::optional<Schedule> made = InFlightSchedule(model_, facts_, microbatches_, limits);
@@ -244,16 +303,17 @@ class LimitSearch {
     if (!sim.ok() || !sim->valid) return false;
     const int64_t value = ObjectiveValue(objective_, *sim);
     finalists_.push_back({value, limits});
-    std::sort(finalists_.begin(), finalists_.end());
+    std::stable_sort(finalists_.begin(), finalists_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     if (finalists_.size() > kFinalists) finalists_.pop_back();
-    if (!best_.empty() && value >= best_value_) return false;
+    if (found() && value >= best_value_) return false;
     best_ = limits;
     best_value_ = value;
     return true;
   }
 
-  const std::vector<int>& best() const { return best_; }
-  bool found() const { return !best_.empty(); }
+  const InFlightLimits& best() const { return best_; }
+  bool found() const { return !best_.microbatches.empty(); }
 
   // The best schedule: for kSpan, of the finalists each timed for its least span.
   std::optional<InFlightSearchResult> Result() const {
@@ -287,16 +347,22 @@ class LimitSearch {
   const int max_evaluations_;
   const std::chrono::steady_clock::time_point deadline_;
   int evaluations_ = 0;
-  std::vector<int> best_;
+  InFlightLimits best_;
   int64_t best_value_ = 0;
-  std::vector<std::pair<int64_t, std::vector<int>>> finalists_;  // best first
+  std::vector<std::pair<int64_t, InFlightLimits>> finalists_;  // best first
 };
 
 }  // namespace
 
 std::optional<Schedule> InFlightSchedule(const BlockModel& model, const ModelFacts& facts,
-                                         int microbatches, const std::vector<int>& limits) {
-  if (static_cast<int>(limits.size()) != model.num_devices) return std::nullopt;
+                                         int microbatches, const InFlightLimits& limits) {
+  if (static_cast<int>(limits.microbatches.size()) != model.num_devices ||
+      static_cast<int>(limits.weights.size()) != model.num_devices) {
+    return std::nullopt;
+  }
+  for (int limit : limits.microbatches) {
+    if (limit < 1) return std::nullopt;
+  }
   for (const Block& block : model.blocks) {
     if (block.devices.size() != 1) return std::nullopt;
   }
@@ -310,32 +376,53 @@ std::optional<InFlightSearchResult> SearchInFlightLimits(
     if (block.devices.size() != 1) return std::nullopt;
   }
   const std::vector<double> r = ForwardsBeforeBackward(model, facts);
-  auto family = [&](double a, int c) {
-    std::vector<int> limits(model.num_devices);
+  auto family = [&](double a, int c, WeightPolicy policy) {
+    InFlightLimits limits;
+    limits.microbatches.resize(model.num_devices);
+    limits.weights.assign(model.num_devices, policy);
     for (int d = 0; d < model.num_devices; ++d) {
-      limits[d] = std::clamp(static_cast<int>(std::lround(a * r[d])) + c, 1, microbatches);
+      limits.microbatches[d] =
+          std::clamp(static_cast<int>(std::lround(a * r[d])) + c, 1, microbatches);
     }
     return limits;
   };
   LimitSearch search(model, facts, microbatches, objective, max_evaluations, deadline);
   // From the 1F1B-like end of the family (least memory) up to twice ZB-H2's.
-  for (double a : {0.5, 1.0, 0.75, 1.25, 1.5, 0.625, 0.875, 1.125, 2.0}) {
-    for (int c : {0, 1, 2}) search.Try(family(a, c));
+  for (double a : {0.5, 1.0, 0.75, 1.25, 1.5, 2.0}) {
+    for (int c : {0, 1}) {
+      for (WeightPolicy policy : {WeightPolicy::kFillGaps, WeightPolicy::kFitGaps,
+                                  WeightPolicy::kDefer, WeightPolicy::kBalanceGaps}) {
+        search.Try(family(a, c, policy));
+      }
+    }
   }
-  // Device by device, one step while it improves.
+  // Device by device, a step of the limit and a W policy (each combination), then
+  // every device's limit a step at once, while it improves.
   bool improved = search.found();
+  auto try_move = [&](int d, int step, int policy_turn) {
+    InFlightLimits limits = search.best();
+    int& limit = limits.microbatches[d];
+    limit += step;
+    if (limit < 1 || limit > microbatches) return false;
+    WeightPolicy& w = limits.weights[d];
+    w = static_cast<WeightPolicy>((static_cast<int>(w) + policy_turn) % kWeightPolicies);
+    return search.Try(limits);
+  };
   while (improved && !search.Exhausted()) {
     improved = false;
     for (int d = 0; d < model.num_devices && !search.Exhausted(); ++d) {
-      for (int step : {1, -1}) {
-        std::vector<int> limits = search.best();
-        limits[d] += step;
-        if (limits[d] < 1 || limits[d] > microbatches) continue;
-        if (search.Try(limits)) {
-          improved = true;
-          break;
+      bool moved = false;
+      for (int step : {1, -1, 0}) {
+        for (int turn = 0; turn < kWeightPolicies && !moved; ++turn) {
+          if (step != 0 || turn != 0) moved = try_move(d, step, turn);
         }
       }
+      improved |= moved;
+    }
+    for (int step : {1, -1}) {
+      InFlightLimits limits = search.best();
+      for (int& limit : limits.microbatches) limit = std::clamp(limit + step, 1, microbatches);
+      improved |= search.Try(limits);
     }
   }
   return search.Result();

@@ -10,10 +10,10 @@
 // micro-batch first in each class. Deferring W this way is what the Zero Bubble
 // schedules do by hand; here the limits that make the device orders best for the
 // objective are searched: first over the family limit(d) = round(a * r(d) + c),
-// r(d) being how many of its forwards fit between a device's first forward of a
-// micro-batch and that micro-batch's first backward on it (from the model's
-// critical paths: 1F1B is about a = 1/2, ZB-H2 a = 1), then device by device, one
-// step up or down while the objective improves. Every schedule is timed and checked
+// r(d) being how many micro-batches' forwards fit between a device's first forward
+// of a micro-batch and that micro-batch's last backward on it (from the model's
+// critical paths: 1F1B is about a = 1/2, ZB-H2 and ZB-V a = 1), then device by device, one
+// step up or down or the other W policy, while the objective improves. Every schedule is timed and checked
 // by the simulator (for kSpan after TimeForLeastSpan). Models whose blocks each
 // occupy one device only (pipeline stage models, any layout).
 
@@ -28,16 +28,43 @@
 
 namespace loom::schedule {
 
-// The rule's schedule of `microbatches` micro-batches with limits[d] forwards in
-// flight on device d (limits.size() == num_devices, each >= 1); nullopt on a dead
-// end (the caps stop every device) or for a model with a block on several devices.
+// When a device with nothing else to start runs a weight gradient (W).
+enum class WeightPolicy : uint8_t {
+  kFillGaps,  // whenever it would otherwise wait
+  // only if the W ends before the next forward or backward already on its way
+  // arrives (one placed later may still arrive sooner)
+  kFitGaps,
+  // only when a ready forward is held back (by the limit or the cap) or no forward or
+  // backward is left for the device: it waits for arriving work instead
+  kDefer,
+  // as kFitGaps, but a W that would delay arriving work still runs when waiting
+  // instead would leave the device idle for longer, since its first block, than any
+  // device so far (the longest span is what counts: below that, waiting is free)
+  kBalanceGaps,
+};
+inline constexpr int kWeightPolicies = 4;
+
+// The rule's parameters, per device.
+struct InFlightLimits {
+  // Micro-batches in flight (from their first forward on the device until their
+  // last backward there starts), >= 1.
+  std::vector<int> microbatches;
+  std::vector<WeightPolicy> weights;
+  bool operator==(const InFlightLimits& o) const {
+    return microbatches == o.microbatches && weights == o.weights;
+  }
+};
+
+// The rule's schedule of `microbatches` micro-batches with `limits` (one entry per
+// device); nullopt on a dead end (the caps stop every device) or for a model with a
+// block on several devices.
 std::optional<Schedule> InFlightSchedule(const BlockModel& model, const ModelFacts& facts,
-                                         int microbatches, const std::vector<int>& limits);
+                                         int microbatches, const InFlightLimits& limits);
 
 struct InFlightSearchResult {
   Schedule schedule;  // named "inflight"; explicit start times for kSpan
   SimResult sim;
-  std::vector<int> limits;
+  InFlightLimits limits;
   int evaluations = 0;  // schedules built and timed
 };
 

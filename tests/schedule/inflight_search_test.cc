@@ -14,6 +14,10 @@ namespace {
 
 const auto kNoDeadline = std::chrono::steady_clock::time_point::max();
 
+std::vector<WeightPolicy> Fill(int devices) {
+  return std::vector<WeightPolicy>(devices, WeightPolicy::kFillGaps);
+}
+
 ModelFacts Facts(const BlockModel& m) {
   auto facts = AnalyzeBlockModel(m);
   EXPECT_TRUE(facts.ok()) << facts.status();
@@ -26,7 +30,8 @@ TEST(InFlightSearchTest, LimitsBoundTheMicrobatchesInFlight) {
   auto m = MakeStageModel(4, 4, "loop", StageCosts{1, 1, 1, 0, 2, 1});
   ASSERT_TRUE(m.ok());
   const ModelFacts facts = Facts(*m);
-  std::optional<Schedule> s = InFlightSchedule(*m, facts, 8, {1, 1, 1, 1});
+  std::optional<Schedule> s =
+      InFlightSchedule(*m, facts, 8, InFlightLimits{{1, 1, 1, 1}, Fill(4)});
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->name, "inflight");
   auto sim = Simulate(*m, *s);
@@ -34,7 +39,8 @@ TEST(InFlightSearchTest, LimitsBoundTheMicrobatchesInFlight) {
   for (int64_t peak : sim->peak_memory) EXPECT_LE(peak, 3);
   // Four in flight on the first device: its peak holds four forwards (W deferred
   // may keep some of their weight memory too).
-  std::optional<Schedule> wide = InFlightSchedule(*m, facts, 8, {4, 3, 2, 1});
+  std::optional<Schedule> wide =
+      InFlightSchedule(*m, facts, 8, InFlightLimits{{4, 3, 2, 1}, Fill(4)});
   ASSERT_TRUE(wide.has_value());
   auto wide_sim = Simulate(*m, *wide);
   ASSERT_TRUE(wide_sim.ok() && wide_sim->valid) << wide_sim->violation;
@@ -56,19 +62,24 @@ TEST(InFlightSearchTest, ValidWithinTheCaps) {
         if (!ValidateBlockModel(*m).ok()) continue;
         const ModelFacts facts = Facts(*m);
         for (int limit : {1, 2, 5}) {
-          SCOPED_TRACE(absl::StrCat(layout, " p ", p, " cap ", cap, " limit ", limit));
-          std::optional<Schedule> s =
-              InFlightSchedule(*m, facts, 6, std::vector<int>(p, limit));
+          for (int policy = 0; policy < kWeightPolicies; ++policy) {
+          SCOPED_TRACE(absl::StrCat(layout, " p ", p, " cap ", cap, " limit ", limit,
+                                    " weight policy ", policy));
+          std::optional<Schedule> s = InFlightSchedule(
+              *m, facts, 6,
+              InFlightLimits{std::vector<int>(p, limit),
+                             std::vector<WeightPolicy>(p, static_cast<WeightPolicy>(policy))});
           if (!s.has_value()) continue;
           ++made;
           auto sim = Simulate(*m, *s);
           ASSERT_TRUE(sim.ok()) << sim.status();
           EXPECT_TRUE(sim->valid) << sim->violation;
+          }
         }
       }
     }
   }
-  EXPECT_GT(made, 30);
+  EXPECT_GT(made, 90);
 }
 
 // Equal F, B and W with twice 1F1B's memory: deferring W into the gaps, the search
@@ -99,7 +110,9 @@ TEST(InFlightSearchTest, NotDefinedWhereABlockSpansDevices) {
   auto m = MakePlacement("mshape", 4);
   ASSERT_TRUE(m.ok());
   const ModelFacts facts = Facts(*m);
-  EXPECT_FALSE(InFlightSchedule(*m, facts, 4, std::vector<int>(4, 2)).has_value());
+  EXPECT_FALSE(
+      InFlightSchedule(*m, facts, 4, InFlightLimits{std::vector<int>(4, 2), Fill(4)})
+          .has_value());
   EXPECT_FALSE(
       SearchInFlightLimits(*m, facts, 4, Objective::kSpan, 10, kNoDeadline).has_value());
 }
