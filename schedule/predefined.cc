@@ -192,18 +192,21 @@ Program Interleaved(int p, int v, int m) {
   return prog;
 }
 
-// ZB-H1 (Qi et al., ICLR'24, as torch's ScheduleInterleavedZeroBubble with one stage
-// per device): the 1F1B order with I in place of B, and the weight backward W of
-// micro-batch k right after the input backward of micro-batch k + d on device d (at
-// the end when there is none), so every device keeps p micro-batches in flight.
-Program ZbH1(int p, int m) {
+// ZB-H1 and ZB-H2 (Qi et al., ICLR'24, figure 3 and table 2; ZB-H1 as torch's
+// ScheduleInterleavedZeroBubble with one stage per device): the 1F1B order with I in
+// place of B, device d running `depth` (p - 1 - d) warm-up forwards and its weight
+// backward W of micro-batch k right after the input backward of micro-batch
+// k + depth d (the remaining ones at the end). Depth 1 is ZB-H1 (p micro-batches in
+// flight, 1F1B's memory), depth 2 ZB-H2 (2 (p - d) - 1 forwards before the first
+// backward, peak (2p - 1) M_B: the deferred W fill the warm-up and cool-down).
+Program ZbH(int p, int m, int depth) {
   Program prog(p);
   for (int d = 0; d < p; ++d) {
-    const int warmup = std::min(p - 1 - d, m);
+    const int warmup = std::min(depth * (p - 1 - d), m);
     int nf = 0, ni = 0, nw = 0;
     auto input = [&] {
       prog[d].push_back(Op{0, d, StepKind::kI, ni});
-      if (ni++ >= d) prog[d].push_back(Op{0, d, StepKind::kW, nw++});
+      if (ni++ >= depth * d) prog[d].push_back(Op{0, d, StepKind::kW, nw++});
     };
     for (; nf < warmup;) prog[d].push_back(Op{0, d, StepKind::kF, nf++});
     while (nf < m) {
@@ -332,17 +335,6 @@ class Rule {
   virtual void Ran(int device, const Op& op) = 0;
 };
 
-// Index in `ready` of the step of `kind` (and `chain`, when >= 0) with the least
-// micro-batch, or -1.
-int Oldest(absl::Span<const Op> ready, StepKind kind, int chain = -1) {
-  int best = -1;
-  for (int i = 0; i < static_cast<int>(ready.size()); ++i) {
-    if (ready[i].kind != kind || (chain >= 0 && ready[i].chain != chain)) continue;
-    if (best < 0 || ready[i].mb < ready[best].mb) best = i;
-  }
-  return best;
-}
-
 int BlockOf(const Chains& c, const Op& op) {
   switch (op.kind) {
     case StepKind::kF:
@@ -430,31 +422,6 @@ absl::StatusOr<Program> RunGreedy(const BlockModel& model, const Chains& c, int 
   return prog;
 }
 
-// ZB-H2 (Qi et al., ICLR'24, figure 3): every device may hold 2p - 1 micro-batches
-// (forwards whose W has not run) and takes, when free, the oldest ready input
-// backward I, else the next forward if it is ready and below that bound, else the
-// oldest pending W. Device d thus runs 2 (p - 1 - d) + 1 warm-up forwards, fills the
-// steady state with I/F pairs, and the W it deferred fill its tail: a parallelogram.
-class ZbH2Rule : public Rule {
- public:
-  explicit ZbH2Rule(int p) : cap_(2 * p - 1), in_flight_(p, 0) {}
-  int Pick(int device, absl::Span<const Op> ready) override {
-    const int i = Oldest(ready, StepKind::kI);
-    if (i >= 0) return i;
-    const int f = Oldest(ready, StepKind::kF);
-    if (f >= 0 && in_flight_[device] < cap_) return f;
-    return Oldest(ready, StepKind::kW);
-  }
-  void Ran(int device, const Op& op) override {
-    if (op.kind == StepKind::kF) ++in_flight_[device];
-    if (op.kind == StepKind::kW) --in_flight_[device];
-  }
-
- private:
-  int cap_;
-  std::vector<int> in_flight_;
-};
-
 // Chimera (Li & Hoefler, SC'21): the down and the up pipeline share the devices;
 // stage s of either direction keeps at most min(p/2, p - s) micro-batches in flight
 // (1F1B's bound, capped at the p/2 micro-batches of one basic unit), and a free
@@ -514,11 +481,8 @@ absl::StatusOr<Program> Build(absl::string_view name, const BlockModel& model, c
     return Unfit(name, absl::StrCat("needs one stage per device (", p, "), the model has ",
                                     c.stages));
   }
-  if (name == "zb_h1") return ZbH1(p, m);
-  if (name == "zb_h2") {
-    ZbH2Rule rule(p);
-    return RunGreedy(model, c, m, rule);
-  }
+  if (name == "zb_h1") return ZbH(p, m, /*depth=*/1);
+  if (name == "zb_h2") return ZbH(p, m, /*depth=*/2);
   LOOM_RET_CHECK(name == "chimera") << name;
   ChimeraRule rule(p);
   return RunGreedy(model, c, m, rule);

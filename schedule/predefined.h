@@ -5,9 +5,9 @@
 // placements.h: baselines for the searcher and valid inputs for the simulator.
 //
 // GPipe, 1F1B / PipeDream-flush, Megatron's interleaved 1F1B, ZB-H1, ZB-V and DualPipe
-// follow the closed-form orders of their published implementations; ZB-H2 and
-// Chimera, published as figures, come from a greedy list scheduler with the rule each
-// figure follows (see predefined.cc). Schedules only order blocks: timing is left to
+// follow the closed-form orders of their published implementations, ZB-H2 the paper's
+// (ZB-H1 with twice the warm-up and the W lag); Chimera, published as a figure, comes
+// from a greedy list scheduler with the rule the figure follows (see predefined.cc). Schedules only order blocks: timing is left to
 // `Simulate` (as soon as possible with the given orders), so the schedules stay
 // valid for any spans and transfer lags.
 
