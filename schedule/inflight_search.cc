@@ -154,10 +154,15 @@ class InFlightRule {
         }
       }
     }
+    const WeightPolicy policy = limits_.weights[d];
+    if (policy == WeightPolicy::kEager) {
+      for (const auto& [m, sub, id] : known[static_cast<int>(Class::kWeight)]) {
+        if (ready_at_[id] <= now) return id;
+      }
+    }
     // Then the oldest ready forward, unless the limit or the cap holds it back. The
     // limit counts micro-batches: a forward of one already in flight here (a later
     // chunk) is never held back by it.
-    const WeightPolicy policy = limits_.weights[d];
     bool weights_allowed = policy != WeightPolicy::kDefer || unplaced_work_[d] == 0;
     for (const auto& [m, sub, id] : known[static_cast<int>(Class::kForward)]) {
       if (ready_at_[id] > now) {
@@ -390,8 +395,9 @@ std::optional<InFlightSearchResult> SearchInFlightLimits(
   // From the 1F1B-like end of the family (least memory) up to twice ZB-H2's.
   for (double a : {0.5, 1.0, 0.75, 1.25, 1.5, 2.0}) {
     for (int c : {0, 1}) {
-      for (WeightPolicy policy : {WeightPolicy::kFillGaps, WeightPolicy::kFitGaps,
-                                  WeightPolicy::kDefer, WeightPolicy::kBalanceGaps}) {
+      for (WeightPolicy policy :
+           {WeightPolicy::kFillGaps, WeightPolicy::kFitGaps, WeightPolicy::kDefer,
+            WeightPolicy::kBalanceGaps, WeightPolicy::kEager}) {
         search.Try(family(a, c, policy));
       }
     }

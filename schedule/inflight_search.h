@@ -28,7 +28,7 @@
 
 namespace loom::schedule {
 
-// When a device with nothing else to start runs a weight gradient (W).
+// When a device runs a weight gradient (W).
 enum class WeightPolicy : uint8_t {
   kFillGaps,  // whenever it would otherwise wait
   // only if the W ends before the next forward or backward already on its way
@@ -41,8 +41,11 @@ enum class WeightPolicy : uint8_t {
   // instead would leave the device idle for longer, since its first block, than any
   // device so far (the longest span is what counts: below that, waiting is free)
   kBalanceGaps,
+  // before any forward: a W right after its backward unless another backward is ready
+  // (memory freed at once; ZB-V's steady state)
+  kEager,
 };
-inline constexpr int kWeightPolicies = 4;
+inline constexpr int kWeightPolicies = 5;
 
 // The rule's parameters, per device.
 struct InFlightLimits {
