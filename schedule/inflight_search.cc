@@ -20,6 +20,7 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 enum class Class { kBackward, kOther, kForward, kWeight };
 constexpr int kClasses = 4;
 using Known = std::set<std::tuple<int, int, int64_t>>;  // (micro-batch, order, id)
+using MinHeap = std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>>;
 
 Class ClassOf(BlockKind kind) {
   switch (kind) {
@@ -61,7 +62,10 @@ class InFlightRule {
         wake_(model.num_devices, kNever),
         known_(model.num_devices),
         known_count_(model.num_devices, 0),
+        arrivals_(model.num_devices),
+        weight_arrivals_(model.num_devices),
         busy_(model.num_devices, false),
+        first_start_(model.num_devices, 0),
         idle_(model.num_devices, 0),
         unplaced_work_(model.num_devices, 0) {
     for (const Block& block : model.blocks) {
@@ -93,15 +97,20 @@ class InFlightRule {
       }
       // Nothing may start now: wait for the next instance to become ready here
       // (one placed later wakes the device when it becomes known).
-      int64_t next = kNever;
-      for (const Known& known : known_[d]) {
-        for (const auto& [m, sub, id] : known) {
-          if (ready_at_[id] > now) next = std::min(next, ready_at_[id]);
-        }
-      }
+      const int64_t next = std::min(NextArrival(d, now), NextWeightArrival(d, now));
       if (next != kNever) WakeAt(d, next);
     }
     if (placed != total_) return std::nullopt;  // the caps or limits stopped every device
+    // The rule's own times are those of its orders as soon as possible.
+    int64_t first = kNever, last = 0;
+    span_ = 0;
+    for (int d = 0; d < model_.num_devices; ++d) {
+      if (!busy_[d]) continue;
+      first = std::min(first, first_start_[d]);
+      last = std::max(last, free_at_[d]);
+      span_ = std::max(span_, free_at_[d] - first_start_[d]);
+    }
+    makespan_ = last - first;
     // A device places its instances in the order of their start times.
     Schedule s;
     s.microbatches = microbatches_;
@@ -109,6 +118,10 @@ class InFlightRule {
     s.name = "inflight";
     return s;
   }
+
+  // After Run: the makespan and span of the rule's timing.
+  int64_t makespan() const { return makespan_; }
+  int64_t span() const { return span_; }
 
  private:
   void WakeAt(int d, int64_t t) {
@@ -133,6 +146,7 @@ class InFlightRule {
     const Class c = ClassOf(block.kind);
     known_[d][static_cast<int>(c)].insert(KeyOf(id, n_, c));
     ++known_count_[d];
+    (c == Class::kWeight ? weight_arrivals_ : arrivals_)[d].push(ready_at_[id]);
     WakeAt(d, ready_at_[id]);
   }
 
@@ -140,55 +154,69 @@ class InFlightRule {
     return !model_.has_cap() || held_[d] + block.memory <= model_.memory_cap[d];
   }
 
+  // The earliest time a forward or backward known on device `d` but not ready at
+  // `now` becomes ready (kNever when none is on its way). A device's decision times
+  // never decrease, so arrivals at or before `now` are dropped for good.
+  int64_t NextArrival(int d, int64_t now) { return NextOf(arrivals_[d], now); }
+  int64_t NextWeightArrival(int d, int64_t now) { return NextOf(weight_arrivals_[d], now); }
+  static int64_t NextOf(MinHeap& heap, int64_t now) {
+    while (!heap.empty() && heap.top() <= now) heap.pop();
+    return heap.empty() ? kNever : heap.top();
+  }
+
   // The instance device `d` starts at `now`, or -1.
-  int64_t Choose(int d, int64_t now) const {
+  int64_t Choose(int d, int64_t now) {
     const std::array<Known, kClasses>& known = known_[d];
-    int64_t next_arrival = kNever;  // of a forward or backward not ready yet
-    // A backward (or another block) first: the oldest ready one that fits.
+    // The oldest ready backward (or another block) that fits.
+    int64_t backward = -1;
     for (Class c : {Class::kBackward, Class::kOther}) {
       for (const auto& [m, sub, id] : known[static_cast<int>(c)]) {
-        if (ready_at_[id] > now) {
-          next_arrival = std::min(next_arrival, ready_at_[id]);
-        } else if (Fits(d, model_.blocks[id % n_])) {
-          return id;
+        if (ready_at_[id] <= now && Fits(d, model_.blocks[id % n_])) {
+          backward = id;
+          break;
         }
       }
+      if (backward >= 0) break;
     }
+    // The oldest ready forward, unless the limit or the cap holds it back. The limit
+    // counts micro-batches: a forward of one already in flight here (a later chunk)
+    // is never held back by it.
     const WeightPolicy policy = limits_.weights[d];
-    if (policy == WeightPolicy::kEager) {
-      for (const auto& [m, sub, id] : known[static_cast<int>(Class::kWeight)]) {
-        if (ready_at_[id] <= now) return id;
-      }
-    }
-    // Then the oldest ready forward, unless the limit or the cap holds it back. The
-    // limit counts micro-batches: a forward of one already in flight here (a later
-    // chunk) is never held back by it.
     bool weights_allowed = policy != WeightPolicy::kDefer || unplaced_work_[d] == 0;
+    int64_t forward = -1;
     for (const auto& [m, sub, id] : known[static_cast<int>(Class::kForward)]) {
-      if (ready_at_[id] > now) {
-        next_arrival = std::min(next_arrival, ready_at_[id]);
-        continue;
-      }
+      if (ready_at_[id] > now) continue;
       const bool held = started_[d][m] == 0 && in_flight_[d] >= limits_.microbatches[d];
-      if (!held && Fits(d, model_.blocks[id % n_])) return id;
-      weights_allowed = true;  // a forward waits: a deferred W may run
+      if (!held && Fits(d, model_.blocks[id % n_])) {
+        forward = id;
+      } else {
+        weights_allowed = true;  // a forward waits: a deferred W may run
+      }
       break;
     }
-    if (!weights_allowed) return -1;
-    // Then the oldest weight gradient ready.
+    if (limits_.forward_first && forward >= 0) return forward;
+    if (backward >= 0) return backward;
+    if (policy != WeightPolicy::kEager && forward >= 0) return forward;
+    // The oldest weight gradient ready, when the policy lets it run.
     for (const auto& [m, sub, id] : known[static_cast<int>(Class::kWeight)]) {
       if (ready_at_[id] > now) continue;
-      const bool delays = unplaced_work_[d] > 0 && now + model_.blocks[id % n_].span > next_arrival;
-      if (delays && policy == WeightPolicy::kFitGaps) {
-        return -1;  // it would delay work on its way: wait for that instead
-      }
-      if (delays && policy == WeightPolicy::kBalanceGaps && next_arrival != kNever &&
-          idle_[d] + (next_arrival - now) <= most_idle_) {
-        return -1;  // waiting keeps this device within the longest idle so far
+      if (policy == WeightPolicy::kEager) return id;
+      if (!weights_allowed) break;
+      if (policy == WeightPolicy::kFitGaps || policy == WeightPolicy::kBalanceGaps) {
+        const int64_t next_arrival = NextArrival(d, now);
+        const bool delays =
+            unplaced_work_[d] > 0 && now + model_.blocks[id % n_].span > next_arrival;
+        if (delays && policy == WeightPolicy::kFitGaps) {
+          break;  // it would delay work on its way: wait for that instead
+        }
+        if (delays && policy == WeightPolicy::kBalanceGaps && next_arrival != kNever &&
+            idle_[d] + (next_arrival - now) <= most_idle_) {
+          break;  // waiting keeps this device within the longest idle so far
+        }
       }
       return id;
     }
-    return -1;
+    return forward;
   }
 
   void Place(int64_t id, int d, int64_t now) {
@@ -196,6 +224,8 @@ class InFlightRule {
     if (busy_[d]) {
       idle_[d] += now - free_at_[d];
       most_idle_ = std::max(most_idle_, idle_[d]);
+    } else {
+      first_start_[d] = now;
     }
     busy_[d] = true;
     order_[d].push_back(Instance{static_cast<int>(id % n_), static_cast<int>(id / n_)});
@@ -244,14 +274,37 @@ class InFlightRule {
   // the rule prefers them.
   std::vector<std::array<Known, kClasses>> known_;
   std::vector<int64_t> known_count_;
+  // Per device: the ready times of its known instances, forwards and backwards apart
+  // from weight gradients (entries at or before a decision time are dropped then).
+  std::vector<MinHeap> arrivals_;
+  std::vector<MinHeap> weight_arrivals_;
   std::vector<int64_t> unplaced_work_;  // per device: forwards and backwards not placed
   std::vector<bool> busy_;              // per device: has started a block
+  std::vector<int64_t> first_start_;    // per device, once busy
+  int64_t makespan_ = 0;
+  int64_t span_ = 0;
   std::vector<int64_t> idle_;           // per device: time idle since its first block
   int64_t most_idle_ = 0;               // of any device
   std::priority_queue<std::pair<int64_t, int>, std::vector<std::pair<int64_t, int>>,
                       std::greater<>>
       events_;
 };
+
+// The limits are usable on the model: one entry per device, each limit >= 1, every
+// block on one device.
+bool Applies(const BlockModel& model, const InFlightLimits& limits) {
+  if (static_cast<int>(limits.microbatches.size()) != model.num_devices ||
+      static_cast<int>(limits.weights.size()) != model.num_devices) {
+    return false;
+  }
+  for (int limit : limits.microbatches) {
+    if (limit < 1) return false;
+  }
+  for (const Block& block : model.blocks) {
+    if (block.devices.size() != 1) return false;
+  }
+  return true;
+}
 
 // Per device, how many micro-batches' forwards fit between its first forward of a
 // micro-batch and that micro-batch's last backward on it, on the model's critical
@@ -302,11 +355,10 @@ class LimitSearch {
   bool Try(const InFlightLimits& limits) {
     if (Exhausted()) return false;
     ++evaluations_;
-    std::optional<Schedule> made = InFlightSchedule(model_, facts_, microbatches_, limits);
-    if (!made.has_value()) return false;
-    absl::StatusOr<SimResult> sim = Simulate(model_, *made);
-    if (!sim.ok() || !sim->valid) return false;
-    const int64_t value = ObjectiveValue(objective_, *sim);
+    if (!Applies(model_, limits)) return false;
+    InFlightRule rule(model_, facts_, microbatches_, limits);
+    if (!rule.Run().has_value()) return false;
+    const int64_t value = objective_ == Objective::kSpan ? rule.span() : rule.makespan();
     finalists_.push_back({value, limits});
     std::stable_sort(finalists_.begin(), finalists_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -361,16 +413,7 @@ class LimitSearch {
 
 std::optional<Schedule> InFlightSchedule(const BlockModel& model, const ModelFacts& facts,
                                          int microbatches, const InFlightLimits& limits) {
-  if (static_cast<int>(limits.microbatches.size()) != model.num_devices ||
-      static_cast<int>(limits.weights.size()) != model.num_devices) {
-    return std::nullopt;
-  }
-  for (int limit : limits.microbatches) {
-    if (limit < 1) return std::nullopt;
-  }
-  for (const Block& block : model.blocks) {
-    if (block.devices.size() != 1) return std::nullopt;
-  }
+  if (!Applies(model, limits)) return std::nullopt;
   return InFlightRule(model, facts, microbatches, limits).Run();
 }
 
@@ -402,9 +445,9 @@ std::optional<InFlightSearchResult> SearchInFlightLimits(
       }
     }
   }
-  // Device by device, a step of the limit and a W policy (each combination), then
-  // every device's limit a step at once, while it improves.
-  bool improved = search.found();
+  // Then local moves while they improve: device by device a step of its limit (the
+  // cheapest neighbourhood first), then each other W policy per device, then every
+  // device's limit a step at once or the other backward-forward order.
   auto try_move = [&](int d, int step, int policy_turn) {
     InFlightLimits limits = search.best();
     int& limit = limits.microbatches[d];
@@ -414,20 +457,26 @@ std::optional<InFlightSearchResult> SearchInFlightLimits(
     w = static_cast<WeightPolicy>((static_cast<int>(w) + policy_turn) % kWeightPolicies);
     return search.Try(limits);
   };
+  bool improved = search.found();
   while (improved && !search.Exhausted()) {
     improved = false;
     for (int d = 0; d < model.num_devices && !search.Exhausted(); ++d) {
-      bool moved = false;
-      for (int step : {1, -1, 0}) {
-        for (int turn = 0; turn < kWeightPolicies && !moved; ++turn) {
-          if (step != 0 || turn != 0) moved = try_move(d, step, turn);
+      improved |= try_move(d, 1, 0) || try_move(d, -1, 0);
+    }
+    if (improved) continue;
+    for (int d = 0; d < model.num_devices && !search.Exhausted(); ++d) {
+      for (int turn = 1; turn < kWeightPolicies && !search.Exhausted(); ++turn) {
+        if (try_move(d, 0, turn)) {
+          improved = true;
+          break;
         }
       }
-      improved |= moved;
     }
-    for (int step : {1, -1}) {
+    if (improved) continue;
+    for (int step : {1, -1, 0}) {
       InFlightLimits limits = search.best();
       for (int& limit : limits.microbatches) limit = std::clamp(limit + step, 1, microbatches);
+      if (step == 0) limits.forward_first = !limits.forward_first;
       improved |= search.Try(limits);
     }
   }

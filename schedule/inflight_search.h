@@ -53,8 +53,12 @@ struct InFlightLimits {
   // last backward there starts), >= 1.
   std::vector<int> microbatches;
   std::vector<WeightPolicy> weights;
+  // Every device: a ready forward allowed by its limit before a ready backward
+  // (the default takes the backward first).
+  bool forward_first = false;
   bool operator==(const InFlightLimits& o) const {
-    return microbatches == o.microbatches && weights == o.weights;
+    return microbatches == o.microbatches && weights == o.weights &&
+           forward_first == o.forward_first;
   }
 };
 

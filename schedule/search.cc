@@ -123,6 +123,7 @@ class Alternatives {
   std::optional<SimResult>& best_sim() { return best_sim_; }
 
  private:
+
   const BlockModel& model_;
   const Objective objective_;
   std::vector<ScheduleCandidate> candidates_;
@@ -158,7 +159,7 @@ absl::StatusOr<Schedule> BestRandomListSchedule(const BlockModel& model, const M
 void CompareInFlightSearch(const BlockModel& model, const ModelFacts& facts,
                            const SearchOptions& options, Clock::time_point deadline,
                            Alternatives& alternatives) {
-  constexpr int64_t kInFlightWork = int64_t{1} << 23;  // instances built, over all tries
+  constexpr int64_t kInFlightWork = int64_t{12} << 20;  // instances built, over all tries
   const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
   const int evaluations =
       static_cast<int>(std::clamp<int64_t>(kInFlightWork / instances, 30, 1000));
