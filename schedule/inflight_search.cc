@@ -6,10 +6,10 @@
 #include <functional>
 #include <limits>
 #include <queue>
-#include <set>
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "schedule/span_timing.h"
 
 namespace loom::schedule {
@@ -19,7 +19,23 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 enum class Class { kBackward, kOther, kForward, kWeight };
 constexpr int kClasses = 4;
-using Known = std::set<std::tuple<int, int, int64_t>>;  // (micro-batch, order, id)
+// Instances in the rule's order of preference: (micro-batch, order, id), sorted. A
+// sorted vector: instances mostly arrive oldest first and leave oldest first, and a
+// device rarely knows more than a few hundred.
+class Known {
+ public:
+  using Key = std::tuple<int, int, int64_t>;
+  void insert(const Key& key) { keys_.insert(std::upper_bound(keys_.begin(), keys_.end(), key), key); }
+  void erase(const Key& key) {
+    auto it = std::lower_bound(keys_.begin(), keys_.end(), key);
+    if (it != keys_.end() && *it == key) keys_.erase(it);
+  }
+  std::vector<Key>::const_iterator begin() const { return keys_.begin(); }
+  std::vector<Key>::const_iterator end() const { return keys_.end(); }
+
+ private:
+  std::vector<Key> keys_;
+};
 using MinHeap = std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>>;
 
 Class ClassOf(BlockKind kind) {
@@ -42,8 +58,11 @@ Class ClassOf(BlockKind kind) {
 // by then is known (any instance placed later starts no earlier).
 class InFlightRule {
  public:
+  // `prefix`, when given, per device: the instances it runs first, in that order,
+  // before the rule decides.
   InFlightRule(const BlockModel& model, const ModelFacts& facts, int microbatches,
-               const InFlightLimits& limits)
+               const InFlightLimits& limits,
+               const std::vector<std::vector<Instance>>* prefix = nullptr)
       : model_(model),
         facts_(facts),
         limits_(limits),
@@ -64,10 +83,12 @@ class InFlightRule {
         known_count_(model.num_devices, 0),
         arrivals_(model.num_devices),
         weight_arrivals_(model.num_devices),
+        unplaced_work_(model.num_devices, 0),
         busy_(model.num_devices, false),
         first_start_(model.num_devices, 0),
-        idle_(model.num_devices, 0),
-        unplaced_work_(model.num_devices, 0) {
+        prefix_(prefix),
+        prefix_done_(model.num_devices, 0),
+        idle_(model.num_devices, 0) {
     for (const Block& block : model.blocks) {
       const int d = block.devices.front();
       if (ClassOf(block.kind) == Class::kForward) ++forwards_[d];
@@ -166,6 +187,11 @@ class InFlightRule {
 
   // The instance device `d` starts at `now`, or -1.
   int64_t Choose(int d, int64_t now) {
+    if (prefix_ != nullptr && prefix_done_[d] < (*prefix_)[d].size()) {
+      const Instance& x = (*prefix_)[d][prefix_done_[d]];
+      const int64_t id = int64_t{x.microbatch} * n_ + x.block;
+      return waiting_[id] == 0 && ready_at_[id] <= now ? id : -1;  // else wait for it
+    }
     const std::array<Known, kClasses>& known = known_[d];
     // The oldest ready backward (or another block) that fits.
     int64_t backward = -1;
@@ -221,6 +247,7 @@ class InFlightRule {
 
   void Place(int64_t id, int d, int64_t now) {
     const Block& block = model_.blocks[id % n_];
+    if (prefix_ != nullptr && prefix_done_[d] < (*prefix_)[d].size()) ++prefix_done_[d];
     if (busy_[d]) {
       idle_[d] += now - free_at_[d];
       most_idle_ = std::max(most_idle_, idle_[d]);
@@ -283,6 +310,8 @@ class InFlightRule {
   std::vector<int64_t> first_start_;    // per device, once busy
   int64_t makespan_ = 0;
   int64_t span_ = 0;
+  const std::vector<std::vector<Instance>>* prefix_;
+  std::vector<size_t> prefix_done_;  // per device: prefix instances placed
   std::vector<int64_t> idle_;           // per device: time idle since its first block
   int64_t most_idle_ = 0;               // of any device
   std::priority_queue<std::pair<int64_t, int>, std::vector<std::pair<int64_t, int>>,
@@ -415,6 +444,37 @@ std::optional<Schedule> InFlightSchedule(const BlockModel& model, const ModelFac
                                          int microbatches, const InFlightLimits& limits) {
   if (!Applies(model, limits)) return std::nullopt;
   return InFlightRule(model, facts, microbatches, limits).Run();
+}
+
+std::string WeightPolicyName(WeightPolicy policy) {
+  switch (policy) {
+    case WeightPolicy::kFillGaps: return "fill";
+    case WeightPolicy::kFitGaps: return "fit";
+    case WeightPolicy::kDefer: return "defer";
+    case WeightPolicy::kBalanceGaps: return "balance";
+    case WeightPolicy::kEager: return "eager";
+  }
+  return "?";
+}
+
+std::optional<Schedule> CompleteCooldown(const BlockModel& model, const ModelFacts& facts,
+                                         const Schedule& schedule, WeightPolicy policy) {
+  InFlightLimits limits{std::vector<int>(model.num_devices, schedule.microbatches),
+                        std::vector<WeightPolicy>(model.num_devices, policy), false};
+  if (!Applies(model, limits)) return std::nullopt;
+  std::vector<std::vector<Instance>> prefix(model.num_devices);
+  for (int d = 0; d < model.num_devices && d < static_cast<int>(schedule.order.size()); ++d) {
+    const std::vector<Instance>& order = schedule.order[d];
+    size_t tail = 0;  // just after the last forward
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (ClassOf(model.blocks[order[i].block].kind) == Class::kForward) tail = i + 1;
+    }
+    prefix[d].assign(order.begin(), order.begin() + tail);
+  }
+  std::optional<Schedule> s =
+      InFlightRule(model, facts, schedule.microbatches, limits, &prefix).Run();
+  if (s.has_value()) s->name = absl::StrCat(schedule.name, "/cooldown-", WeightPolicyName(policy));
+  return s;
 }
 
 std::optional<InFlightSearchResult> SearchInFlightLimits(

@@ -46,6 +46,8 @@ enum class WeightPolicy : uint8_t {
   kEager,
 };
 inline constexpr int kWeightPolicies = 5;
+// "fill", "fit", "defer", "balance", "eager".
+std::string WeightPolicyName(WeightPolicy policy);
 
 // The rule's parameters, per device.
 struct InFlightLimits {
@@ -67,6 +69,13 @@ struct InFlightLimits {
 // block on several devices.
 std::optional<Schedule> InFlightSchedule(const BlockModel& model, const ModelFacts& facts,
                                          int microbatches, const InFlightLimits& limits);
+
+// `schedule` (of this model) up to each device's last forward, and the rule with
+// `policy` on every device for the cool-down after it: the backwards left in the
+// order they become ready, the weight gradients placed as `policy` says. Named
+// "<name>/cooldown-<policy>"; nullopt where the rule does not apply or runs into a dead end.
+std::optional<Schedule> CompleteCooldown(const BlockModel& model, const ModelFacts& facts,
+                                         const Schedule& schedule, WeightPolicy policy);
 
 struct InFlightSearchResult {
   Schedule schedule;  // named "inflight"; explicit start times for kSpan

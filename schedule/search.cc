@@ -155,10 +155,12 @@ absl::StatusOr<Schedule> BestRandomListSchedule(const BlockModel& model, const M
 }
 
 // The in-flight search, compared as "inflight" where the model admits it (every
-// block on one device), on a budget of schedules that shrinks as they grow.
-void CompareInFlightSearch(const BlockModel& model, const ModelFacts& facts,
-                           const SearchOptions& options, Clock::time_point deadline,
-                           Alternatives& alternatives) {
+// block on one device), on a budget of schedules that shrinks as they grow. Its
+// schedule, when it found one.
+std::optional<Schedule> CompareInFlightSearch(const BlockModel& model, const ModelFacts& facts,
+                                              const SearchOptions& options,
+                                              Clock::time_point deadline,
+                                              Alternatives& alternatives) {
   constexpr int64_t kInFlightWork = int64_t{12} << 20;  // instances built, over all tries
   const int64_t instances = int64_t{model.num_blocks()} * options.microbatches;
   const int evaluations =
@@ -166,25 +168,56 @@ void CompareInFlightSearch(const BlockModel& model, const ModelFacts& facts,
   std::optional<InFlightSearchResult> found = SearchInFlightLimits(
       model, facts, options.microbatches, options.objective, evaluations, deadline);
   for (const Block& block : model.blocks) {
-    if (block.devices.size() != 1) return;  // not defined: a block spans devices
+    if (block.devices.size() != 1) return std::nullopt;  // not defined: a block spans devices
   }
-  alternatives.Compare(
-      "inflight",
-      found.has_value()
-          ? absl::StatusOr<Schedule>(std::move(found->schedule))
-          : absl::StatusOr<Schedule>(absl::FailedPreconditionError(
-                "every in-flight limit tried ran into a dead end within the caps")),
-      true);
+  if (!found.has_value()) {
+    alternatives.Compare("inflight",
+                         absl::FailedPreconditionError(
+                             "every in-flight limit tried ran into a dead end within the caps"),
+                         true);
+    return std::nullopt;
+  }
+  alternatives.Compare("inflight", found->schedule, true);
+  return std::move(found->schedule);
+}
+
+// Each of `seeds` with its cool-down run by the in-flight rule under every W policy
+// (CompleteCooldown): the one best as soon as possible is compared.
+void CompareCooldowns(const BlockModel& model, const ModelFacts& facts,
+                      const SearchOptions& options, const std::vector<Schedule>& seeds,
+                      Alternatives& alternatives) {
+  std::optional<Schedule> kept;
+  int64_t kept_value = 0;
+  for (const Schedule& seed : seeds) {
+    for (int policy = 0; policy < kWeightPolicies; ++policy) {
+      std::optional<Schedule> completed =
+          CompleteCooldown(model, facts, seed, static_cast<WeightPolicy>(policy));
+      if (!completed.has_value()) continue;
+      absl::StatusOr<SimResult> sim = Simulate(model, *completed);
+      if (!sim.ok() || !sim->valid) continue;
+      if (!kept.has_value() || ObjectiveValue(options.objective, *sim) < kept_value) {
+        kept_value = ObjectiveValue(options.objective, *sim);
+        kept = *std::move(completed);
+      }
+    }
+  }
+  if (kept.has_value()) {
+    const std::string name = kept->name;
+    alternatives.Compare(name, *std::move(kept), true);
+  }
 }
 
 // The published schedules the model admits, the list schedules, the in-flight
-// search and the serial schedule, timed within the same caps.
+// search, cool-downs completed by it, and the serial schedule, timed within the
+// same caps.
 void CompareAlternatives(const BlockModel& model, const ModelFacts& facts,
                          const SearchOptions& options, Clock::time_point deadline,
                          Alternatives& alternatives) {
+  std::vector<Schedule> seeds;  // for the cool-downs
   for (const std::string& name : PredefinedScheduleNames()) {
     absl::StatusOr<Schedule> made = MakePredefinedSchedule(name, model, options.microbatches);
     const bool defined = made.ok();
+    if (defined) seeds.push_back(*made);
     alternatives.Compare(name, std::move(made), defined);
   }
   // A list schedule costs instances x ready instances; above this size the
@@ -201,7 +234,10 @@ void CompareAlternatives(const BlockModel& model, const ModelFacts& facts,
       alternatives.Compare(absl::StrCat("list/", ListPriorityName(rule)), std::move(listed), true);
     }
   }
-  CompareInFlightSearch(model, facts, options, deadline, alternatives);
+  std::optional<Schedule> in_flight =
+      CompareInFlightSearch(model, facts, options, deadline, alternatives);
+  if (in_flight.has_value()) seeds.push_back(*std::move(in_flight));
+  CompareCooldowns(model, facts, options, seeds, alternatives);
   constexpr int64_t kRandomInstances = 512;
   if (int64_t{model.num_blocks()} * options.microbatches <= kRandomInstances) {
     alternatives.Compare("list/random",
