@@ -124,8 +124,12 @@ def test_plan_search_verify_run(example, tmp_path):
         assert summary.makespan_optimal and "lower bound" in summary.makespan_proof
     assert summary.schedule == "search" or summary.schedule in {
         "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "chimera", "dualpipe",
-    } or summary.schedule.startswith("list/") or summary.schedule in {"serial", "local", "exact"}
-    assert 0 <= summary.bubble < 1
+    } or summary.schedule.startswith("list/") or summary.schedule in {
+        "serial", "local", "exact", "inflight"} or "/cooldown-" in summary.schedule
+    assert summary.objective == "makespan"
+    assert summary.makespan >= summary.span >= summary.span_lower_bound > 0
+    assert summary.span_optimal == (summary.span == summary.span_lower_bound)
+    assert 0 <= summary.bubble < 1 and 0 <= summary.span_bubble <= summary.bubble
     assert len(summary.peak_memory) == PARALLEL["pp"]
     # An SVG document: the XML declaration, then the <svg> element.
     assert re.sub(r"^<\?xml[^>]*\?>\s*", "", summary.svg).startswith("<svg")
@@ -396,3 +400,14 @@ def test_megatron_and_deepspeed_configs():
         loom.parse_megatron_args("--hidden-size 4096", model="llama3-70b")
     with pytest.raises(ValueError, match=r"names no model to check it against"):
         loom.parse_megatron_args("--hidden-size 4096")
+
+
+def test_plan_search_by_span(example):
+    step, unscheduled = example
+    plan = unscheduled.copy()
+    by_span = plan.search(step, objective="span")
+    assert by_span.objective == "span" and plan.scheduled
+    assert by_span.makespan >= by_span.span >= by_span.span_lower_bound > 0
+    assert by_span.span_optimal == (by_span.span == by_span.span_lower_bound)
+    with pytest.raises(ValueError, match="unknown objective 'fastest' \\(makespan or span\\)"):
+        unscheduled.copy().search(step, objective="fastest")

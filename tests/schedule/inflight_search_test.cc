@@ -1,5 +1,6 @@
 #include "schedule/inflight_search.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -139,11 +140,54 @@ TEST(InFlightSearchTest, SearchBySpanReturnsTheLeastSpan) {
     EXPECT_GE(c.span, r->sim.span) << c.name;
   }
   EXPECT_GT(compared, 4);
-  o.objective = Objective::kMakespan;
-  auto by_makespan = SearchSchedule(*m, o);
-  ASSERT_TRUE(by_makespan.ok()) << by_makespan.status();
-  EXPECT_LE(r->sim.span, by_makespan->sim.span);
-  EXPECT_LE(by_makespan->sim.makespan, r->sim.makespan);
+}
+
+}  // namespace
+}  // namespace loom::schedule
+
+namespace loom::schedule {
+namespace {
+
+// A published schedule's cool-down run by the rule: every device keeps its order up
+// to its last forward, the result is valid, and with W deferred the cool-down runs
+// the backwards first on every device.
+TEST(InFlightSearchTest, CompleteCooldownKeepsTheOrderUpToTheLastForward) {
+  auto m = MakeStageModel(4, 8, "v", StageCosts{2, 2, 1, 1, 2, 1});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelFacts facts = Facts(*m);
+  auto zb_v = MakePredefinedSchedule("zb_v", *m, 8);
+  ASSERT_TRUE(zb_v.ok()) << zb_v.status();
+  int compared = 0;
+  for (int policy = 0; policy < kWeightPolicies; ++policy) {
+    SCOPED_TRACE(WeightPolicyName(static_cast<WeightPolicy>(policy)));
+    std::optional<Schedule> s =
+        CompleteCooldown(*m, facts, *zb_v, static_cast<WeightPolicy>(policy));
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(s->name, "zb_v/cooldown-" + WeightPolicyName(static_cast<WeightPolicy>(policy)));
+    auto sim = Simulate(*m, *s);
+    ASSERT_TRUE(sim.ok());
+    EXPECT_TRUE(sim->valid) << sim->violation;
+    for (int d = 0; d < 4; ++d) {
+      const std::vector<Instance>& before = zb_v->order[d];
+      size_t tail = 0;
+      for (size_t i = 0; i < before.size(); ++i) {
+        if (m->blocks[before[i].block].kind == BlockKind::kForward) tail = i + 1;
+      }
+      ASSERT_EQ(s->order[d].size(), before.size());
+      EXPECT_TRUE(std::equal(before.begin(), before.begin() + tail, s->order[d].begin()));
+      if (static_cast<WeightPolicy>(policy) == WeightPolicy::kDefer) {
+        // After the last forward: every backward before every W.
+        bool weights = false;
+        for (size_t i = tail; i < s->order[d].size(); ++i) {
+          const bool w = m->blocks[s->order[d][i].block].kind == BlockKind::kBackwardWeight;
+          EXPECT_FALSE(weights && !w) << "device " << d << " runs a backward after a W";
+          weights |= w;
+        }
+      }
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, kWeightPolicies);
 }
 
 }  // namespace
