@@ -1,6 +1,7 @@
 """Loom's schedule search against Zero Bubble's schedulers on the paper's settings.
 
-Usage: python3 compare.py LOOM [--zb-orders DIR] [--skew-orders DIR] [--runs N]
+Usage: python3 compare.py LOOM [--zb-orders DIR] [--skew-orders DIR]
+                            [--skew-memory-orders DIR] [--runs N]
 
 LOOM is the loom binary (build/tools/loom). For every setting of settings.csv (at
 ZB-1p's memory, p M_B, and ZB-2p's, 2p M_B) and v_settings.csv (ZB-V's, p M_B), and
@@ -16,7 +17,9 @@ figures: the spans of its heuristics as zb_heuristic_results.txt records them
 `loom simulate` as soon as possible. Then the same loop settings with the first
 stage's F, B and W 1.3 times and the last stage's 1.6 times (stage_models.py), where
 Loom is compared with every built-in schedule (each timed for the objective) and
-with ZB's heuristic (--skew-orders: zb_heuristic.py --skew --export).
+with ZB's heuristic (--skew-orders: zb_heuristic.py --skew --export), and the same
+with those stages' activations scaled too, within the same caps
+(--skew-memory-orders: zb_heuristic.py --skew-memory --export).
 """
 
 import json
@@ -38,7 +41,9 @@ def zb_spans():
     spans, section = {}, "even"
     with open(os.path.join(HERE, "zb_heuristic_results.txt")) as f:
         for line in f:
-            if line.startswith("# --skew"):
+            if line.startswith("# --skew-memory"):
+                section = "skewmem"
+            elif line.startswith("# --skew"):
                 section = "skew"
             elif "zb_v_span" in line:
                 section = "v"
@@ -140,29 +145,33 @@ def v_table(loom, orders, runs, spans):
               f"{s_time:.2f} s, {m_time:.2f} s |")
 
 
-def skew_table(loom, orders, runs, spans):
-    print("\n## First stage x1.3, last stage x1.6\n")
+def skew_table(loom, orders, runs, spans, memory=False):
+    if memory:
+        print("\n## First stage x1.3, last stage x1.6, times and activations\n")
+    else:
+        print("\n## First stage x1.3, last stage x1.6\n")
     print("| setting | memory | objective | best built-in | ZB heuristic | Loom | "
           "vs best built-in | vs ZB | lower bound |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in stage_models.read_settings("settings.csv"):
-        zb = spans[key(row) + ("skew",)]
+        zb = spans[key(row) + ("skewmem" if memory else "skew",)]
         for limit in (1, 2):
-            model = stage_models.loop_setting(row, limit, skew=True)
+            model = stage_models.loop_setting(row, limit, skew=True, skew_memory=memory)
             path = orders and os.path.join(orders, f"{model['name']}-zb{limit}p.json")
             zb_makespan, _ = retimed(loom, path)
             for objective in ("span", "makespan"):
                 result, _ = search(loom, model, int(row["m"]), objective, runs)
                 built_in = [(c[objective], c["name"]) for c in result["candidates"]
                             if c["name"] in BUILT_IN and c["fits"]]
-                best, name = min(built_in)
+                best, name = min(built_in) if built_in else (None, "none fits")
                 reference = zb[limit - 1] if objective == "span" else zb_makespan
                 bound = (result["span_lower_bound"] if objective == "span"
                          else result["makespan_lower_bound"])
                 print(f"| {row['model']} p{row['p']} m{row['m']} | {limit}p M_B | {objective} "
-                      f"| {best:,} ({name}) | {reference if reference is None else format(reference, ',')} "
+                      f"| {'-' if best is None else format(best, ',')} ({name}) | "
+                      f"{reference if reference is None else format(reference, ',')} "
                       f"| {result[objective]:,} ({result['schedule']}) | "
-                      f"{pct(result[objective], best)} | "
+                      f"{pct(result[objective], best) if best else '-'} | "
                       f"{pct(result[objective], reference) if reference else '-'} | {bound:,} |")
 
 
@@ -175,6 +184,7 @@ def main(argv):
     even_tables(argv[1], option("--zb-orders"), runs, spans)
     v_table(argv[1], option("--zb-orders"), runs, spans)
     skew_table(argv[1], option("--skew-orders"), runs, spans)
+    skew_table(argv[1], option("--skew-memory-orders"), runs, spans, memory=True)
 
 
 if __name__ == "__main__":

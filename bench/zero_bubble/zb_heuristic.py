@@ -1,7 +1,7 @@
 """Runs Zero Bubble's own schedulers (ZB-1p / ZB-2p heuristic, ZB-V) on the paper's
 settings, beside Loom's search: the reference each Loom result is compared with.
 
-Usage: python3 zb_heuristic.py ZB_REPO [--skew] [--export DIR]
+Usage: python3 zb_heuristic.py ZB_REPO [--skew | --skew-memory] [--export DIR]
 
 ZB_REPO is a git checkout or clone of sail-sg/zero-bubble-pipeline-parallelism; its
 scheduler modules (graph.py, zb.py, zbv.py) are read from the commit checked out there
@@ -11,7 +11,8 @@ modules here: nothing else is needed. Settings and memory follow the paper: time
 microseconds (Table 9 x 1000), activation memory per Table 1 in units of sequence x
 micro-batch (F adds 34h + 5as, W frees 32h), ZB-1p limited to p M_B, ZB-2p to 2p M_B,
 ZB-V to its default p M_B. --skew multiplies the first stage's F, B and W by 1.3 and
-the last stage's by 1.6 (an embedding and a large vocabulary projection).
+the last stage's by 1.6 (an embedding and a large vocabulary projection);
+--skew-memory scales their activations the same way too, within the same caps.
 
 --export DIR writes each schedule's device orders (in the order of its own start
 times) as a Loom schedule file on the same block model as compare.py searches
@@ -57,14 +58,15 @@ def load_scheduler(repo):
     return loaded
 
 
-def zb_schedule(zb, graph, row, limit, skew):
+def zb_schedule(zb, graph, row, limit, skew, skew_memory=False):
     """ZB-1p (limit 1) or ZB-2p (limit 2): (span, bubble, per-device orders)."""
     p, m = int(row["p"]), int(row["m"])
-    f, b, w = stage_models.memory(row["model"])
+    f = stage_models.memory(row["model"])[0]
+    mems = stage_models.stage_memory(row["model"], p, skew=skew_memory)
     times = stage_models.stage_times(row, p, skew=skew)
     config = graph.GraphConfig(
-        mem_f=[float(f)] * p, mem_b=[float(-b)] * p, mem_w=[float(-w)] * p,
-        max_mem=[float(limit * p * f)] * p, cost_f=[float(t[0]) for t in times],
+        mem_f=[float(x[0]) for x in mems], mem_b=[float(-x[1]) for x in mems],
+        mem_w=[float(-x[2]) for x in mems], max_mem=[float(limit * p * f)] * p, cost_f=[float(t[0]) for t in times],
         cost_b=[float(t[1]) for t in times], cost_w=[float(t[2]) for t in times],
         cost_comm=float(stage_models.micros(row["t_comm"])), n_stages=p, n_micro=m)
     span, _, done = zb.initial_solution(zb.Graph.build_graph(p, m, config), print_result=False)
@@ -115,17 +117,19 @@ def export(directory, name, model, microbatches, orders):
 def main(argv):
     if len(argv) < 2 or argv[1].startswith("-"):
         sys.exit(__doc__)
-    skew = "--skew" in argv[2:]
+    skew_memory = "--skew-memory" in argv[2:]
+    skew = "--skew" in argv[2:] or skew_memory
     out = argv[argv.index("--export") + 1] if "--export" in argv[2:] else None
     modules = load_scheduler(argv[1])
     print("model   p    m  zb_1p_span  bubble  zb_2p_span  bubble")
     for row in stage_models.read_settings("settings.csv"):
         line = f"{row['model']:6} {row['p']:>2} {row['m']:>4}"
         for limit in (1, 2):
-            span, bubble, orders = zb_schedule(modules["zb"], modules["graph"], row, limit, skew)
+            span, bubble, orders = zb_schedule(modules["zb"], modules["graph"], row, limit, skew,
+                                               skew_memory)
             line += f" {span:11.0f} {bubble:7.4f}"
             if out:
-                model = stage_models.loop_setting(row, limit, skew)
+                model = stage_models.loop_setting(row, limit, skew, skew_memory)
                 export(out, f"{model['name']}-zb{limit}p", model, int(row["m"]), orders)
         print(line)
     if skew:
