@@ -2,20 +2,22 @@
 #define LOOM_SCHEDULE_INFLIGHT_SEARCH_H_
 
 // A search over how many micro-batches each device keeps in flight. The schedules
-// are built by one rule, run as an event simulation: a device that is free takes,
-// among the block instances ready on it, a backward (B or I) first, then a forward
-// while fewer forwards than its limit wait for their backward and the forward keeps
-// it within its cap, then a weight gradient (W), which so fills the time a device
-// would otherwise wait and frees memory when the cap stops a forward; the oldest
-// micro-batch first in each class. Deferring W this way is what the Zero Bubble
-// schedules do by hand; here the limits that make the device orders best for the
-// objective are searched: first over the family limit(d) = round(a * r(d) + c),
-// r(d) being how many micro-batches' forwards fit between a device's first forward
-// of a micro-batch and that micro-batch's last backward on it (from the model's
-// critical paths: 1F1B is about a = 1/2, ZB-H2 and ZB-V a = 1), then device by device, one
-// step up or down or the other W policy, while the objective improves. Every schedule is timed and checked
-// by the simulator (for kSpan after TimeForLeastSpan). Models whose blocks each
-// occupy one device only (pipeline stage models, any layout).
+// are built by one rule, run as an event simulation in which devices decide in the
+// order they become free: a free device takes the oldest ready backward (B or I),
+// then the oldest ready forward unless its micro-batch would exceed the device's
+// limit of micro-batches in flight or the forward its cap (or the forward first,
+// when `forward_first`), then a weight gradient (W) as the device's W policy says;
+// deferring W into the gaps and the ramps is what the Zero Bubble schedules do by
+// hand. The limits and policies that make the device orders best for the objective
+// are searched: first over the family limit(d) = round(a * r(d)) + c, r(d) being how
+// many micro-batches' forwards fit between a device's first forward of a micro-batch
+// and that micro-batch's last backward on it (from the model's critical paths: 1F1B
+// is about a = 1/2, ZB-H2 and ZB-V a = 1), each W policy on every device; then local
+// moves while the objective improves (a device's limit a step, a device's W policy,
+// every limit a step, forward_first). Limits are compared by the rule's own timing
+// (its orders' earliest), and for kSpan the best few are timed by TimeForLeastSpan
+// at the end; the result is checked by the simulator. Models whose blocks each occupy
+// one device only (pipeline stage models, any layout).
 
 #include <chrono>
 #include <cstdint>
