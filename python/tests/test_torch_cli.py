@@ -25,6 +25,7 @@ def test_the_example_launcher_is_proved_with_its_reports(tmp_path):
             "--junit", str(tmp_path / "v.xml"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "verdict:   proved equivalent" in r.stdout
+    assert "\033[K" not in r.stderr  # no status line when standard error is a pipe
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["format"] == "loom.verify.report"
     assert doc["verdict"] == "equivalent" and doc["exit_code"] == 0
@@ -36,6 +37,38 @@ def test_the_example_launcher_is_proved_with_its_reports(tmp_path):
     names = [c.get("name") for c in suite.iter("testcase")]
     assert names[:2] == ["capture", "coverage and lineage"]
     assert any(n.startswith("law:") for n in names)
+
+
+class _Terminal:
+    """Standard error as a terminal: what was written, in order."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_the_stages_show_on_a_terminal_and_are_cleared(monkeypatch, capsys):
+    from loom.torch import cli
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["verify", EXAMPLE]) == 0
+    lines = [line for line in terminal.text.split("\r\033[K") if line]
+    stages = [line.split(" (")[0] for line in lines]
+    assert stages[0] == f"loom.torch: loading {EXAMPLE}"
+    assert "loom.torch: checking the batch" in stages
+    assert "loom.torch: tracing rank 0" in stages
+    assert stages[-3:] == ["loom.torch: tracing the single-device step",
+                           "loom.torch: lowering the plan", "loom.torch: proving the plan"]
+    assert terminal.text.endswith("\r\033[K")  # cleared before the result
+    assert "verdict:   proved equivalent" in capsys.readouterr().out
 
 
 def test_every_rank_traces_every_rank():

@@ -10,6 +10,7 @@ from loom.torch.api import Failure, Report, verify
 from loom.torch.errors import CaptureError, LauncherError
 from loom.torch.lowered_values import UnsupportedOp
 from loom.torch.spec import KeepFloat64, Spec, capture_step
+from loom.torch.terminal_status import TerminalStatus
 
 __all__ = ["CaptureError", "Failure", "KeepFloat64", "LauncherError", "Report", "Spec",
-           "UnsupportedOp", "capture_step", "verify"]
+           "TerminalStatus", "UnsupportedOp", "capture_step", "verify"]

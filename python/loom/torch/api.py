@@ -423,7 +423,7 @@ def _traced_once_per_pipeline_rank(traced, sizes, pp, done, batch=None):
 
 def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step=None,
            train_context=None, fake=False, name=None, timeout_ms=10000, threads=0,
-           cache_dir="", every_rank=False, capture_timeout=None):
+           cache_dir="", every_rank=False, capture_timeout=None, progress=None):
     """Proves that the programs torch runs on the ranks of `mesh` after
     `parallelize(module, device_mesh)` compute the training step of `model()`.
 
@@ -455,6 +455,9 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
     capture_timeout: seconds the capture (the launcher's code, torch's tracing, the
         lowering) may take before it is stopped (None: no limit); from the main
         thread only (a SIGALRM timer).
+    progress: progress(words) is called as each stage starts ("checking the batch",
+        "tracing rank 3", "tracing the single-device step", "lowering the plan",
+        "proving the plan"); loom.torch.TerminalStatus shows them on a terminal.
 
     Returns a Report (.verdict, .exit_code 0/1/2, .failures with .module and .source).
     CaptureError (a ValueError) for a program or model Loom cannot capture or
@@ -475,6 +478,7 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
     check_cache_dir(cache_dir)
     guard = Guard({k: fn for k, fn in functions.items() if fn is not None},
                   timeout=capture_timeout)
+    guard.progress = progress
     with guard:
         guard.stage = "checking the batch"
         check_batch(inputs, names, sizes, fake)
@@ -486,6 +490,8 @@ def verify(*, model, parallelize, mesh, inputs, optimizer, loss=None, train_step
                       undecided=[], loom_report=None, spec=spec, step=None, plan=None,
                       plan_json="", times=times, capture=capture)
     t0 = time.perf_counter()
+    if progress is not None:
+        progress("proving the plan")
     try:
         with timeouts_paused():  # a caller's (the command's) capture timeout
             report = loom.verify(step, plan, timeout_ms=timeout_ms, threads=threads,

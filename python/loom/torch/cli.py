@@ -24,6 +24,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from loom.torch.errors import CaptureError
 from loom.torch.launcher import Guard, exception_text, one_line
+from loom.torch.terminal_status import TerminalStatus
 
 REQUIRED = ("model", "parallelize", "mesh", "inputs", "optimizer")
 
@@ -299,6 +300,7 @@ def verify_command(argv):
     parser.add_argument("--traceback", action="store_true",
                         help="on an error, print its Python traceback too")
     args = parser.parse_args(argv)
+    status = TerminalStatus("loom.torch")  # the stages, on a terminal
     try:
         check_report_paths(args)
     except UsageError as e:
@@ -333,7 +335,9 @@ def verify_command(argv):
             raise UsageError(f"--cache: {e}") from e
         # One timeout for loading the launcher and capturing its program.
         with Guard(files=[args.launcher], timeout=args.timeout, subject="the launcher",
-                   stuck=stuck):
+                   stuck=stuck) as guard:
+            guard.progress = status
+            status(f"loading {args.launcher}")
             names = load_launcher(args.launcher)
             if mesh is None:
                 mesh = names["mesh"]
@@ -346,10 +350,13 @@ def verify_command(argv):
                 inputs=names["inputs"], loss=names.get("loss"), optimizer=names["optimizer"],
                 train_step=names.get("train_step"), train_context=names.get("train_context"),
                 fake=True if args.fake else names.get("fake", False),
-                timeout_ms=args.timeout_ms, cache_dir=args.cache, every_rank=args.every_rank)
+                timeout_ms=args.timeout_ms, cache_dir=args.cache, every_rank=args.every_rank,
+                progress=status)
+        status.done()
         print(report.summary())
         doc = report_json(report, args.launcher, mesh)
     except BaseException as e:  # never a pass: undecided, with the reason and its place
+        status.done()
         doc = undecided(e)
     return finish(args, doc)
 

@@ -141,12 +141,24 @@ class Guard:
                 self.files.add(os.path.abspath(code.co_filename))
         self.timeout = timeout
         self.subject = subject
-        self.stage = ""
+        self.progress = None  # called with each stage's words as it starts
+        self._stage = ""
         self._entry = None
         self._expired = None  # the LauncherError's words when the time ran out
         self._swallowed = 0
         self._saved = None
         self.stuck = stuck
+
+    @property
+    def stage(self):
+        """What runs now, in words ("tracing rank 3"); setting it tells `progress`."""
+        return self._stage
+
+    @stage.setter
+    def stage(self, what):
+        self._stage = what
+        if self.progress is not None and what:
+            self.progress(what)
 
     # -- where the user's code was --
 
