@@ -177,6 +177,46 @@ TEST(ScheduleCliTest, SimulateReportsDeadlock) {
   EXPECT_TRUE(absl::StrContains(r.out, "valid:        no: deadlock on devices 0, 1")) << r.out;
 }
 
+// `--least-span` keeps a deadlock a broken rule (exit 1), as without it.
+TEST(ScheduleCliTest, LeastSpanReportsDeadlockToo) {
+  const std::string path = WriteTemp("deadlock_span.csv",
+                                     "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
+  Result r = RunCli({"simulate", path, "--costs", "1,1", "--least-span"});
+  EXPECT_EQ(r.code, kExitFailure) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "valid:        no: deadlock on devices 0, 1")) << r.out;
+}
+
+// `--objective span` chooses by the longest device span and says so; the schedule it
+// writes, simulated with `--least-span`, has that span; an unknown objective exits 2.
+TEST(ScheduleCliTest, SearchBySpan) {
+  const std::string path = ::testing::TempDir() + "span.sched.json";
+  Result r = RunCli({"search", "--stages", "4", "--devices", "4", "--costs", "3,3,2,1",
+                     "--activation", "2,1", "--memory", "16", "--microbatches", "16",
+                     "--objective", "span", "--json", "-o", path});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const ir::Json j = ir::Json::parse(r.out);
+  EXPECT_EQ(j["objective"], "span");
+  EXPECT_EQ(j["span_lower_bound"], 16 * 8);
+  EXPECT_EQ(j["span_optimal"], j["span"] == j["span_lower_bound"]);
+  for (const ir::Json& c : j["candidates"]) {
+    if (c["fits"].get<bool>()) EXPECT_GE(c["span"].get<int64_t>(), j["span"].get<int64_t>());
+  }
+  Result sim = RunCli({"simulate", path, "--least-span", "--json"});
+  ASSERT_EQ(sim.code, kExitOk) << sim.err;
+  EXPECT_EQ(ir::Json::parse(sim.out)["span"], j["span"]);
+  Result text = RunCli({"search", "--stages", "4", "--devices", "4", "--microbatches", "8",
+                        "--objective", "span"});
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  for (const char* line : {"objective:    span", "span:         ", "of the span",
+                           "(span, makespan, peak memory)"}) {
+    EXPECT_TRUE(absl::StrContains(text.out, line)) << line << "\n" << text.out;
+  }
+  Result bad = RunCli({"search", "--stages", "4", "--devices", "4", "--objective", "fastest"});
+  EXPECT_EQ(bad.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(bad.err, "unknown objective 'fastest' (makespan or span)"))
+      << bad.err;
+}
+
 // Blocks derived from a plan are searched and the order is written back into the
 // plan, which then reads back with one program per device.
 TEST(ScheduleCliTest, SearchPlanWritesTheOrderIntoThePlan) {
