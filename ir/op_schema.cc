@@ -198,8 +198,8 @@ OpSchema& OpSchema::LinearInEveryInput() {
   return *this;
 }
 
-OpSchema& OpSchema::LinearBetweenFloatsOnly() {
-  linear_between_floats_only = true;
+OpSchema& OpSchema::LinearIntoFloatsOnly() {
+  linear_into_floats_only = true;
   return *this;
 }
 

@@ -166,7 +166,9 @@ struct OpSchema {
   // partial sums there, and the pieces' outputs add up to the op's output.
   std::vector<std::vector<int>> linear_in = {};
   bool linear_in_every_input = false;  // one group of all inputs, however many (accumulate)
-  bool linear_between_floats_only = false;  // cast: the identity over the reals
+  // cast: the identity over the reals where it makes a float from a float or an
+  // integer (a token count); truncating to an integer, or from bool, is not linear.
+  bool linear_into_floats_only = false;
   // Further homogeneous groups: a gradient op's incoming gradient, a divisor (-1).
   std::vector<InputGroup> homogeneous_in = {};
   // The output is the sum of the operands, in any order (add, accumulate).
@@ -180,7 +182,7 @@ struct OpSchema {
   //   reg(OpKind::kScale, ...).Linear({{0}}).Attr("factor", AttrRole::kFactor);
   OpSchema& Linear(std::vector<std::vector<int>> groups);
   OpSchema& LinearInEveryInput();
-  OpSchema& LinearBetweenFloatsOnly();
+  OpSchema& LinearIntoFloatsOnly();
   OpSchema& Homogeneous(std::vector<int> positions, int exponent);
   OpSchema& SumsOperands();
   OpSchema& Attr(std::string name, AttrRole role);

@@ -2,7 +2,8 @@
 # Installs Loom's build and test dependencies: Debian's packages (Debian 12), only
 # those that are missing (needs root or sudo then), and the Python environment
 # .venv with the pinned packages of python/requirements.txt (torch, transformers,
-# pytest), made again whenever that file changes. With --no-python, only the Debian
+# pytest) and python/titan-requirements.txt (torchtitan 0.2.2 and its import chain),
+# made again whenever either file changes. With --no-python, only the Debian
 # packages: enough to build the `loom` command (a CI gate needs no torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,14 +44,18 @@ if [ "$python_env" = 0 ]; then
 fi
 
 # The Python environment, from Debian's interpreter (the one pybind11 builds for).
+# torchtitan's chain goes in without dependency resolution (python/titan-requirements.txt).
 requirements=python/requirements.txt
+titan_requirements=python/titan-requirements.txt
 stamp=.venv/requirements.sha256
-want=$(sha256sum "$requirements" | cut -d' ' -f1)
+want=$(cat "$requirements" "$titan_requirements" | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python3 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "loom setup: making .venv from $requirements"
+  echo "loom setup: making .venv from $requirements and $titan_requirements"
   rm -rf .venv
   /usr/bin/python3 -m venv .venv
   .venv/bin/python3 -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  .venv/bin/python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+    -r "$titan_requirements"
   echo "$want" > "$stamp"
 fi
 

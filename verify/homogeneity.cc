@@ -12,8 +12,9 @@ namespace loom::verify {
 std::vector<std::vector<int>> LinearGroups(ir::OpKind kind, absl::Span<const ir::TensorType> in,
                                            absl::Span<const ir::TensorType> out) {
   const ir::OpSchema& schema = ir::GetOpSchema(kind);
-  if (schema.linear_between_floats_only &&
-      (in.empty() || out.empty() || !ir::IsFloat(in[0].dtype) || !ir::IsFloat(out[0].dtype))) {
+  if (schema.linear_into_floats_only &&
+      (in.empty() || out.empty() || in[0].dtype == ir::DType::kBool ||
+       !ir::IsFloat(out[0].dtype))) {
     return {};
   }
   std::vector<std::vector<int>> groups = schema.linear_in;

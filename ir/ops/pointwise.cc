@@ -349,7 +349,7 @@ void RegisterPointwiseOps(SchemaTable& table) {
       "cast(x) {dtype} -> x in dtype: floats keep their value, integers truncate toward "
       "zero, bool is x != 0")
       .Linear({{0}})
-      .LinearBetweenFloatsOnly();
+      .LinearIntoFloatsOnly();
   reg(OpKind::kCompare, InferCompare, SignatureBroadcast, KernelCompare, Flops<1>, nullptr,
       "compare(a, b) {op=eq|ne|lt|le|gt|ge} -> bool, dims broadcast");
   reg(OpKind::kCos, InferUnaryFloat, SignatureSame, KernelCos, Flops<4>, GradTrig<true>,

@@ -51,6 +51,13 @@ def _whole(t):
 
 
 
+def _named_parameters(module):
+    """(name, parameter) as the state_dict names them (wrappers' names dropped, as
+    loom.torch matches them)."""
+    from loom.torch.rank_inputs import unwrapped_name
+    return [(unwrapped_name(n), p) for n, p in module.named_parameters()]
+
+
 def _record_grads(optimizer, named, into):
     """Before the optimizer steps: every parameter's gradient, whole."""
     def hook(opt, args, kwargs):
@@ -122,7 +129,7 @@ def _rank_main(names, rank, world, port, out_dir, mesh_names, mesh_sizes):
             module = StageModules([st.submod for st in stages], schedule)
         elif isinstance(result, torch.nn.Module):
             module = result
-        named = list(module.named_parameters())
+        named = _named_parameters(module)
         optimizer = names["optimizer"]([p for _, p in named])
         grads = {}
         _record_grads(optimizer, named, grads)
@@ -208,7 +215,7 @@ def _single_main(names, rank, world, port, out_dir, mesh_names, mesh_sizes):
                             world_size=1)
     try:
         module = names["model"]()
-        named = list(module.named_parameters())
+        named = _named_parameters(module)
         optimizer = names["optimizer"]([p for _, p in named])
         grads = {}
         _record_grads(optimizer, named, grads)

@@ -57,6 +57,28 @@ TEST(HomogeneityTest, EveryGroupScalesItsOutputsOnTheReferenceKernels) {
   EXPECT_GT(checked, 60);
 }
 
+// A cast is the identity over the reals where it makes a float, from a float or from
+// an integer (a rank's token count, a share of the batch's, made a float to divide
+// the loss): a scaled count stays scaled. Truncating to an integer, or a bool made a
+// number, is not linear.
+TEST(HomogeneityTest, CastIsLinearWhereItMakesAFloat) {
+  auto type = [](ir::DType dtype) { return ir::TensorType{ir::Shape({}), dtype}; };
+  auto groups = [&](ir::DType from, ir::DType to) {
+    return LinearGroups(ir::OpKind::kCast, {type(from)}, {type(to)});
+  };
+  const std::vector<std::vector<int>> first = {{0}};
+  EXPECT_EQ(groups(ir::DType::kI64, ir::DType::kF32), first);
+  EXPECT_EQ(groups(ir::DType::kF32, ir::DType::kBF16), first);
+  EXPECT_TRUE(groups(ir::DType::kF32, ir::DType::kI64).empty());
+  EXPECT_TRUE(groups(ir::DType::kI64, ir::DType::kI32).empty());
+  EXPECT_TRUE(groups(ir::DType::kBool, ir::DType::kF32).empty());
+  const ir::Rational half = ir::Rational::Of(1, 2);
+  PieceScale count = ScaleOfPiece(ir::OpKind::kCast, {type(ir::DType::kI64)},
+                                  {type(ir::DType::kF32)}, {half}, {0});
+  EXPECT_EQ(count.operand, -1) << count.why;
+  EXPECT_EQ(count.factor, half);
+}
+
 // A complete operand meeting Partial(avg) pieces (one of n equal members' shares
 // held n times) in a linear group is read as n times its even share; one meeting
 // Partial(sum) pieces, shares of another size, or pieces of another group is not.

@@ -1,4 +1,4 @@
-"""python -m loom.torch verify LAUNCHER.py (cli.py)."""
+"""python -m loom.torch verify LAUNCHER.py, python -m loom.torch titan ... (cli.py)."""
 
 import sys
 

@@ -1,4 +1,6 @@
-"""`python -m loom.torch verify LAUNCHER.py`: loom.torch.verify for CI (docs/torch.md).
+"""`python -m loom.torch verify LAUNCHER.py`: loom.torch.verify for CI (docs/torch.md);
+`python -m loom.torch titan ...`: a torchtitan job from its own command line
+(titan_cli.py).
 
 The launcher file is Python that defines what loom.torch.verify takes, by name:
 `model`, `parallelize`, `mesh`, `inputs`, `loss`, `optimizer`, and optionally
@@ -378,9 +380,16 @@ def finish(args, doc):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "titan":
+        from loom.torch.titan_cli import titan_command
+        return titan_command(argv[1:])
     if not argv or argv[0] != "verify":
         print("usage: python -m loom.torch verify LAUNCHER.py [--mesh dp=2,tp=2] [--fake] "
               "[--every-rank] [--report FILE] [--junit FILE] [--timeout SECONDS] "
-              "[--cache DIR] [--traceback]", file=sys.stderr)
+              "[--cache DIR] [--traceback]\n"
+              "       python -m loom.torch titan [--nproc N] [--report FILE] [--junit FILE] "
+              "[--timeout SECONDS] [--cache DIR] [--traceback] TORCHTITAN_ARGS... "
+              "(--model.name llama3 --parallelism.tensor_parallel_degree 2 ...)",
+              file=sys.stderr)
         return 2
     return verify_command(argv[1:])

@@ -28,6 +28,14 @@ import itertools
 import torch
 
 
+def _communicates(node):
+    """A collective (functional or c10d): its value is other ranks' too, so nothing
+    after it is this rank's alone to fold."""
+    name = getattr(node.target, "name", None)
+    name = name() if callable(name) else str(node.target)
+    return name.startswith(("_c10d_functional::", "c10d::", "_dtensor::"))
+
+
 def _placeholder_free(graph, concrete=()):
     """FX nodes that depend on no placeholder but those of `concrete` (only on
     constants, shapes and the batch's integer data), and those of them that depend
@@ -39,7 +47,7 @@ def _placeholder_free(graph, concrete=()):
         elif node.op == "placeholder" and node in concrete:
             free.add(node)
             data.add(node)
-        elif node.op == "call_function":
+        elif node.op == "call_function" and not _communicates(node):
             inputs = node.all_input_nodes
             if all(a in free for a in inputs):
                 free.add(node)

@@ -27,6 +27,15 @@ class PartialNorm:
 
 
 @dataclasses.dataclass(frozen=True)
+class WholeNorm:
+    """A norm the rank holds whole (of a replicated gradient) that DTensor makes a
+    share of a partial norm, to stack it with sharded ones: torch divides it by
+    n^(1/p) on every rank, so that the ranks' p-th powers sum to its own and the
+    completed norm is the norm itself. Loom keeps the norm as it is."""
+    value: object      # the whole norm (a plan value)
+
+
+@dataclasses.dataclass(frozen=True)
 class StackedNorms:
     norms: tuple       # PartialNorm
     node: object       # the rank's stack node
@@ -46,8 +55,41 @@ def lower_norm(L, node, m):
     return PartialNorm(squares, node, m, tuple(L.template), L.cursor, L.dcursor)
 
 
+def element_getitem(node, i):
+    """The getitem that reads element i of the foreach node `node`; None if none."""
+    import operator
+    return next((u for u in node.users if u.target is operator.getitem and u.args[1] == i),
+                None)
+
+
+def is_partial_element(L, node, i):
+    """Whether element i of the rank's `_foreach_norm` is the norm of a shard
+    (clip_grad_norm_'s foreach norms of DTensor gradients)."""
+    g = element_getitem(node, i)
+    return g is not None and is_partial_norm(L.rank.recorder.specs.get(g.name))
+
+
+def lower_norm_element(L, node, i, args):
+    """Element i of the rank's `_foreach_norm`, the norm of its shard: its sum of
+    squares, kept as a PartialNorm whose square root is the step's element's; the
+    element's other ops are left for it (the cursor moves past them)."""
+    from loom.torch.rules.arithmetic import vector_norm_squares
+    marks = L.S.L.foreach_elements.get(L.spec_node)  # the step's op indices
+    first = L.template[0] if L.template else 0
+    if marks is None or i >= len(marks) or marks[i][0] - first != L.cursor:
+        L.unsupported("the rank's foreach norms are not the model's step's, element by "
+                      "element")
+    begin, end = marks[i][0] - first, marks[i][1] - first
+    g = element_getitem(node, i)
+    squares = vector_norm_squares(L, g, *args)
+    partial = PartialNorm(squares, g, L.spec_node, tuple(L.template[begin:end]),
+                          L.cursor - begin, L.dcursor)
+    L.cursor = end
+    return partial
+
+
 def stack(L, node, m, norms):
-    if not all(isinstance(n, PartialNorm) for n in norms):
+    if not all(isinstance(n, (PartialNorm, WholeNorm)) for n in norms):
         raise CaptureError("partial norms stacked with other values")
     return StackedNorms(tuple(norms), node, m)
 
@@ -59,11 +101,16 @@ def complete(L, marker, reduce_squares):
     from loom.torch.rules import RULES
     from loom.torch.rules.arithmetic import vector_norm_from_squares
     import torch
+    if isinstance(marker, WholeNorm):
+        return marker.value
     norms = marker.norms if isinstance(marker, StackedNorms) else (marker,)
     values = []
     saved = (L.current, L.origin, L.spec_node, L.template, L.cursor, L.dcursor)
     try:
         for n in norms:
+            if isinstance(n, WholeNorm):
+                values.append(n.value)
+                continue
             reduced = reduce_squares(n.squares)
             L.current, L.spec_node, L.template = n.node, n.spec_node, list(n.template)
             L.cursor, L.dcursor = n.cursor, n.dcursor

@@ -131,6 +131,13 @@ class RankLowering(RankCollectives, Lowering):
         self.stage_partials = set()  # norm nodes of a stage's rows (stage_norms.py)
         self.completed_terms = set()  # rank gradients lowered as their share of a step's sum
 
+    def partial_norm_element(self, node, i, args=None):
+        """Element i of the rank's `_foreach_norm` when it is the norm of a shard
+        (norm_partial.py): with `args`, its PartialNorm; without, whether it is one."""
+        if args is None:
+            return norm_partial.is_partial_element(self, node, i)
+        return norm_partial.lower_norm_element(self, node, i, args)
+
     # ---- tasks -----------------------------------------------------------------------
     def emit_n(self, kind, inputs, attrs, outs, hint=None):
         if self.cursor >= len(self.template):
@@ -566,7 +573,8 @@ class RankLowering(RankCollectives, Lowering):
                                                     [self.env[a] for a in node.args[0]])
                 return
         if any(isinstance(self.env.get(a), (norm_partial.PartialNorm,
-                                             norm_partial.StackedNorms))
+                                             norm_partial.StackedNorms,
+                                             norm_partial.WholeNorm))
                for a in node.all_input_nodes):
             self.unsupported(f"'{node.target}' reads the norm of a shard before the ranks' "
                              "norms are combined")

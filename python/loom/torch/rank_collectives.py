@@ -102,7 +102,16 @@ class RankCollectives:
         self.image[node] = self.image.get(source_node)
         infos = _gen_transform_infos(r.source, r.target)
         coord = C.coordinate_in(r.source.mesh, self.device)
-        if isinstance(v, (norm_partial.PartialNorm, norm_partial.StackedNorms)):
+        shared = [info for info in infos
+                  if isinstance(info.src_dst_placements[0], Replicate) and
+                  norm_partial.is_partial_norm(_SpecOf(info.src_dst_placements[1]))]
+        if shared and len(shared) == len(infos):
+            # A norm made a share of a partial norm along mesh dims it is replicated
+            # over (to stack it with the norms of shards): norm_partial.WholeNorm.
+            self.env[node] = self._norm_shared(v, shared, coord)
+            return
+        if isinstance(v, (norm_partial.PartialNorm, norm_partial.StackedNorms,
+                          norm_partial.WholeNorm)):
             self.env[node] = self._complete_norm(node, r, v, infos)
             return
         for step, info in enumerate(infos):
@@ -168,6 +177,28 @@ class RankCollectives:
         v = self._claimed(v, r.target) if v.id >= 0 else v
         self.env[node] = v
 
+    def _norm_shared(self, v, steps, coord):
+        """`v` made a share of a partial norm along the mesh dims of `steps` (torch
+        divides it by n^(1/p) on each of their ranks, so the ranks' p-th powers sum to
+        its own). A whole norm stays whole (WholeNorm); a partial one (the norm of a
+        shard along other dims) keeps its sum of squares on the first rank along those
+        dims and zero on the others, so that the sums over every dim count it once."""
+        if isinstance(v, norm_partial.WholeNorm):
+            return v
+        if isinstance(v, norm_partial.PartialNorm):
+            if any(coord[info.mesh_dim] != 0 for info in steps):
+                sq = v.squares
+                zero = self.doc.value(self.device, dataclasses.replace(sq.claim, part=C.EMPTY),
+                                      sq.dtype, sq.dims)
+                self.doc.task(self.device, -1, "fill",
+                              {"shape": list(sq.dims), "value": 0.0, "dtype": sq.dtype}, [],
+                              [zero], self.origin.get("phase", "backward"), -1, self.origin)
+                v = dataclasses.replace(v, squares=zero)
+            return v
+        if isinstance(v, norm_partial.StackedNorms):
+            self.unsupported("a stack of partial norms made a partial norm again")
+        return norm_partial.WholeNorm(v)
+
     def _complete_norm(self, node, r, marker, infos):
         """A partial norm made whole: the sums of squares all-reduced over every mesh
         dim DTensor combines them along, then the step's square roots (and stack)."""
@@ -179,15 +210,18 @@ class RankCollectives:
             steps.append((step, info.mesh_dim))
         count = iter(range(1 << 30))
 
+        # DTensor all-reduces the sums of squares once per mesh dim; after the first
+        # of two a rank holds the sum over some of the shards, which no claim names.
+        # Loom reduces them once over every rank of those dims: the same sums.
+        group = _group_across(r.source.mesh, [mesh_dim for _, mesh_dim in steps],
+                              self.device)
+
         def reduce_squares(squares):
-            v = squares
-            for step, mesh_dim in steps:
-                group = _group_in(r.source.mesh, mesh_dim, self.device)
-                key = (r.index, step, next(count))
-                v = self._collective(key, group, "all_reduce", {"reduce": "sum"}, v,
-                                     *collective_output("all_reduce", "sum", group,
-                                                        self.device, v.claim, v.dims))
-            return v
+            key = (r.index, steps[0][0], next(count))
+            return self._collective(key, group, "all_reduce", {"reduce": "sum"}, squares,
+                                    *collective_output("all_reduce", "sum", group,
+                                                       self.device, squares.claim,
+                                                       squares.dims))
         return norm_partial.complete(self, marker, reduce_squares)
 
     # ---- loss parallel's masked vocabulary pieces and collectives -------------------
@@ -309,6 +343,15 @@ def _group_in(mesh, mesh_dim, rank):
     `rank` only along `mesh_dim`, in order along it."""
     index = list(C.coordinate_in(mesh, rank))
     index[mesh_dim] = slice(None)
+    return tuple(int(r) for r in C.table_for(mesh, rank)[tuple(index)].flatten())
+
+
+def _group_across(mesh, mesh_dims, rank):
+    """The global ranks of `mesh` that differ from `rank` only along `mesh_dims`, in
+    row-major order of those dims."""
+    index = list(C.coordinate_in(mesh, rank))
+    for d in mesh_dims:
+        index[d] = slice(None)
     return tuple(int(r) for r in C.table_for(mesh, rank)[tuple(index)].flatten())
 
 

@@ -19,6 +19,18 @@ from loom.torch.pipeline import microbatch_of
 aten = torch.ops.aten
 
 
+# Modules that wrap a module without changing what it computes, named in the
+# parameters' paths: activation checkpointing's wrapper (whose state_dict hooks drop
+# the name, as torch.distributed.checkpoint does) and torch.compile's.
+_WRAPPER_NAMES = ("_checkpoint_wrapped_module", "_orig_mod")
+
+
+def unwrapped_name(name):
+    """A parameter's name as its state_dict gives it: `layers.1._checkpoint_wrapped_module
+    .attention.wq.weight` is `layers.1.attention.wq.weight`."""
+    return ".".join(part for part in name.split(".") if part not in _WRAPPER_NAMES)
+
+
 def placeholder(R, node, ph):
     """The rank's input `node` (its capture.Placeholder `ph`) as the piece of the
     step's input of the same name it holds (the module docstring)."""
@@ -26,6 +38,8 @@ def placeholder(R, node, ph):
     if split is not None and split[0] in R.S.placeholder:
         return _microbatch_input(R, node, ph, *split)
     spec_node = R.S.placeholder.get(ph.name)
+    if spec_node is None:
+        spec_node = R.S.placeholder.get(unwrapped_name(ph.name))
     aliases = R.S.spec.trace.param_aliases or {}
     if spec_node is None and ph.fqn in aliases:
         # A parameter the model's step shares between two modules (tied

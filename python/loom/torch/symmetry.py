@@ -31,6 +31,7 @@ others' programs from them (plan_symmetry.py).
 
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 
@@ -54,9 +55,12 @@ _ACCESSORS = {"get_rank", "get_local_rank", "get_coordinate", "get_group_rank", 
               "_get_msg_dict"}
 # Frames that only call through (decorators, context managers, Loom's own watches
 # and recorders around torch's functions).
+# Python's logging passes through too: a log record that names the rank (torch's
+# "[rank0]:" prefix) is written where the program logs, and computes nothing.
 _WRAPPERS = _torch_files("_dynamo/", "_compile.py", "utils/_contextlib.py",
-                         "distributed/c10d_logger.py") + tuple(
-    _LOOM_TORCH + f for f in ("symmetry.py", "rank_trace.py"))
+                         "distributed/c10d_logger.py", "_logging/") + tuple(
+    _LOOM_TORCH + f for f in ("symmetry.py", "rank_trace.py")) + (
+    os.path.dirname(logging.__file__) + os.sep,)
 # The torch entry points a program may call, whose use of the rank Loom models from
 # the rank's coordinate: modules and ops (DTensor's dispatch under them), autograd and
 # the optimizers, DTensor's API and parallel styles, FSDP2 and replicate, pipelining,

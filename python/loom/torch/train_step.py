@@ -68,29 +68,43 @@ def _phases(model, optimizer):
 @contextlib.contextmanager
 def _gathered_in_forward(model, leaves, views):
     """For each forward of the model, the parameters FSDP manages as FSDP computes
-    with them (views[fqn](leaf): gathered, their gradient reduced to the shard)."""
+    with them (views[fqn](leaf): gathered, their gradient reduced to the shard),
+    until the backward that follows it has run: a checkpointed block recomputes its
+    forward in the backward on the gathered parameters, as FSDP's pre-backward
+    unshard gives them (the same values: nothing updates the shards in between)."""
     if not views:
         yield
         return
     stack = []
 
+    def release():
+        while stack:
+            stack.pop().__exit__(None, None, None)
+
     def before(module, args):
+        release()
         gathered = {fqn: view(leaves[fqn]) for fqn, view in views.items()}
         ctx = _reparametrize_module(model, gathered, tie_weights=True)
         ctx.__enter__()
         stack.append(ctx)
 
-    def after(module, args, output):
-        stack.pop().__exit__(None, None, None)
+    original_backward = torch.autograd.backward
 
-    handles = [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
+    def backward(*args, **kwargs):
+        try:
+            return original_backward(*args, **kwargs)
+        finally:
+            release()
+
+    handles = [model.register_forward_pre_hook(before)]
+    torch.autograd.backward = backward
     try:
         yield
     finally:
+        torch.autograd.backward = original_backward
         for h in handles:
             h.remove()
-        while stack:
-            stack.pop().__exit__(None, None, None)
+        release()
 
 
 @contextlib.contextmanager

@@ -31,10 +31,15 @@ class _Element:
         self.kwargs = node.kwargs
 
 
+def base_of(node):
+    """The elementwise op a foreach op applies: `_foreach_addcdiv_` -> "addcdiv"."""
+    return node.target.__name__.split(".")[0][len("_foreach_"):].rstrip("_")
+
+
 def _foreach_rule(node):
     """The rule of the elementwise op a foreach op applies (`_foreach_addcdiv_` ->
     addcdiv's)."""
-    base = node.target.__name__.split(".")[0][len("_foreach_"):].rstrip("_")
+    base = base_of(node)
     if base == "norm":  # _foreach_norm(tensors, ord): each tensor's vector norm
         return RULES[aten.linalg_vector_norm.default]
     packet = getattr(aten, base, None)
@@ -66,7 +71,11 @@ def lower_foreach(L, node, args, kwargs):
         source = node.args[0][i]
         val = vals[i] if isinstance(vals, (list, tuple)) and not update else source.meta["val"]
         start = L.ops_made()
-        out.append(rule_of(L, _Element(node, i, val), *element_args, **element_kwargs))
+        partial = getattr(L, "partial_norm_element", None)
+        if base_of(node) == "norm" and partial is not None and partial(node, i):
+            out.append(partial(node, i, element_args))
+        else:
+            out.append(rule_of(L, _Element(node, i, val), *element_args, **element_kwargs))
         marks.append((start, L.ops_made()))
     L.foreach_elements[node] = marks
     if update:
