@@ -503,10 +503,13 @@ def driven_step(pipe, run, ps, batch, received):
                                "that are not one of equal consecutive pieces of the batch")
         return key, offset // base.stride(0) // rows, total // rows
 
-    def step(*args, target=None, losses=None, **kwargs):
+    def step(*args, target=None, losses=None, return_outputs=True, **kwargs):
+        # return_outputs: whether torch's step returns the last stage's outputs; the
+        # capture returns none either way (what the step computes is the same).
         if args:
-            raise CaptureError("the train_step gives the schedule's step positional inputs; "
-                               "give the first stage's inputs by keyword")
+            # Positional inputs are the first stage's forward's, in its order (as the
+            # schedule passes them on: torchtitan's trainer gives the tokens so).
+            kwargs = dict(_first_stage_keywords(pipe, args), **kwargs)
         k = len(calls)
         if k == 0 and any(p.grad is not None for p in ps):
             raise CaptureError("the train_step runs a backward before the schedule's step; "
@@ -568,3 +571,20 @@ def driven_step(pipe, run, ps, batch, received):
         if calls and len(calls) != pipe.steps:
             raise MoreSteps(len(calls))
     return installed()
+
+
+def _first_stage_keywords(pipe, args):
+    """The schedule step's positional inputs `args` by the names of the first stage's
+    forward parameters; CaptureError where this rank holds no first stage or its
+    forward takes fewer."""
+    import inspect
+    first = [st for st in pipe.stages if st.is_first]
+    if not first:
+        raise CaptureError("the train_step gives the schedule's step positional inputs on "
+                           "a rank that holds no first stage")
+    names = [n for n, p in inspect.signature(first[0].submod.forward).parameters.items()
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(names):
+        raise CaptureError(f"the train_step gives the schedule's step {len(args)} positional "
+                           f"inputs; the first stage's forward takes {len(names)}")
+    return dict(zip(names, args))

@@ -77,9 +77,9 @@ def _on_cpu():
 
 @contextlib.contextmanager
 def quiet_torchtitan():
-    """torchtitan's logger at errors only: its job banner and its warnings about the
-    job (printed once per rank, with the rank) are no verdict."""
-    logger = logging.getLogger("torchtitan")
+    """torchtitan's logger (the root logger) at errors only: its job banner and its
+    notes about the job (a tokenizer path it does not need here) are no verdict."""
+    logger = logging.getLogger()
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -169,6 +169,13 @@ class TitanJob:
         return t.local_batch_size * self.batch_degree
 
     @property
+    def tokens_arg(self):
+        """The name the model's forward gives its token ids (its first argument)."""
+        import inspect
+        params = list(inspect.signature(self.train_spec.model_cls.forward).parameters)
+        return params[1] if len(params) > 1 else "tokens"
+
+    @property
     def accumulation(self):
         """The trainer's gradient accumulation steps."""
         return self.global_batch // (self.job_config.training.local_batch_size *
@@ -189,6 +196,9 @@ class TitanJob:
         job = self
         dims_of = weakref.WeakKeyDictionary()  # module -> its rank's ParallelDims
         schedulers = weakref.WeakKeyDictionary()  # optimizer -> torchtitan's schedule
+        # A pipelined rank's schedule -> (its ParallelDims, model parts, whether it
+        # holds the first stage, the last): what pipeline_llm gave the trainer.
+        pipelines = weakref.WeakKeyDictionary()
 
         def model():
             from torchtitan.tools import utils
@@ -203,18 +213,31 @@ class TitanJob:
             return m
 
         def parallelize(module, device_mesh):
+            from torchtitan.tools.utils import device_type
             dims = job.parallel_dims(job.world_size)
             with quiet_torchtitan():
-                module = job.train_spec.parallelize_fn(module, dims, job.job_config)
-            dims_of[module] = dims
-            return module
+                if not dims.pp_enabled:
+                    module = job.train_spec.parallelize_fn(module, dims, job.job_config)
+                    dims_of[module] = dims
+                    return module
+                # The trainer's pipeline_llm: the stages' modules split from the
+                # model, each parallelized, and the schedule over them (its loss
+                # the trainer's loss function).
+                loss_fn = job.train_spec.build_loss_fn(job.job_config, parallel_dims=dims)
+                schedule, parts, first, last = job.train_spec.pipelining_fn(
+                    module, dims, job.job_config, torch.device(device_type), job.model_args,
+                    job.train_spec.parallelize_fn, loss_fn)
+            pipelines[schedule] = (dims, parts, first, last, loss_fn)
+            return schedule
 
         def inputs():
             c = job.job_config
             g = torch.Generator().manual_seed(job.seed + 1)
             vocab = job.model_args.vocab_size
             shape = (job.global_batch, c.training.seq_len)
-            return {"input": torch.randint(0, vocab, shape, generator=g),
+            # Keyed as the model's forward names its tokens (a pipeline's first
+            # stage is called with them) and the pipeline's target.
+            return {job.tokens_arg: torch.randint(0, vocab, shape, generator=g),
                     "labels": torch.randint(0, vocab, shape, generator=g)}
 
         def optimizer(params):
@@ -234,8 +257,17 @@ class TitanJob:
         def train_step(module, opt, batch):
             from torchtitan.distributed import utils as dist_utils
             from torchtitan.tools.utils import device_type
-            dims = dims_of.get(module) or job.parallel_dims(1)
             c = job.job_config
+            schedule = getattr(module, "schedule", None)
+            pipeline = pipelines.get(schedule) if schedule is not None else None
+            if pipeline is not None:
+                dims, parts, first, last, loss_fn = pipeline
+                state = dict(model_parts=list(parts), pp_schedule=module.schedule,
+                             pp_has_first_stage=first, pp_has_last_stage=last)
+            else:
+                dims = dims_of.get(module) or job.parallel_dims(1)
+                loss_fn = job.train_spec.build_loss_fn(c, parallel_dims=dims)
+                state = dict(model_parts=[module])
             if opt not in schedulers:
                 with quiet_torchtitan():
                     schedulers[opt] = job.train_spec.build_lr_schedulers_fn(
@@ -246,8 +278,7 @@ class TitanJob:
             accumulation = job.accumulation
             trainer.__dict__.update(
                 job_config=c, parallel_dims=dims, model_args=job.model_args,
-                model_parts=[module], optimizers=opt, lr_schedulers=schedulers[opt],
-                loss_fn=job.train_spec.build_loss_fn(c, parallel_dims=dims),
+                optimizers=opt, lr_schedulers=schedulers[opt], loss_fn=loss_fn,
                 gradient_accumulation_steps=accumulation, device=torch.device(device_type),
                 tokenizer=None, step=0, ntokens_seen=0, metrics_processor=_NoMetrics(),
                 checkpointer=_NoCheckpoint(),
@@ -257,11 +288,14 @@ class TitanJob:
                 # single device or DDP, not TP, PP or FSDP (whose policy casts).
                 maybe_enable_amp=dist_utils.maybe_enable_amp(
                     job.parallel_dims(job.world_size), c.training.mixed_precision_param,
-                    device_type))
-            ids, labels = batch["input"], batch["labels"]
+                    device_type), **state)
+            ids, labels = batch[job.tokens_arg], batch["labels"]
+            # The data loader's micro-batches: consecutive rows (the batch itself
+            # when there is one: what a pipeline's schedule splits is its tensor).
             rows = ids.shape[0] // accumulation
-            micro = [({"input": ids[k * rows:(k + 1) * rows]}, labels[k * rows:(k + 1) * rows])
-                     for k in range(accumulation)]
+            micro = [({"input": ids}, labels)] if accumulation == 1 else \
+                [({"input": ids[k * rows:(k + 1) * rows]}, labels[k * rows:(k + 1) * rows])
+                 for k in range(accumulation)]
             with quiet_torchtitan(), _counts_read_as_tensors():
                 trainer.train_step(iter(micro))
 
@@ -305,11 +339,22 @@ def titan_job(argv, world_size=None, seed=0):
     if others * degrees["dp_shard"] != world_size:
         raise CaptureError(f"the degrees multiply to {others * degrees['dp_shard']} ranks, "
                            f"not {world_size}")
-    for key, what in (("cp", "context parallelism"), ("pp", "pipeline parallelism"),
-                      ("ep", "expert parallelism")):
+    for key, what in (("cp", "context parallelism"), ("ep", "expert parallelism")):
         if degrees[key] > 1:
             raise CaptureError(f"{what} ({key}={degrees[key]}) in a torchtitan job is not "
                                "captured yet")
+    if degrees["pp"] > 1:
+        from torch.distributed.pipelining.schedules import (PipelineScheduleMulti,
+                                                            get_schedule_class)
+        if p.pipeline_parallel_schedule_csv:
+            raise CaptureError("--parallelism.pipeline_parallel_schedule_csv: a schedule "
+                               "read from a file is not captured")
+        schedule = p.pipeline_parallel_schedule
+        if issubclass(get_schedule_class(schedule), PipelineScheduleMulti):
+            # Clipping stacks the norms of the rank's stages' parameters, which are
+            # not consecutive in the model's order (stage_norms.py takes those).
+            raise CaptureError(f"a pipeline rank with more than one stage ({schedule}) is "
+                               "not captured yet: torchtitan's clipping over its stages")
     if job_config.compile.enable:
         raise CaptureError("--compile.enable: Loom traces the eager step; run it without "
                            "torch.compile (compile does not change what is computed)")

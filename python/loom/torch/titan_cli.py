@@ -83,7 +83,7 @@ def titan_command(argv):
             mesh = job.mesh
             name = job.describe
             status.done()
-            print(f"job:       {name}")
+            print(f"job:       {name}", flush=True)
             names = job.launcher()
             report = loom.torch.verify(
                 model=names["model"], parallelize=names["parallelize"], mesh=mesh,
