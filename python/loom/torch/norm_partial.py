@@ -75,11 +75,19 @@ def lower_norm_element(L, node, i, args):
     element's other ops are left for it (the cursor moves past them)."""
     from loom.torch.rules.arithmetic import vector_norm_squares
     marks = L.S.L.foreach_elements.get(L.spec_node)  # the step's op indices
-    first = L.template[0] if L.template else 0
-    if marks is None or i >= len(marks) or marks[i][0] - first != L.cursor:
+    # Over some of the step's elements (a pipeline stage's, stage_norms.sub_foreach),
+    # the template is theirs, in order.
+    sub = getattr(L, "sub_foreach", {}).get(node)
+    if marks is not None and sub is not None:
+        marks = [marks[p] for p in sub[1]]
+    if marks is None or i >= len(marks):
         L.unsupported("the rank's foreach norms are not the model's step's, element by "
                       "element")
-    begin, end = marks[i][0] - first, marks[i][1] - first
+    begin = sum(e - b for b, e in marks[:i])
+    end = begin + marks[i][1] - marks[i][0]
+    if begin != L.cursor:
+        L.unsupported("the rank's foreach norms are not the model's step's, element by "
+                      "element")
     g = element_getitem(node, i)
     squares = vector_norm_squares(L, g, *args)
     partial = PartialNorm(squares, g, L.spec_node, tuple(L.template[begin:end]),

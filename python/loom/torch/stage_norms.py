@@ -148,6 +148,11 @@ def stack_rows(R, node):
         R.template = ops[first * per:(first + len(mine)) * per]
         R.cursor = R.dcursor = 0
         R._bind_operands(node)
+        if any(isinstance(R.env[a], (norm_partial.PartialNorm, norm_partial.WholeNorm))
+               for a in node.args[0]):
+            R.unsupported("a pipeline stage's stack of the norms of shards (clipping under "
+                          "pipeline and tensor or data parallelism together) is not "
+                          "lowered yet")
         dtype, _ = _out(node)
         parts = []
         for a in node.args[0]:
