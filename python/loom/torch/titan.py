@@ -6,7 +6,8 @@ takes, parsed by torchtitan's own ConfigManager (a `--job.config_file` TOML and
 overrides), and builds what its Trainer builds, with torchtitan's code: the model of
 its train spec and flavour (`update_from_config`, `init_weights`), its
 `parallelize_fn` (tensor, sequence and loss parallelism, FSDP2, activation
-checkpointing, compile as configured) on ParallelDims of the job's degrees, its loss,
+checkpointing) on ParallelDims of the job's degrees, or its `pipelining_fn` (the
+stages split from the model, each parallelized, and the schedule), its loss,
 its optimizer and learning-rate schedule from the config, and its step: the
 Trainer's own `train_step` (micro-batches of the local batch, the sum loss divided by
 the tokens counted over the batch mesh, clipping by torchtitan's clip_grad_norm_,
@@ -36,9 +37,6 @@ _DIMS = (("pp", "pipeline_parallel_degree"),
          ("dp_shard", "data_parallel_shard_degree"),
          ("cp", "context_parallel_degree"),
          ("tp", "tensor_parallel_degree"))
-
-# torchtitan's optimizer implementations: the same update, in one kernel or several.
-_IMPLEMENTATIONS = ("fused", "foreach", "for-loop")
 
 
 def _titan():
