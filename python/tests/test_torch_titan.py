@@ -26,6 +26,9 @@ DEGREES = {
     "dp_shard2": ["--parallelism.data_parallel_shard_degree", "2"],
     "dp_shard2_tp2": ["--parallelism.data_parallel_shard_degree", "2",
                       "--parallelism.tensor_parallel_degree", "2"],
+    # HSDP: the gradients reduced over dp_shard and over dp_replicate in turn.
+    "dp_replicate2_dp_shard2": ["--parallelism.data_parallel_replicate_degree", "2",
+                                "--parallelism.data_parallel_shard_degree", "2"],
 }
 TOLERANCE = 2e-4  # float32 gradients of a 6-layer model, summed in another order
 # Clipping at torchtitan's max_norm (1.0) rescales these small models' gradients to
@@ -156,9 +159,6 @@ def test_titan_command_proves_a_job_from_torchtitans_arguments(tmp_path):
      "a pipeline rank with more than one stage (Interleaved1F1B) is not captured yet"),
     (["--parallelism.data_parallel_replicate_degree", "2"],
      "torchtitan's DDP (torch.distributed._composable.replicate"),
-    (["--parallelism.data_parallel_replicate_degree", "2",
-      "--parallelism.data_parallel_shard_degree", "2"],
-     "torchtitan's HSDP (gradients reduced over two mesh dims in turn) is not captured"),
     (["--parallelism.context_parallel_degree", "2"],
      "context parallelism (cp=2) in a torchtitan job is not captured yet"),
     (["--parallelism.tensor_parallel_degree", "2", "--nproc", "3"],

@@ -8,6 +8,7 @@ reduction's result claiming the union of its members' shares."""
 import collections
 import dataclasses
 import functools
+import math
 from fractions import Fraction
 
 import torch
@@ -114,24 +115,29 @@ class RankCollectives:
                           norm_partial.WholeNorm)):
             self.env[node] = self._complete_norm(node, r, v, infos)
             return
+        # Mesh dims whose partial sums are still to be reduced: a reduction over one
+        # of several leaves the sum over its group's shares (_members_part).
+        pending = {i for i, p in enumerate(r.source.placements) if isinstance(p, Partial)}
         for step, info in enumerate(infos):
             a, b = info.src_dst_placements
             mesh_dim = info.mesh_dim
             n = r.source.mesh.size(mesh_dim)
             key = (r.index, step)
             group = _group_in(r.source.mesh, mesh_dim, self.device)
-            if isinstance(a, Partial) and isinstance(b, Replicate):
+            if isinstance(a, Partial) and isinstance(b, (Replicate, Shard)):
                 reduce = _reduce_of(a)
-                v = self._collective(key, group, "all_reduce", {"reduce": reduce}, v,
-                                     *collective_output("all_reduce", reduce, group,
-                                                        self.device, v.claim, v.dims))
-            elif isinstance(a, Partial) and isinstance(b, Shard):
-                reduce = _reduce_of(a)
-                v = self._collective(key, group, "reduce_scatter",
-                                     {"reduce": reduce, "dim": b.dim}, v,
-                                     *collective_output("reduce_scatter", reduce, group,
-                                                        self.device, v.claim, v.dims,
-                                                        dim=b.dim))
+                kind = "all_reduce" if isinstance(b, Replicate) else "reduce_scatter"
+                attrs = {"reduce": reduce} if kind == "all_reduce" else \
+                    {"reduce": reduce, "dim": b.dim}
+                claim, dims = collective_output(kind, reduce, group, self.device, v.claim,
+                                                v.dims, dim=-1 if kind == "all_reduce"
+                                                else b.dim)
+                pending.discard(mesh_dim)
+                if pending and v.claim.part != C.FULL:
+                    part = self._members_part(v.claim.part, group)
+                    if part is not None:
+                        claim = dataclasses.replace(claim, part=part)
+                v = self._collective(key, group, kind, attrs, v, claim, dims)
             elif isinstance(a, Shard) and isinstance(b, Replicate):
                 v = self._collective(key, group, "all_gather", {"dim": a.dim}, v,
                                      *collective_output("all_gather", None, group, self.device,
@@ -176,6 +182,32 @@ class RankCollectives:
         # What DTensor says the result holds.
         v = self._claimed(v, r.target) if v.id >= 0 else v
         self.env[node] = v
+
+    def _members_part(self, part, group):
+        """The shares of a sum the ranks of `group` hold together, where this rank's
+        `part` is its share of the batch's rows (a data-parallel gradient's): each
+        member's rows, as the batch is split over the data-parallel dims in mesh
+        order. None where `part` is no such share."""
+        sizes, dims = tuple(self.mesh_sizes), tuple(self.data_dims)
+        if not sizes or not dims:
+            return None
+        parts = math.prod(sizes[i] for i in dims)
+
+        def share(rank):
+            coord = C.coordinate_of(rank, sizes)
+            index = 0
+            for i in dims:
+                index = index * sizes[i] + coord[i]
+            return (Fraction(index, parts), Fraction(index + 1, parts))
+        if part != (share(self.device),):
+            return None
+        merged = []
+        for begin, end in sorted(share(g) for g in group):
+            if merged and merged[-1][1] == begin:
+                merged[-1] = (merged[-1][0], end)
+            else:
+                merged.append((begin, end))
+        return tuple(merged)
 
     def _norm_shared(self, v, steps, coord):
         """`v` made a share of a partial norm along the mesh dims of `steps` (torch

@@ -341,16 +341,12 @@ def titan_job(argv, world_size=None, seed=0):
         if degrees[key] > 1:
             raise CaptureError(f"{what} ({key}={degrees[key]}) in a torchtitan job is not "
                                "captured yet")
-    if degrees["dp_replicate"] > 1:
-        # DDP: torch's DDP-based replicate, whose reducer runs outside a trace. HSDP:
-        # gradients reduced over two mesh dims one after the other, whose first
-        # reduction's result Loom's claims cannot name yet (it would be a false alarm).
-        what = "DDP (torch.distributed._composable.replicate, whose reducer runs outside " \
-               "what a trace sees)" if degrees["dp_shard"] == 1 else \
-            "HSDP (gradients reduced over two mesh dims in turn)"
+    if degrees["dp_replicate"] > 1 and degrees["dp_shard"] == 1:
         raise CaptureError(f"--parallelism.data_parallel_replicate_degree "
-                           f"{degrees['dp_replicate']}: torchtitan's {what} is not captured "
-                           "yet")
+                           f"{degrees['dp_replicate']} without sharding: torchtitan's DDP "
+                           "(torch.distributed._composable.replicate, whose reducer runs "
+                           "outside what a trace sees) is not captured; HSDP (with "
+                           "data_parallel_shard_degree above 1) is")
     if degrees["pp"] > 1:
         from torch.distributed.pipelining.schedules import (PipelineScheduleMulti,
                                                             get_schedule_class)
