@@ -566,17 +566,23 @@ class _PythonStack:
 
 
 @contextlib.contextmanager
+def logger_at(name, level):
+    """The logger `name` ("" for the root) at `level` while entered."""
+    import logging
+    logger = logging.getLogger(name or None)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def _quiet_fake_tensors():
     """Fake tensors log a traceback for every op whose shapes do not fit before the
     error reaches the caller; the capture reports the error once, with its place."""
     import logging
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return logger_at("torch._subclasses.fake_tensor", logging.CRITICAL)
 
 
 @contextlib.contextmanager

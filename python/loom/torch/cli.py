@@ -275,6 +275,23 @@ def _write(path, text):
         raise
 
 
+def add_run_options(parser, timeout_help):
+    """The options every capture command takes: --every-rank, --report, --junit,
+    --timeout (what it bounds: `timeout_help`), --timeout-ms, --cache, --traceback."""
+    parser.add_argument("--every-rank", action="store_true",
+                        help="trace every rank (by default one per pipeline rank stands "
+                             "for the others where that is sound; docs/torch.md)")
+    parser.add_argument("--report", help="write the JSON report here")
+    parser.add_argument("--junit", help="write JUnit XML here")
+    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                        help=timeout_help)
+    parser.add_argument("--timeout-ms", type=_positive_int, default=10000,
+                        help="solver timeout per proof (default 10000)")
+    parser.add_argument("--cache", default="", help="proof cache directory")
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an error, print its Python traceback too")
+
+
 def verify_command(argv):
     parser = argparse.ArgumentParser(
         prog="python -m loom.torch verify",
@@ -288,19 +305,8 @@ def verify_command(argv):
                                        "(outermost first), e.g. dp=2,tp=2")
     parser.add_argument("--fake", action="store_true",
                         help="capture with fake tensors (real sizes, nothing allocated)")
-    parser.add_argument("--every-rank", action="store_true",
-                        help="trace every rank (by default one per pipeline rank stands "
-                             "for the others where that is sound; docs/torch.md)")
-    parser.add_argument("--report", help="write the JSON report here")
-    parser.add_argument("--junit", help="write JUnit XML here")
-    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
-                        help="stop loading the launcher and capturing its program after "
-                             "SECONDS (default: no limit)")
-    parser.add_argument("--timeout-ms", type=_positive_int, default=10000,
-                        help="solver timeout per proof (default 10000)")
-    parser.add_argument("--cache", default="", help="proof cache directory")
-    parser.add_argument("--traceback", action="store_true",
-                        help="on an error, print its Python traceback too")
+    add_run_options(parser, timeout_help="stop loading the launcher and capturing its "
+                                         "program after SECONDS (default: no limit)")
     args = parser.parse_args(argv)
     status = TerminalStatus("loom.torch")  # the stages, on a terminal
     try:

@@ -73,17 +73,11 @@ def _on_cpu():
             module.device_module = torch.cpu
 
 
-@contextlib.contextmanager
 def quiet_torchtitan():
     """torchtitan's logger (the root logger) at errors only: its job banner and its
     notes about the job (a tokenizer path it does not need here) are no verdict."""
-    logger = logging.getLogger()
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    from loom.torch.capture import logger_at
+    return logger_at("", logging.ERROR)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import argparse
 import sys
 import traceback
 
-from loom.torch.cli import (UsageError, _jsonable, _positive_int, _positive_seconds,
+from loom.torch.cli import (UsageError, _jsonable, _positive_int, add_run_options,
                             check_report_paths, error_line, finish, report_json,
                             undecided_json)
 from loom.torch.errors import CaptureError
@@ -33,19 +33,8 @@ def _parser():
     parser.add_argument("--nproc", type=_positive_int, metavar="N",
                         help="the ranks torchrun starts (default: the product of the "
                              "parallelism degrees, data_parallel_shard_degree -1 as 1)")
-    parser.add_argument("--every-rank", action="store_true",
-                        help="trace every rank (by default one per pipeline rank stands "
-                             "for the others where that is sound; docs/torch.md)")
-    parser.add_argument("--report", help="write the JSON report here")
-    parser.add_argument("--junit", help="write JUnit XML here")
-    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
-                        help="stop building and capturing the job after SECONDS "
-                             "(default: no limit)")
-    parser.add_argument("--timeout-ms", type=_positive_int, default=10000,
-                        help="solver timeout per proof (default 10000)")
-    parser.add_argument("--cache", default="", help="proof cache directory")
-    parser.add_argument("--traceback", action="store_true",
-                        help="on an error, print its Python traceback too")
+    add_run_options(parser, timeout_help="stop building and capturing the job after "
+                                         "SECONDS (default: no limit)")
     return parser
 
 
