@@ -123,7 +123,8 @@ namespace {
 constexpr const char* kRead[] = {
     "loom_model", "model", "name", "tiny", "tensor_model_parallel_size",
     "pipeline_model_parallel_size", "data_parallel_size", "world_size",
-    "expert_model_parallel_size", "virtual_pipeline_model_parallel_size",
+    "expert_model_parallel_size", "context_parallel_size",
+    "virtual_pipeline_model_parallel_size",
     "num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage",
     "num_layers", "seq_length", "micro_batch_size", "global_batch_size",
     "gradient_accumulation_steps", "zero_stage", "sequence_parallel",
@@ -141,8 +142,9 @@ struct NotModelled {
 };
 const std::vector<NotModelled>& NotModelledKeys() {
   static const auto* keys = new std::vector<NotModelled>{
-      {"context_parallel_size", {"1"}, "context parallelism"},
-      {"hierarchical_context_parallel_sizes", {}, "context parallelism"},
+      {"hierarchical_context_parallel_sizes", {}, "hierarchical context parallelism"},
+      {"cp_comm_type", {"all_gather"},
+       "a context-parallel exchange other than all-gathered keys and values"},
       {"expert_tensor_parallel_size", {"1"}, "tensor parallelism inside the experts"},
       {"encoder_tensor_model_parallel_size", {"0", "1"}, "an encoder's own parallelism"},
       {"encoder_pipeline_model_parallel_size", {"0", "1"}, "an encoder's own parallelism"},
@@ -493,13 +495,14 @@ absl::StatusOr<TrainConfig> FromSettings(const Settings& settings) {
                             "dropout is not modelled (Loom's step has none); set it to 0.0");
     }
   }
-  std::optional<int64_t> tp, pp, dp, world, ep, vpp, vpp_ranks, layers_per_virtual, layers, seq,
-      micro, global, accumulation, zero;
+  std::optional<int64_t> tp, pp, dp, world, ep, cp, vpp, vpp_ranks, layers_per_virtual, layers,
+      seq, micro, global, accumulation, zero;
   LOOM_CONFIG_OK(settings.Int("tensor_model_parallel_size", 1, tp));
   LOOM_CONFIG_OK(settings.Int("pipeline_model_parallel_size", 1, pp));
   LOOM_CONFIG_OK(settings.Int("data_parallel_size", 1, dp));
   LOOM_CONFIG_OK(settings.Int("world_size", 1, world));
   LOOM_CONFIG_OK(settings.Int("expert_model_parallel_size", 1, ep));
+  LOOM_CONFIG_OK(settings.Int("context_parallel_size", 1, cp));
   LOOM_CONFIG_OK(settings.Int("virtual_pipeline_model_parallel_size", 1, vpp));
   LOOM_CONFIG_OK(settings.Int("num_virtual_stages_per_pipeline_rank", 1, vpp_ranks));
   LOOM_CONFIG_OK(settings.Int("num_layers_per_virtual_pipeline_stage", 1, layers_per_virtual));
@@ -531,21 +534,24 @@ absl::StatusOr<TrainConfig> FromSettings(const Settings& settings) {
   p.tp = static_cast<int>(tp.value_or(1));
   p.pp = static_cast<int>(pp.value_or(1));
   p.ep = static_cast<int>(ep.value_or(1));
+  p.cp = static_cast<int>(cp.value_or(1));
   p.sp = sp.value_or(false);
+  // Megatron-LM: world = dp x cp x tp x pp.
+  const int64_t model_parallel = int64_t{p.tp} * p.pp * p.cp;
   if (dp.has_value()) {
     p.dp = static_cast<int>(*dp);
-    if (world.has_value() && *dp * p.tp * p.pp != *world) {
+    if (world.has_value() && *dp * model_parallel != *world) {
       return absl::InvalidArgumentError(absl::StrCat(
-          origin, ": data x tensor x pipeline parallel size (", *dp, " x ", p.tp, " x ", p.pp,
-          ") is not the job's ", *world, " devices"));
+          origin, ": data x context x tensor x pipeline parallel size (", *dp, " x ", p.cp,
+          " x ", p.tp, " x ", p.pp, ") is not the job's ", *world, " devices"));
     }
   } else if (world.has_value()) {
-    if (*world % (p.tp * p.pp) != 0) {
+    if (*world % model_parallel != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          origin, ": world_size ", *world, " is not a multiple of tensor x pipeline "
-          "parallel size ", p.tp * p.pp));
+          origin, ": world_size ", *world, " is not a multiple of context x tensor x "
+          "pipeline parallel size ", model_parallel));
     }
-    p.dp = static_cast<int>(*world / (p.tp * p.pp));
+    p.dp = static_cast<int>(*world / model_parallel);
   } else if (global.has_value() && micro.has_value() && accumulation.has_value()) {
     // DeepSpeed: train_batch_size = micro batch x accumulation steps x dp.
     if (*global % (*micro * *accumulation) != 0) {

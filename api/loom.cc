@@ -128,6 +128,7 @@ transform::Strategy StrategyOf(const ParallelConfig& parallel) {
   s.pp = parallel.pp;
   s.vpp = parallel.vpp;
   s.ep = parallel.ep;
+  s.cp = parallel.cp;
   s.sp = parallel.sp;
   s.zero = parallel.zero;
   s.microbatches = parallel.microbatches;

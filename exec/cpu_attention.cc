@@ -36,14 +36,26 @@ std::vector<T> Copy(const HostTensor& t) {
   return std::vector<T>(t.data.begin(), t.data.end());
 }
 
-// P = softmax(scale Q K^T) of one (batch, head), causal rows masked: [s, t].
+// Scores scale Q K^T of one (batch, head): [s, t].
 template <typename T>
-void Weights(const Dims& d, const T* q, const T* k, std::vector<T>& p) {
+void Scores(const Dims& d, const T* q, const T* k, std::vector<T>& p) {
   Gemm(false, true, d.s, d.t, d.dk, static_cast<T>(d.scale), q, d.hq * d.dk, k, d.hkv * d.dk,
        T(0), p.data(), d.t);
+}
+
+// P = softmax(scale Q K^T) of one (batch, head), the keys each query does not see
+// masked, and each row's log-sum-exp (-inf for a row that sees no key): [s, t], [s].
+template <typename T>
+void Weights(const Dims& d, const T* q, const T* k, std::vector<T>& p, std::vector<T>& lse) {
+  Scores(d, q, k, p);
   for (int64_t i = 0; i < d.s; ++i) {
     T* row = p.data() + i * d.t;
-    const int64_t n = d.causal ? i + 1 : d.t;
+    const int64_t n = d.Visible(i);
+    if (n == 0) {
+      std::fill(row, row + d.t, T(0));
+      lse[i] = -std::numeric_limits<T>::infinity();
+      continue;
+    }
     const T top = *std::max_element(row, row + n);
     T total = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -52,13 +64,14 @@ void Weights(const Dims& d, const T* q, const T* k, std::vector<T>& p) {
     }
     for (int64_t j = 0; j < n; ++j) row[j] /= total;
     std::fill(row + n, row + d.t, T(0));
+    lse[i] = top + std::log(total);
   }
 }
 
 template <typename T>
-void Forward(const Dims& d, absl::Span<const HostTensor* const> in, HostTensor& out) {
+void Forward(const Dims& d, absl::Span<const HostTensor* const> in, absl::Span<HostTensor> out) {
   const std::vector<T> q = Copy<T>(*in[0]), k = Copy<T>(*in[1]), v = Copy<T>(*in[2]);
-  std::vector<T> o(out.data.size()), p(d.s * d.t);
+  std::vector<T> o(out[0].data.size()), p(d.s * d.t), lse(d.s);
   const int64_t group = d.group();
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.hq; ++h) {
@@ -66,20 +79,23 @@ void Forward(const Dims& d, absl::Span<const HostTensor* const> in, HostTensor& 
       const T* qh = q.data() + (b * d.s * d.hq + h) * d.dk;
       const T* kg = k.data() + (b * d.t * d.hkv + g) * d.dk;
       const T* vg = v.data() + (b * d.t * d.hkv + g) * d.dv;
-      Weights(d, qh, kg, p);
+      Weights(d, qh, kg, p, lse);
       Gemm(false, false, d.s, d.dv, d.t, T(1), p.data(), d.t, vg, d.hkv * d.dv, T(0),
            o.data() + (b * d.s * d.hq + h) * d.dv, d.hq * d.dv);
+      for (int64_t i = 0; i < d.s; ++i) out[1].data[(b * d.s + i) * d.hq + h] = lse[i];
     }
   }
-  out.data.assign(o.begin(), o.end());
+  out[0].data.assign(o.begin(), o.end());
 }
 
-// dv = P^T do, dP = do v^T, dS = P * (dP - rowsum(P * dP)), dq = scale dS k,
-// dk = scale dS^T q; kv gradients sum over the query heads of their group.
+// With the forward's out o and log-sum-exp L: P = exp(scale Q K^T - L) on the keys
+// each query sees, dv = P^T do, dP = do v^T, dS = P * (dP - rowsum(do * o) + dL),
+// dq = scale dS k, dk = scale dS^T q (dL the log-sum-exp's gradient where given); kv
+// gradients sum over the query heads of their group.
 template <typename T>
 void Backward(const Dims& d, absl::Span<const HostTensor* const> in, absl::Span<HostTensor> out) {
   const std::vector<T> q = Copy<T>(*in[0]), k = Copy<T>(*in[1]), v = Copy<T>(*in[2]),
-                       dout = Copy<T>(*in[3]);
+                       o = Copy<T>(*in[3]), lse = Copy<T>(*in[4]), dout = Copy<T>(*in[5]);
   std::vector<T> dq(out[0].data.size()), dk(out[1].data.size()), dv(out[2].data.size());
   std::vector<T> p(d.s * d.t), dp(d.s * d.t);
   const int64_t group = d.group();
@@ -88,14 +104,20 @@ void Backward(const Dims& d, absl::Span<const HostTensor* const> in, absl::Span<
       const int64_t g = h / group;
       const int64_t qo = (b * d.s * d.hq + h) * d.dk, ko = (b * d.t * d.hkv + g) * d.dk;
       const int64_t vo = (b * d.t * d.hkv + g) * d.dv, oo = (b * d.s * d.hq + h) * d.dv;
-      Weights(d, q.data() + qo, k.data() + ko, p);
+      Scores(d, q.data() + qo, k.data() + ko, p);
       Gemm(false, true, d.s, d.t, d.dv, T(1), dout.data() + oo, d.hq * d.dv, v.data() + vo,
            d.hkv * d.dv, T(0), dp.data(), d.t);
       for (int64_t i = 0; i < d.s; ++i) {
         T* pr = p.data() + i * d.t;
         T* dr = dp.data() + i * d.t;
-        T dot = 0;
-        for (int64_t j = 0; j < d.t; ++j) dot += pr[j] * dr[j];
+        const T row_lse = lse[(b * d.s + i) * d.hq + h];
+        T dot = in.size() > 6 ? -(*in[6])[(b * d.s + i) * d.hq + h] : T(0);
+        for (int64_t x = 0; x < d.dv; ++x) {
+          dot += dout[oo + i * d.hq * d.dv + x] * o[oo + i * d.hq * d.dv + x];
+        }
+        const int64_t n = d.Visible(i);
+        for (int64_t j = 0; j < n; ++j) pr[j] = std::exp(pr[j] - row_lse);
+        std::fill(pr + n, pr + d.t, T(0));
         for (int64_t j = 0; j < d.t; ++j) dr[j] = pr[j] * (dr[j] - dot);  // dS
       }
       Gemm(false, false, d.s, d.dk, d.t, static_cast<T>(d.scale), dp.data(), d.t, k.data() + ko,
@@ -118,7 +140,7 @@ absl::Status CpuAttention(absl::Span<const HostTensor* const> in, const ir::Attr
   auto d = GetDims(in, attrs);
   if (!d.ok()) return d.status();
   (void)precision;  // computed in double in both precisions (see the header)
-  Forward<double>(*d, in, out[0]);
+  Forward<double>(*d, in, out);
   return absl::OkStatus();
 }
 

@@ -16,12 +16,14 @@
 
 namespace loom::exec {
 
-// q [b, s, hq, dk], k [b, t, hkv, dk], v [b, t, hkv, dv] -> out[0] [b, s, hq, dv].
-// Shapes are checked by the caller (shape inference).
+// q [b, s, hq, dk], k [b, t, hkv, dk], v [b, t, hkv, dv] -> out[0] [b, s, hq, dv]
+// and out[1], each query row's log-sum-exp [b, s, hq]. Shapes are checked by the
+// caller (shape inference).
 absl::Status CpuAttention(absl::Span<const ir::HostTensor* const> in, const ir::AttrMap& attrs,
                           ir::DType precision, absl::Span<ir::HostTensor> out);
 
-// q, k, v, dout -> dq, dk, dv.
+// q, k, v, the forward's out and log-sum-exp, dout and optionally the log-sum-exp's
+// gradient -> dq, dk, dv.
 absl::Status CpuAttentionGrad(absl::Span<const ir::HostTensor* const> in,
                               const ir::AttrMap& attrs, ir::DType precision,
                               absl::Span<ir::HostTensor> out);

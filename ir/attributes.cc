@@ -80,6 +80,13 @@ void AttrMap::Set(const std::string& name, AttrValue value) {
   values_.insert(values_.begin() + (it - values_.begin()), Entry{name, std::move(value)});
 }
 
+void AttrMap::Erase(absl::string_view name) {
+  auto it = LowerBound(name);
+  if (it != values_.end() && it->first == name) {
+    values_.erase(values_.begin() + (it - values_.begin()));
+  }
+}
+
 absl::StatusOr<int64_t> AttrMap::GetInt(absl::string_view name) const {
   const AttrValue* value = Find(name);
   if (value == nullptr) return Missing(name);

@@ -32,6 +32,8 @@ class AttrMap {
   AttrMap(std::initializer_list<Entry> init);
 
   void Set(const std::string& name, AttrValue value);
+  // Removes `name` where set.
+  void Erase(absl::string_view name);
   bool Has(absl::string_view name) const { return Find(name) != nullptr; }
   // The value of `name`, or null.
   const AttrValue* Find(absl::string_view name) const;

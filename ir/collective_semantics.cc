@@ -43,6 +43,12 @@ absl::StatusOr<CollectiveMeaning> MeaningOf(CollectiveKind kind, ReduceOp reduce
         absl::StrCat("reduce op '", ReduceOpName(reduce), "' on ", name,
                      ", which does not reduce (only all_reduce and reduce_scatter read it)"));
   }
+  if (reduce == ReduceOp::kLogSumExp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reduce op 'logsumexp' on ", name,
+        ": partial softmaxes merge in pairs of a value and its log-sum-exp "
+        "(attention_merge), never element by element in a collective"));
+  }
   // An average combines by sum, then scales by 1 / members.
   const ReduceOp combine = reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce;
   auto normalize = [&](int d, const char* what) -> absl::StatusOr<int> {

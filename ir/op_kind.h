@@ -16,8 +16,9 @@ namespace loom::ir {
   X(kAdamW, "adamw", 4, 4, 3)                    \
   X(kAdd, "add", 2, 2, 1)                        \
   X(kArange, "arange", 0, 0, 1)                  \
-  X(kAttention, "attention", 3, 3, 1)            \
-  X(kAttentionGrad, "attention_grad", 4, 4, 3)   \
+  X(kAttention, "attention", 3, 3, 2)            \
+  X(kAttentionGrad, "attention_grad", 6, 7, 3)   \
+  X(kAttentionMerge, "attention_merge", 4, 4, 2) \
   X(kCast, "cast", 1, 1, 1)                      \
   X(kClipCoef, "clip_coef", 1, 1, 1)             \
   X(kCompare, "compare", 2, 2, 1)                \

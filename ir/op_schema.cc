@@ -56,6 +56,9 @@ std::string DimSignature::ToString() const {
   for (const auto& [label, kind] : kinds) {
     if (kind == DimKind::kReduction) notes.push_back(absl::StrCat(label, ":reduce"));
     if (kind == DimKind::kMaxReduction) notes.push_back(absl::StrCat(label, ":max"));
+    if (kind == DimKind::kLogSumExpReduction) {
+      notes.push_back(absl::StrCat(label, ":logsumexp"));
+    }
     if (kind == DimKind::kFixed) notes.push_back(absl::StrCat(label, ":fixed"));
   }
   for (const auto& group : coupled) {
@@ -226,6 +229,18 @@ OpSchema& OpSchema::Resizes(ResizeAttrsFn fn) {
 OpSchema& OpSchema::RoutesTokens() {
   routes_tokens = true;
   return *this;
+}
+
+OpSchema& OpSchema::Causal(std::string queries, std::string keys) {
+  causal_mask = CausalMask{std::move(queries), std::move(keys)};
+  return *this;
+}
+
+std::optional<int64_t> CausalShift(const OpSchema& schema, const AttrMap& attrs) {
+  if (!schema.causal_mask.has_value() || attrs.GetInt("causal", 1).value_or(1) != 1) {
+    return std::nullopt;
+  }
+  return attrs.GetInt("q_offset", 0).value_or(0) - attrs.GetInt("k_offset", 0).value_or(0);
 }
 
 std::optional<AttrRole> OpSchema::RoleOf(absl::string_view name) const {

@@ -26,6 +26,9 @@ enum class DimKind {
   kReduction,  // summed away: split it and outputs become partial sums
   kMaxReduction,  // reduced by max: split it and outputs become partial maxima,
                   // combined by a max-reduction
+  kLogSumExpReduction,  // a softmax's axis (attention's keys): split it and the op's
+                        // outputs (a softmax-weighted value and its log-sum-exp)
+                        // become partial softmaxes, merged by attention_merge
   kFixed,      // may not be split (softmax axis, normalised axis, ...)
 };
 
@@ -133,6 +136,17 @@ struct AttrUse {
   AttrRole role;
 };
 
+// A causal mask between two labels of an op (attention's queries s and keys t):
+// with the op's `causal` attribute set (default 1), position i of `queries` sees
+// position j of `keys` where k_offset + j <= q_offset + i (its q_offset and
+// k_offset attributes, default 0). A piece pairing a block of queries with a chunk
+// of keys holds nothing for the keys after the block's last query and the queries
+// before the chunk's first key; the verifier's reductions reach over them.
+struct CausalMask {
+  std::string queries;
+  std::string keys;
+};
+
 // The attributes of an op at other sizes, for ops whose attributes size a dim
 // that only an output carries (fill's shape, expand's size, a vocabulary):
 // `label_sizes` gives the new size of such labels of `sig`, `old_out` the output
@@ -177,6 +191,7 @@ struct OpSchema {
   ResizeAttrsFn resize_attrs = nullptr;  // nullptr: no attribute sizes an output-only dim
   // An MoE routing op: integer routing indices place tokens into expert slots.
   bool routes_tokens = false;
+  std::optional<CausalMask> causal_mask = std::nullopt;
 
   // Declarations, chained after registration:
   //   reg(OpKind::kScale, ...).Linear({{0}}).Attr("factor", AttrRole::kFactor);
@@ -188,10 +203,16 @@ struct OpSchema {
   OpSchema& Attr(std::string name, AttrRole role);
   OpSchema& Resizes(ResizeAttrsFn fn);
   OpSchema& RoutesTokens();
+  OpSchema& Causal(std::string queries, std::string keys);
 
   // The role of attribute `name`, if it has one.
   std::optional<AttrRole> RoleOf(absl::string_view name) const;
 };
+
+// Where an op's causal mask lets query i see key j (j <= i + shift, positions
+// within the op): its q_offset minus its k_offset. nullopt where the op has no
+// causal mask or its `causal` attribute is 0.
+std::optional<int64_t> CausalShift(const OpSchema& schema, const AttrMap& attrs);
 
 // The registry: every OpKind has exactly one schema.
 const OpSchema& GetOpSchema(OpKind kind);

@@ -133,6 +133,7 @@ absl::string_view ReduceOpName(ReduceOp op) {
     case ReduceOp::kSum: return "sum";
     case ReduceOp::kMax: return "max";
     case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kLogSumExp: return "logsumexp";
   }
   return "?";
 }

@@ -135,8 +135,11 @@ bool Contains(const Box& outer, const Box& inner);
 // (partial maxima, e.g. a softmax's row maximum over a vocabulary piece). A
 // collective may also average (kAvg: the sum times 1 / its members, as NCCL's
 // ncclAvg and torch's ReduceOp.AVG); shares never combine by it.
-enum class ReduceOp { kSum, kMax, kAvg };
-absl::string_view ReduceOpName(ReduceOp op);  // "sum", "max", "avg"
+// A softmax over a split axis (kLogSumExp: attention over a chunk of its keys)
+// leaves pairs of shares, a weighted value and its log-sum-exp, that merge by the
+// online-softmax identity (attention_merge); no collective reduces by it.
+enum class ReduceOp { kSum, kMax, kAvg, kLogSumExp };
+absl::string_view ReduceOpName(ReduceOp op);  // "sum", "max", "avg", "logsumexp"
 
 // A piece of a logical tensor: index region and value share, times `scale`. A
 // share that is neither full nor empty combines with the others by `combine`.

@@ -52,6 +52,7 @@ void AppendValue(std::string* out, const PlanValue& v) {
   absl::StrAppend(out, "],\"part\":\"", v.sub.part.ToString(), "\",\"dtype\":\"",
                   DTypeName(v.dtype), "\",\"microbatch\":", v.microbatch);
   if (v.sub.combine == ReduceOp::kMax) out->append(",\"combine\":\"max\"");
+  if (v.sub.combine == ReduceOp::kLogSumExp) out->append(",\"combine\":\"logsumexp\"");
   if (!v.sub.scale.IsOne()) absl::StrAppend(out, ",\"scale\":\"", v.sub.scale.ToString(), "\"");
   if (v.dp_dim >= 0) absl::StrAppend(out, ",\"dp_dim\":", v.dp_dim);
   if (v.dp_share) absl::StrAppend(out, ",\"dp_share\":true");
@@ -421,9 +422,11 @@ absl::StatusOr<PlanValue> PlanReader::ReadValue(const Json& j, size_t index) con
     v.sub.combine = ReduceOp::kSum;
   } else if (combine == "max") {
     v.sub.combine = ReduceOp::kMax;
+  } else if (combine == "logsumexp") {
+    v.sub.combine = ReduceOp::kLogSumExp;
   } else {
     return Error(At(item, "combine"), absl::StrCat("unknown combination '", combine,
-                                                   "' (expected sum or max)"));
+                                                   "' (expected sum, max or logsumexp)"));
   }
   LOOM_ASSIGN_OR_RETURN(std::string scale, StringField(j, "scale", item, "1"));
   auto parsed_scale = ParseSignedRational(scale);

@@ -137,7 +137,11 @@ absl::StatusOr<TensorId> GraphBuilder::Rope(TensorId x, double theta, std::strin
 
 absl::StatusOr<TensorId> GraphBuilder::Attention(TensorId q, TensorId k, TensorId v,
                                                  std::string name) {
-  return Op(OpKind::kAttention, {q, k, v}, {{"causal", int64_t{1}}}, std::move(name));
+  std::string lse = absl::StrCat(name, ".lse");
+  LOOM_ASSIGN_OR_RETURN(std::vector<TensorId> outs,
+                        OpN(OpKind::kAttention, {q, k, v}, {{"causal", int64_t{1}}},
+                            {std::move(name), std::move(lse)}));
+  return outs[0];
 }
 
 absl::Status GraphBuilder::Loss(TensorId logits, TensorId targets) {

@@ -101,6 +101,8 @@ const char* KindName(ir::DimKind k) {
       return "reduction";
     case ir::DimKind::kMaxReduction:
       return "max_reduction";
+    case ir::DimKind::kLogSumExpReduction:
+      return "logsumexp_reduction";
     case ir::DimKind::kFixed:
       return "fixed";
   }

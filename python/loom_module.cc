@@ -103,7 +103,7 @@ std::string ModelConfigRepr(const ModelConfig& c) {
 
 std::string ParallelConfigRepr(const ParallelConfig& c) {
   return absl::StrCat("ParallelConfig(dp=", c.dp, ", tp=", c.tp, ", pp=", c.pp, ", vpp=", c.vpp,
-                      ", ep=", c.ep, ", sp=", Bool(c.sp), ", zero=", c.zero,
+                      ", ep=", c.ep, ", cp=", c.cp, ", sp=", Bool(c.sp), ", zero=", c.zero,
                       ", microbatches=", c.microbatches, ", recompute=", Bool(c.recompute),
                       ", factored=", Bool(c.factored), ")");
 }
@@ -121,7 +121,7 @@ bool Equal(const ModelConfig& a, const ModelConfig& b) {
 
 bool Equal(const ParallelConfig& a, const ParallelConfig& b) {
   return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.vpp == b.vpp && a.ep == b.ep &&
-         a.sp == b.sp && a.zero == b.zero && a.microbatches == b.microbatches &&
+         a.cp == b.cp && a.sp == b.sp && a.zero == b.zero && a.microbatches == b.microbatches &&
          a.recompute == b.recompute && a.factored == b.factored;
 }
 
@@ -270,15 +270,16 @@ void DefineModule(py::module_& m) {
 
   py::class_<ParallelConfig>(m, "ParallelConfig",
                              "How the step is split: data, tensor, pipeline (and virtual), "
-                             "expert parallel sizes, sequence parallelism, ZeRO stage, "
+                             "expert and context parallel sizes, sequence parallelism, ZeRO stage, "
                              "micro-batches, recomputation, factored plan form.")
       .def(py::init([](int dp, int tp, int pp, int vpp, int ep, bool sp, int zero, int microbatches,
-                       bool recompute, bool factored) {
+                       bool recompute, bool factored, int cp) {
              return ParallelConfig{.dp = dp,
                                    .tp = tp,
                                    .pp = pp,
                                    .vpp = vpp,
                                    .ep = ep,
+                                   .cp = cp,
                                    .sp = sp,
                                    .zero = zero,
                                    .microbatches = microbatches,
@@ -287,12 +288,15 @@ void DefineModule(py::module_& m) {
            }),
            py::arg("dp") = 1, py::arg("tp") = 1, py::arg("pp") = 1, py::arg("vpp") = 1,
            py::arg("ep") = 1, py::arg("sp") = false, py::arg("zero") = 0,
-           py::arg("microbatches") = 1, py::arg("recompute") = false, py::arg("factored") = true)
+           py::arg("microbatches") = 1, py::arg("recompute") = false, py::arg("factored") = true,
+           py::arg("cp") = 1)
       .def_readwrite("dp", &ParallelConfig::dp)
       .def_readwrite("tp", &ParallelConfig::tp)
       .def_readwrite("pp", &ParallelConfig::pp)
       .def_readwrite("vpp", &ParallelConfig::vpp, "virtual stages per pipeline stage")
       .def_readwrite("ep", &ParallelConfig::ep, "expert parallelism, within the dp replicas")
+      .def_readwrite("cp", &ParallelConfig::cp,
+                     "context parallelism: the sequence in cp chunks")
       .def_readwrite("sp", &ParallelConfig::sp, "sequence parallelism over the tp group")
       .def_readwrite("zero", &ParallelConfig::zero, "ZeRO stage over the dp group")
       .def_readwrite("microbatches", &ParallelConfig::microbatches)

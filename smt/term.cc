@@ -261,6 +261,82 @@ std::optional<AtomId> Terms::Impl::AsAtom(TermId t) const {
   return mono.factors[0].atom;
 }
 
+bool Terms::Impl::EvidentlyPositive(TermId t) const {
+  const TermNode& node = terms[t];
+  if (node.monos.empty()) return false;
+  for (size_t i = 0; i < node.monos.size(); ++i) {
+    if (node.coeffs[i] <= 0) return false;
+    for (const Factor& f : monos[node.monos[i]].factors) {
+      const Atom& atom = atoms[f.atom];
+      const bool exp = atom.kind == AtomKind::kFn && atom.name == "exp" && atom.args.size() == 1;
+      const bool inv = atom.kind == AtomKind::kInv && EvidentlyPositive(atom.args[0]);
+      if (!exp && !inv) return false;
+    }
+  }
+  return true;
+}
+
+bool Terms::Impl::EvidentlyNonNegative(TermId t) const {
+  return terms[t].monos.empty() || EvidentlyPositive(t);
+}
+
+// exp(c log p + r) = p^c exp(r): exact over the reals where p > 0, and where p = 0
+// and c > 0 (exp(-inf) = 0). Summands with other coefficients stay inside.
+TermId Terms::Impl::Exp(TermId x) {
+  constexpr int kMaxPower = 64;
+  std::vector<std::pair<TermId, int>> powers;
+  MonoMap rest;
+  const TermNode& node = terms[x];
+  for (size_t i = 0; i < node.monos.size(); ++i) {
+    const std::vector<Factor>& factors = monos[node.monos[i]].factors;
+    const BigRational& c = node.coeffs[i];
+    if (factors.size() == 1 && factors[0].exponent == 1 &&
+        boost::multiprecision::denominator(c) == 1 && abs(c) <= kMaxPower) {
+      const Atom& atom = atoms[factors[0].atom];
+      if (atom.kind == AtomKind::kFn && atom.name == "log" && atom.args.size() == 1) {
+        const int power = static_cast<int>(boost::multiprecision::numerator(c));
+        const TermId p = atom.args[0];
+        if (power > 0 ? EvidentlyNonNegative(p) : EvidentlyPositive(p)) {
+          powers.emplace_back(p, power);
+          continue;
+        }
+      }
+    }
+    rest.emplace(node.monos[i], c);
+  }
+  if (powers.empty()) return AtomTerm(InternAtom(Atom{AtomKind::kFn, "exp", {x}}));
+  const TermId r = FromMap(std::move(rest));
+  TermId result = terms[r].monos.empty()
+                      ? Constant(1)
+                      : AtomTerm(InternAtom(Atom{AtomKind::kFn, "exp", {r}}));
+  for (const auto& [p, power] : powers) {
+    for (int k = 0; k < std::abs(power); ++k) {
+      result = power > 0 ? Multiply(result, p) : Multiply(result, Inverse(p));
+    }
+  }
+  return result;
+}
+
+std::optional<TermId> Terms::Impl::CancelInverse(TermId a, TermId s) {
+  const TermNode& sn = terms[s];
+  if (sn.monos.size() < 2 || !EvidentlyPositive(s)) return std::nullopt;
+  const BigRational lead = sn.coeffs[0];
+  const TermId normalised = Scale(s, BigRational(1) / lead);
+  const AtomId inv = InternAtom(Atom{AtomKind::kInv, "", {normalised}});
+  MonoMap out;
+  const TermNode& an = terms[a];
+  if (an.monos.empty()) return std::nullopt;
+  for (size_t i = 0; i < an.monos.size(); ++i) {
+    std::vector<Factor> factors = monos[an.monos[i]].factors;
+    auto it = std::find_if(factors.begin(), factors.end(),
+                           [&](const Factor& f) { return f.atom == inv; });
+    if (it == factors.end()) return std::nullopt;
+    if (--it->exponent == 0) factors.erase(it);
+    out.emplace(InternMono(std::move(factors)), BigRational(terms[a].coeffs[i] * lead));
+  }
+  return FromMap(std::move(out));
+}
+
 // ---------------------------------------------------------------- public API
 
 Terms::Terms() : impl_(std::make_unique<Impl>()) {}
@@ -324,7 +400,12 @@ TermId Terms::Sum(absl::Span<const TermId> terms) {
 
 TermId Terms::Sub(TermId a, TermId b) { return Add(a, Neg(b)); }
 TermId Terms::Neg(TermId a) { return impl_->Scale(a, BigRational(-1)); }
-TermId Terms::Mul(TermId a, TermId b) { return impl_->Multiply(a, b); }
+// x * (1/x) = 1 for the evidently positive sums a softmax divides by (smt/term.h).
+TermId Terms::Mul(TermId a, TermId b) {
+  if (std::optional<TermId> c = impl_->CancelInverse(a, b)) return *c;
+  if (std::optional<TermId> c = impl_->CancelInverse(b, a)) return *c;
+  return impl_->Multiply(a, b);
+}
 
 TermId Terms::Product(absl::Span<const TermId> terms) {
   TermId result = One();
@@ -366,6 +447,9 @@ TermId Terms::PowInt(TermId a, int exponent) {
 }
 
 TermId Terms::Fn(absl::string_view name, absl::Span<const TermId> args) {
+  if (name == "exp" && args.size() == 1 && !impl_->functions.contains("exp")) {
+    return impl_->Exp(args[0]);
+  }
   return impl_->AtomTerm(impl_->InternAtom(
       Atom{AtomKind::kFn, std::string(name), std::vector<TermId>(args.begin(), args.end())}));
 }

@@ -8,7 +8,10 @@
 // Atoms are variables, applications of uninterpreted functions (exp, log, rsqrt,
 // tanh, ...), inverses of sums, n-ary maxima and indicators. Construction
 // normalises at once: sums and products are flattened, sorted and merged,
-// constants are folded, products are distributed over sums. Two terms with the
+// constants are folded, products are distributed over sums. Two rewrites of the
+// softmax's algebra, exact over the reals: exp(c log p + r) = p^c exp(r) for an
+// integer c and a p that is evidently positive (sums of exponentials; zero too when
+// c > 0), and s * inv(s) = 1 for such a sum s (in Mul). Two terms with the
 // same TermId are equal for every assignment; different ids prove nothing (the
 // solver decides those, see smt/prove.h).
 //

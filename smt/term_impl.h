@@ -102,6 +102,18 @@ struct Terms::Impl {
   BigRational ConstantOf(TermId t) const;
   // The atom when `t` is exactly one atom (coefficient 1, exponent 1).
   std::optional<AtomId> AsAtom(TermId t) const;
+  // Positive (non-negative) for every assignment, as its form shows: positive
+  // coefficients on products of exponentials and inverses of such sums (or zero).
+  bool EvidentlyPositive(TermId t) const;
+  bool EvidentlyNonNegative(TermId t) const;
+
+  // ---- rewrites of the transcendental functions (smt/term.h, Fn and Mul)
+  // exp(x) with every summand c * log(p) of x (c an integer, p evidently positive,
+  // or non-negative for c > 0) taken out as p^c.
+  TermId Exp(TermId x);
+  // a * s where every monomial of `a` holds inv(s'), s = lead * s' an evidently
+  // positive sum: a with one inv(s') fewer, times lead. nullopt otherwise.
+  std::optional<TermId> CancelInverse(TermId a, TermId s);
 };
 
 // The nearest double to `value` (huge or tiny magnitudes included).

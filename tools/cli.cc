@@ -279,8 +279,8 @@ int CmdGraph(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
 int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("plan",
-                "Splits a model's training step over a dp x pp x tp device mesh and writes the\n"
-                "distributed plan (tasks, collectives, lineage of every value) as JSON.");
+                "Splits a model's training step over a dp x pp x cp x tp device mesh and writes\n"
+                "the distributed plan (tasks, collectives, lineage of every value) as JSON.");
   flags.AddString("--model", "NAME", "model to build (see 'loom models')");
   flags.AddString("--layers", "N", "number of layers (default: the configuration's)");
   flags.AddBool("--tiny", "build the model at a tiny size");
@@ -292,6 +292,7 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.AddString("--vpp", "V", "virtual stages per pipeline stage (default 1)");
   flags.AddBool("--sp", "sequence parallelism over the tensor-parallel group");
   flags.AddString("--ep", "E", "expert-parallel degree (default 1)");
+  flags.AddString("--cp", "C", "context-parallel degree: the sequence in C chunks (default 1)");
   flags.AddString("--zero", "Z", "ZeRO stage 0-3 over the data-parallel group (default 0)");
   flags.AddString("--microbatches", "M", "micro-batches per step (default 1)");
   flags.AddString("--max-grad-norm", "X", kMaxGradNormHelp);
@@ -338,6 +339,9 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto ep = flags.GetInt("--ep", 1, 1, 4096);
   if (!ep.ok()) return fail(ep.status());
   parallel.ep = static_cast<int>(*ep);
+  auto cp = flags.GetInt("--cp", 1, 1, 4096);
+  if (!cp.ok()) return fail(cp.status());
+  parallel.cp = static_cast<int>(*cp);
   parallel.sp = flags.GetBool("--sp");
   parallel.recompute = flags.GetBool("--recompute");
   parallel.factored = !flags.GetBool("--explicit");
@@ -376,7 +380,8 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!spec.ok()) return fail(spec.status());
   std::vector<std::string> zero_whole;
   status.Step(absl::StrCat("splitting it over ",
-                           int64_t{strategy.dp} * strategy.tp * strategy.pp, " devices"));
+                           int64_t{strategy.dp} * strategy.cp * strategy.tp * strategy.pp,
+                           " devices"));
   auto plan = transform::Parallelize(*spec, strategy, &zero_whole);
   if (!plan.ok()) return fail(plan.status());
   plan->step = *source;

@@ -67,7 +67,7 @@ absl::StatusOr<std::optional<TrainConfig>> ConfigFromFlags(const FlagSet& flags)
         "its DeepSpeed file itself: --deepspeed_config FILE)");
   }
   const char* given = file.has_value() ? "--config" : "--megatron-args";
-  for (const char* f : {"--dp", "--tp", "--pp", "--vpp", "--sp", "--ep", "--zero",
+  for (const char* f : {"--dp", "--tp", "--pp", "--vpp", "--sp", "--ep", "--cp", "--zero",
                         "--microbatches", "--recompute"}) {
     if (flags.Has(f)) {
       return absl::InvalidArgumentError(absl::StrCat("give the parallel configuration by ",

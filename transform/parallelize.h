@@ -23,6 +23,11 @@ namespace loom::transform {
 //    split; embeddings split by vocabulary; other ops follow the split of their inputs
 //    (attention by heads, coupled with the kv heads);
 //  - sequence parallel: ops between tensor-parallel regions split the sequence dim;
+//  - context parallel: every activation's sequence dim split over cp in contiguous
+//    chunks; attention splits its queries (each chunk placed by q_offset, RoPE's
+//    by offset) and reads its keys and values gathered over cp, whose gradients
+//    come back reduce-scattered; weight gradients are partial sums over cp as
+//    over dp;
 //  - ZeRO 1/2/3: optimizer updates (and, from stage 2, gradient accumulation) split
 //    over dp along a parameter dim; stage 3 also keeps parameters sharded;
 //  - recompute: every layer's forward is re-run before its backward.

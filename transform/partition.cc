@@ -81,6 +81,12 @@ absl::StatusOr<OpLayouts> LayoutsOf(const Graph& spec, const Op& op,
         return absl::InvalidArgumentError(absl::StrCat(
             ir::DescribeOp(spec, op), ": dim label '", l, "' may not be split"));
       }
+      if (it->second == ir::DimKind::kLogSumExpReduction) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ir::DescribeOp(spec, op), ": dim label '", l,
+            "' is a softmax's axis; its pieces merge in pairs (attention_merge) on one "
+            "device, never in a collective across a mesh axis"));
+      }
       reduces |= it->second == ir::DimKind::kReduction;
       max_reduces |= it->second == ir::DimKind::kMaxReduction;
     }

@@ -178,9 +178,10 @@ class Policy {
   std::vector<int> seq_dim_;      // dim holding the sequence, by tensor (-1: none)
   absl::flat_hash_map<std::string, int> zero_dim_;  // parameter name -> dim split by ZeRO
   // Grid axis indices (-1 when the axis is absent): dp, then ep when expert
-  // parallelism is on, then tp.
+  // parallelism is on or cp when context parallelism is, then tp.
   int kDp = 0;
   int kEp = -1;
+  int kCp = -1;
   int kTp = 1;
   std::vector<int64_t> sizes_;
 };
@@ -508,6 +509,7 @@ absl::Status Policy::Decide(const Op& op) {
   // Tensor parallelism is decided first: ZeRO picks a dim the tp split left whole.
   std::vector<int> order = {kTp};
   if (kEp >= 0) order.push_back(kEp);
+  if (kCp >= 0) order.push_back(kCp);
   order.push_back(kDp);
   for (int g : order) {
     if (sizes_[g] > 1) DecideAxis(view, g);
@@ -538,6 +540,17 @@ absl::StatusOr<PartitionSpec> Policy::Run() {
     kTp = 2;
     sizes_ = {s_.dp / s_.ep, s_.ep, s_.tp};
     p_.nest_order = {kEp, kTp, kDp};
+  } else if (s_.cp > 1) {
+    // Context parallelism: the sequence of every activation in cp contiguous chunks
+    // (Megatron-LM's cp group, between tp and dp). An op follows its inputs' split:
+    // attention splits its queries, so its keys and values are gathered whole.
+    p_.mesh = ir::Mesh({{"dp", s_.dp}, {"pp", s_.pp}, {"cp", s_.cp}, {"tp", s_.tp}});
+    p_.grid_axes = {0, 2, 3};
+    kDp = 0;
+    kCp = 1;
+    kTp = 2;
+    sizes_ = {s_.dp, s_.cp, s_.tp};
+    p_.nest_order = {kTp, kCp, kDp};
   } else {
     p_.mesh = ir::Mesh({{"dp", s_.dp}, {"pp", s_.pp}, {"tp", s_.tp}});
     p_.grid_axes = {0, 2};
@@ -558,6 +571,9 @@ absl::StatusOr<PartitionSpec> Policy::Run() {
     if (t.shape.rank() >= 1 && s_.dp > 1 && t.shape.dim(0) % s_.dp == 0) {
       if (sizes_[kDp] > 1) l[kDp] = {AxisKind::kSharded, 0};
       if (kEp >= 0) l[kEp] = {AxisKind::kSharded, 0};
+    }
+    if (kCp >= 0 && t.shape.rank() >= 2 && t.shape.dim(1) % s_.cp == 0) {
+      l[kCp] = {AxisKind::kSharded, 1};
     }
     layout_[t.id] = l;
     p_.input_layouts[t.id] = l;
@@ -593,16 +609,17 @@ absl::StatusOr<ir::Plan> Parallelize(const Graph& spec, const Strategy& strategy
   // Refuse what would not fit in memory rather than run out of it.
   constexpr double kMaxTasks = 3e7;
   const double ops = static_cast<double>(spec.num_ops());
-  if (!strategy.factored && ops * strategy.dp * strategy.tp > kMaxTasks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an explicit plan would hold about ", static_cast<int64_t>(ops * strategy.dp * strategy.tp),
-        " tasks; write it factored (drop --explicit)"));
+  const double width = static_cast<double>(strategy.dp) * strategy.cp * strategy.tp;
+  if (!strategy.factored && ops * width > kMaxTasks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an explicit plan would hold about ", static_cast<int64_t>(ops * width),
+                     " tasks; write it factored (drop --explicit)"));
   }
-  const double unit = ops / strategy.microbatches * strategy.ep * strategy.tp;
+  const double unit = ops / strategy.microbatches * strategy.ep * strategy.cp * strategy.tp;
   if (strategy.factored && unit > kMaxTasks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the plan's scale unit would hold about ", static_cast<int64_t>(unit),
-        " tasks; use a smaller ep x tp"));
+        " tasks; use a smaller ep x cp x tp"));
   }
   LOOM_ASSIGN_OR_RETURN(PartitionSpec partition, MegatronPolicy(spec, strategy));
   if (zero_whole != nullptr) *zero_whole = partition.zero_whole;

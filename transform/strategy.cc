@@ -11,6 +11,7 @@ namespace loom::transform {
 
 std::string Strategy::ToString() const {
   std::string out = absl::StrCat("dp", dp, " tp", tp, " pp", pp);
+  if (cp > 1) absl::StrAppend(&out, " cp", cp);
   if (vpp > 1) absl::StrAppend(&out, " vpp", vpp);
   if (ep > 1) absl::StrAppend(&out, " ep", ep);
   if (sp) absl::StrAppend(&out, " sp");
@@ -22,8 +23,13 @@ std::string Strategy::ToString() const {
 
 absl::Status ValidateStrategy(const ir::Graph& spec, const Strategy& s) {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.vpp < 1 || s.ep < 1 || s.microbatches < 1) {
-    return bad("dp, tp, pp, vpp, ep and micro-batches must be >= 1");
+  if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.vpp < 1 || s.ep < 1 || s.cp < 1 ||
+      s.microbatches < 1) {
+    return bad("dp, tp, pp, vpp, ep, cp and micro-batches must be >= 1");
+  }
+  if (s.cp > 1 && s.ep > 1) {
+    return bad("cp ", s.cp, " with ep ", s.ep,
+               ": context parallelism is not combined with expert parallelism yet");
   }
   if (s.dp % s.ep != 0) {
     return bad("ep ", s.ep, " must divide dp ", s.dp,
@@ -63,8 +69,13 @@ absl::Status ValidateStrategy(const ir::Graph& spec, const Strategy& s) {
       return bad("dp ", s.dp, " does not divide the batch of ", t.shape.dim(0),
                  " sequences of '", t.name, "'");
     }
+    if (s.cp > 1 && t.producer == ir::kNoId && t.role == ir::TensorRole::kInput &&
+        t.shape.rank() >= 2 && t.shape.dim(1) % s.cp != 0) {
+      return bad("cp ", s.cp, " does not divide the sequence length ", t.shape.dim(1), " of '",
+                 t.name, "' (context parallelism)");
+    }
     if (s.sp && t.producer == ir::kNoId && t.role == ir::TensorRole::kInput &&
-        t.shape.rank() >= 2 && t.shape.dim(1) % s.tp != 0) {
+        t.shape.rank() >= 2 && t.shape.dim(1) % (s.tp * s.cp) != 0) {
       return bad("tp ", s.tp, " does not divide the sequence length ", t.shape.dim(1),
                  " (sequence parallelism)");
     }

@@ -8,13 +8,14 @@
 
 namespace loom::transform {
 
-// A Megatron-style parallel configuration on a dp x pp x tp device mesh.
+// A Megatron-style parallel configuration on a dp x pp x cp x tp device mesh.
 struct Strategy {
   int dp = 1;            // data-parallel replicas
   int tp = 1;            // tensor-parallel degree (within a pipeline stage)
   int pp = 1;            // pipeline stages
   int vpp = 1;           // virtual stages (model chunks) per pipeline stage
   int ep = 1;            // expert-parallel degree, within the dp replicas (divides dp)
+  int cp = 1;            // context-parallel degree: the sequence in cp contiguous chunks
   bool sp = false;       // sequence parallelism over the tp group
   int zero = 0;          // ZeRO stage 0..3 over the dp group
   int microbatches = 1;  // must match the spec's micro-batch count
@@ -26,6 +27,7 @@ struct Strategy {
 
 // Rejects impossible combinations for `spec` with one clear message each:
 // non-positive sizes, tp not dividing attention heads / kv heads / hidden sizes,
+// cp not dividing the sequence, cp with expert parallelism,
 // pp * vpp larger than the layer count, sp without tp, zero outside 0..3, ep not
 // dividing dp or the expert count (or without experts), a
 // micro-batch count different from the spec's, a batch not divisible by dp.

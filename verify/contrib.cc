@@ -159,10 +159,19 @@ std::string Chunks(const std::vector<ir::Box>& chunks) {
   return absl::StrCat(chunks.size() == 1 ? "chunk " : "chunks ", absl::StrJoin(out, "+"));
 }
 
+// "sum", "maximum", "softmax": what a reduction of `op` is.
+const char* ReductionNoun(ir::ReduceOp op) {
+  switch (op) {
+    case ir::ReduceOp::kMax: return "maximum";
+    case ir::ReduceOp::kLogSumExp: return "softmax";
+    default: return "sum";
+  }
+}
+
 // "the sum over k (32 terms)"
 std::string Space(const Family& f) {
-  return absl::StrCat("the ", f.reduce == ir::ReduceOp::kMax ? "maximum" : "sum", " over ",
-                      absl::StrJoin(f.labels, ","), " (", Product(f.extents), " terms)");
+  return absl::StrCat("the ", ReductionNoun(f.reduce), " over ", absl::StrJoin(f.labels, ","),
+                      " (", Product(f.extents), " terms)");
 }
 
 }  // namespace
@@ -547,8 +556,8 @@ std::string ContribStore::Describe(ContribId id) const {
       const Family& f = families_[c.family];
       std::vector<std::string> chunks;
       for (const ir::Box& b : c.chunks) chunks.push_back(ir::BoxToString(b));
-      return absl::StrCat("a partial ", f.reduce == ir::ReduceOp::kMax ? "maximum" : "sum",
-                          " (chunk ", absl::StrJoin(chunks, "+"), " of the reduction over ",
+      return absl::StrCat("a partial ", ReductionNoun(f.reduce), " (chunk ",
+                          absl::StrJoin(chunks, "+"), " of the reduction over ",
                           absl::StrJoin(f.labels, ","), " of size ",
                           absl::StrJoin(f.extents, "x"), " in ", f.what, ")");
     }
@@ -586,6 +595,11 @@ std::string ContribStore::Example(ContribId id) const {
       }
       int64_t held = 0;
       for (const ir::Box& b : c.chunks) held += Volume(b);
+      if (f.reduce == ir::ReduceOp::kLogSumExp) {
+        return absl::StrCat("with every score of ", Space(f),
+                            " equal to 0, its log-sum-exp is log(", held, ") (",
+                            Chunks(c.chunks), ") where the complete value's is log(", total, ")");
+      }
       if (f.num_additive == 0) {
         return absl::StrCat("with every term of ", Space(f), " equal to 1, it holds ", held, " (",
                             Chunks(c.chunks), ") where the complete value is ", total);
@@ -652,6 +666,13 @@ ContribStore::SumResult ContribStore::Sum(absl::Span<const ContribId> ids, ir::R
     bases.push_back(u.base);
   }
   if (!factor.has_value() || factor->IsOne()) return SumUnscaled(bases, reduce);
+  if (reduce == ir::ReduceOp::kLogSumExp) {
+    return Failed(FailureClass::kScaled,
+                  absl::StrCat("merges partial softmaxes scaled by ", factor->ToString()),
+                  absl::StrCat("with every score 0: each member's value is ", factor->ToString(),
+                               " times its piece's, and so is their merge, where the merge of "
+                               "the pieces is wanted"));
+  }
   if (is_max && factor->num < 0) {
     return Failed(FailureClass::kScaled,
                   absl::StrCat("takes the maximum of values scaled by ", factor->ToString()),
@@ -674,6 +695,7 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
     if (id == kFullContrib) ++full;
     live.push_back(id);
   }
+  if (reduce == ir::ReduceOp::kLogSumExp) return MergeUnscaled(ids);
   if (live.empty()) return SumResult{true, kZeroContrib};
   if (full > 0) return SumWithComplete(live, full, is_max);
   const Contrib first = contribs_[live[0]];  // a copy: summing the parts below may grow the store
@@ -690,6 +712,40 @@ ContribStore::SumResult ContribStore::SumUnscaled(absl::Span<const ContribId> id
   if (first.kind == Contrib::kShare) return SumShares(live, first, is_max);
   if (first.kind == Contrib::kRed) return SumChunks(live, first, reduce);
   return SumLinear(live, first, reduce);
+}
+
+// Partial softmaxes merge by the online-softmax identity: only chunks of one
+// reduction, each once. Zeros are no identity of the merge (a log-sum-exp of 0 is
+// no empty softmax's), and a complete value merged again counts its keys twice.
+ContribStore::SumResult ContribStore::MergeUnscaled(absl::Span<const ContribId> ids) {
+  for (ContribId id : ids) {
+    if (id == kBadContrib) return SumResult{true, kBadContrib};
+  }
+  for (ContribId id : ids) {
+    const Contrib& c = contribs_[id];
+    if (c.kind == Contrib::kRed && families_[c.family].reduce == ir::ReduceOp::kLogSumExp) {
+      continue;
+    }
+    if (id == kFullContrib && ids.size() == 1) return SumResult{true, kFullContrib};
+    return Failed(id == kFullContrib ? FailureClass::kDoubledPiece
+                                     : FailureClass::kComputationDiffers,
+                  absl::StrCat("merges ", Describe(id), " as a partial softmax"),
+                  id == kFullContrib
+                      ? std::string("with every score 0: the complete softmax over n keys merged "
+                                    "again gives a log-sum-exp of log(2n) where it is log(n)")
+                      : absl::StrCat("a partial softmax's log-sum-exp is the log of its weights' "
+                                     "total; ", Example(id)));
+  }
+  const Contrib first = contribs_[ids[0]];
+  for (ContribId id : ids) {
+    if (contribs_[id].family != first.family) {
+      return Failed(FailureClass::kWrongGroup,
+                    absl::StrCat("merges ", Describe(ids[0]), " with ", Describe(id)),
+                    absl::StrCat("one member: ", Example(ids[0]), "; another: ", Example(id)));
+    }
+  }
+  std::vector<ContribId> live(ids.begin(), ids.end());
+  return SumChunks(live, first, ir::ReduceOp::kLogSumExp);
 }
 
 ContribStore::SumResult ContribStore::SumWithComplete(const std::vector<ContribId>& live,
@@ -750,6 +806,14 @@ ContribStore::SumResult ContribStore::SumChunks(const std::vector<ContribId>& li
   const bool is_max = reduce == ir::ReduceOp::kMax;
   const Family& f = families_[first.family];
   if (f.reduce != reduce) {
+    if (f.reduce == ir::ReduceOp::kLogSumExp || reduce == ir::ReduceOp::kLogSumExp) {
+      return Failed(FailureClass::kComputationDiffers,
+                    absl::StrCat("combines a partial ", ReductionNoun(f.reduce), " by ",
+                                 ir::ReduceOpName(reduce)),
+                    "partial softmaxes merge by their log-sum-exp (attention_merge): a sum or "
+                    "maximum of their values and log-sum-exps is neither the value nor the "
+                    "log-sum-exp of the whole");
+    }
     return Failed(
         FailureClass::kComputationDiffers,
         absl::StrCat("combines partial ", f.reduce == ir::ReduceOp::kMax ? "maxima" : "sums",

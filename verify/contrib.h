@@ -156,6 +156,8 @@ class ContribStore {
   // complete value; shares of one value; chunks of one reduction; linear pieces
   // of one op output.
   SumResult SumWithComplete(const std::vector<ContribId>& live, int full, bool is_max);
+  // The merge of partial softmaxes (ReduceOp::kLogSumExp).
+  SumResult MergeUnscaled(absl::Span<const ContribId> ids);
   SumResult SumShares(const std::vector<ContribId>& live, const Contrib& first, bool is_max);
   SumResult SumChunks(const std::vector<ContribId>& live, const Contrib& first,
                       ir::ReduceOp reduce);

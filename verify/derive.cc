@@ -269,6 +269,9 @@ void Deriver::DeriveLocal(const ir::Task& t) {
       SetOutput(t.outputs[0], *sum, item, mb, "", rule);
       return;
     }
+    case OpKind::kAttentionMerge:
+      DeriveMerge(t);
+      return;
     default:
       Undecide(item, absl::StrCat("local '", ir::OpKindName(t.kind),
                                   "' without a logical op has no derivation rule"));

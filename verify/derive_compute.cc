@@ -1,4 +1,5 @@
-// Deriver: what a compute task's outputs hold, from its operands and its logical op.
+// Deriver: what a compute task's outputs hold, from its operands and its logical op;
+// and the local merge of partial softmaxes (attention_merge).
 
 #include "verify/derive_internal.h"
 
@@ -238,6 +239,36 @@ bool Deriver::OutputBoxes(ComputePiece& p) {
   return true;
 }
 
+namespace {
+
+// A causal op's piece (attention's) pairs a block of queries with a chunk of keys.
+// Keys after the block's last query are seen by none of its queries, and queries
+// before the chunk's first key see none of its keys: their terms are zero (or, for a
+// softmax, nothing to merge), so the piece's chunk of a reduction over the keys
+// reaches to the last key, and of one over the queries back to the first query. The
+// laws (verify/laws.h) leave out the sibling pieces that see nothing likewise.
+void CausalChunk(const ir::Op& o, const std::map<std::string, Interval>& interval,
+                 const std::map<std::string, int64_t>& extent,
+                 const std::vector<std::string>& reduced, Box& chunk) {
+  const ir::OpSchema& schema = ir::GetOpSchema(o.kind);
+  const std::optional<int64_t> shift = ir::CausalShift(schema, o.attrs);
+  if (!shift.has_value()) return;
+  const std::string& ql = schema.causal_mask->queries;
+  const std::string& kl = schema.causal_mask->keys;
+  auto s = interval.find(ql);
+  auto t = interval.find(kl);
+  if (s == interval.end() || t == interval.end()) return;
+  for (size_t r = 0; r < reduced.size(); ++r) {
+    if (reduced[r] == kl && t->second.end >= s->second.end + *shift) {
+      chunk[r].end = extent.at(kl);
+    } else if (reduced[r] == ql && s->second.begin + *shift <= t->second.begin) {
+      chunk[r].begin = 0;
+    }
+  }
+}
+
+}  // namespace
+
 // What each output holds of its tensor: the full value, a chunk of a split
 // reduction (summed or maxed with the other chunks), or the op applied to the
 // partial operands it is linear in.
@@ -252,13 +283,16 @@ bool Deriver::OutputContributions(ComputePiece& p) {
     if (p.in[i].contrib != kFullContrib) partial.push_back(static_cast<int>(i));
   }
   std::vector<std::string> reduced;
-  bool max_reduction = false;
+  ir::ReduceOp reduce = ir::ReduceOp::kSum;
   for (const auto& [l, kind] : sig.kinds) {
     if (interval.count(l) == 0) continue;
     const bool whole = interval[l].begin == 0 && interval[l].end == extent[l];
-    if ((kind == ir::DimKind::kReduction || kind == ir::DimKind::kMaxReduction) && !whole) {
+    if ((kind == ir::DimKind::kReduction || kind == ir::DimKind::kMaxReduction ||
+         kind == ir::DimKind::kLogSumExpReduction) &&
+        !whole) {
       reduced.push_back(l);
-      if (kind == ir::DimKind::kMaxReduction) max_reduction = true;
+      if (kind == ir::DimKind::kMaxReduction) reduce = ir::ReduceOp::kMax;
+      if (kind == ir::DimKind::kLogSumExpReduction) reduce = ir::ReduceOp::kLogSumExp;
     }
   }
   const std::vector<int>& additive = sig.additive_inputs;
@@ -294,14 +328,15 @@ bool Deriver::OutputContributions(ComputePiece& p) {
         chunk.push_back(interval[l]);
       }
       if (reduced.empty()) continue;
+      CausalChunk(o, interval, extent, reduced, chunk);
       Family fam;
       fam.op = t.op;
       fam.output = static_cast<int>(k);
-      fam.key = absl::StrCat(t.op, "/", k, "/", max_reduction ? "max" : "sum", "/",
+      fam.key = absl::StrCat(t.op, "/", k, "/", ir::ReduceOpName(reduce), "/",
                              absl::StrJoin(reduced, ","));
       fam.labels = reduced;
       fam.extents = ext;
-      fam.reduce = max_reduction ? ir::ReduceOp::kMax : ir::ReduceOp::kSum;
+      fam.reduce = reduce;
       fam.num_additive = static_cast<int>(additive.size());
       fam.what = p.first_op;
       const int id = contribs_.InternFamily(std::move(fam));
@@ -408,6 +443,62 @@ void Deriver::RecordLaw(const ComputePiece& p) {
   law.key = LawKey(law);
   auto [it, fresh] = laws_.emplace(law.key, std::move(law));
   if (fresh && on_law_) on_law_(it->second);
+}
+
+// A local attention_merge: two partial softmaxes of one attention, each a value
+// (the attention's output 0) and its log-sum-exp (output 1) over the same chunk of
+// keys, merged into the softmax over both chunks.
+void Deriver::DeriveMerge(const ir::Task& t) {
+  const std::string item = TaskName(t);
+  const int mb = t.info.microbatch;
+  const int64_t dev = t.device;
+  if (t.inputs.size() != 4 || t.outputs.size() != 2) {
+    Undecide(item, "attention_merge without its four operands and two results");
+    OutputsFromClaims(t.outputs);
+    for (ValueId v : t.outputs) facts_[v].contrib = kBadContrib;
+    return;
+  }
+  const Fact* in[4];
+  for (int i = 0; i < 4; ++i) in[i] = &facts_[t.inputs[i]];
+  // Which chunks of which attention output a partial softmax holds.
+  auto chunks_of = [&](const Fact& f) -> std::pair<const Family*, const std::vector<Box>*> {
+    const Contrib& c = contribs_.get(contribs_.Unscale(f.contrib).base);
+    if (c.kind != Contrib::kRed) return {nullptr, nullptr};
+    return {&contribs_.family(c.family), &c.chunks};
+  };
+  for (int pair = 0; pair < 2; ++pair) {
+    const Fact& value = *in[2 * pair];
+    const Fact& lse = *in[2 * pair + 1];
+    const auto [vf, vc] = chunks_of(value);
+    const auto [lf, lc] = chunks_of(lse);
+    if (vf == nullptr || lf == nullptr) continue;  // the merge below names what they hold
+    const bool same_rows = value.box.size() == lse.box.size() + 1 &&
+                           std::equal(lse.box.begin(), lse.box.end(), value.box.begin());
+    if (vf->op != lf->op || vf->output != 0 || lf->output != 1 || *vc != *lc || !same_rows) {
+      Fail(FailureClass::kComputationDiffers, item, {dev}, mb, t.outputs[0], "",
+           absl::StrCat("merges operand ", 2 * pair, " (", contribs_.Describe(value.contrib),
+                        " of '", TensorName(value.tensor), "') with the log-sum-exp of another "
+                        "piece (", contribs_.Describe(lse.contrib), " of '",
+                        TensorName(lse.tensor), "')"),
+           absl::StrCat("with every score 0 and every value 1: a partial softmax over n keys "
+                        "is weighted by n in the merge; operand ", 2 * pair + 1,
+                        " weighs another piece's keys"));
+      OutputsFromClaims(t.outputs);
+      return;
+    }
+  }
+  auto value = Combine({*in[0], *in[2]}, ir::ReduceOp::kLogSumExp, item, {dev}, mb, t.outputs[0]);
+  if (!value) {
+    OutputsFromClaims(t.outputs);
+    return;
+  }
+  auto lse = Combine({*in[1], *in[3]}, ir::ReduceOp::kLogSumExp, item, {dev}, mb, t.outputs[1]);
+  if (!lse) {
+    OutputsFromClaims(t.outputs);
+    return;
+  }
+  SetOutput(t.outputs[0], *std::move(value), item, mb, "", kTaskRule);
+  SetOutput(t.outputs[1], *std::move(lse), item, mb, "", kTaskRule);
 }
 
 }  // namespace loom::verify::derivation

@@ -335,6 +335,8 @@ class Deriver {
   std::optional<Fact> AsConcatRegion(const std::vector<Fact>& in, int64_t dim) const;
   // Sum (or max) of facts over one region; nullopt after recording a failure.
   // `zero_member` (optional) tells whether a member held zeros.
+  // A local attention_merge of two partial softmaxes.
+  void DeriveMerge(const ir::Task& t);
   std::optional<Fact> Combine(const std::vector<Fact>& facts, ir::ReduceOp reduce,
                               const std::string& item, const std::vector<int64_t>& devices,
                               int microbatch, ValueId place, bool* zero_member = nullptr);

@@ -164,12 +164,22 @@ void Deriver::FailAttributes(const ir::Task& t, const ir::Op& o, const ir::AttrM
                              const std::string& item, const std::string& first_op) {
   FailureClass cls = FailureClass::kComputationDiffers;
   std::string detail, example;
-  for (const auto& [name, want] : expected.values()) {
+  // Every attribute either side sets; an offset left out is 0 (its default).
+  std::vector<std::string> names;
+  for (const auto& [name, want] : expected.values()) names.push_back(name);
+  for (const auto& [name, got] : t.attrs.values()) {
+    if (!expected.Has(name) && RoleOf(o.kind, name) == AttrRole::kOffset) names.push_back(name);
+  }
+  for (const std::string& name : names) {
     const ir::AttrValue* got_value = t.attrs.Find(name);
-    if (got_value != nullptr && *got_value == want) continue;
-    auto got = t.attrs.GetFloat(name);
-    auto exp = expected.GetFloat(name);
+    const ir::AttrValue* want = expected.Find(name);
+    if (got_value != nullptr && want != nullptr && *got_value == *want) continue;
     const std::optional<AttrRole> role = RoleOf(o.kind, name);
+    const double fallback = 0;
+    auto got = role == AttrRole::kOffset && got_value == nullptr ? absl::StatusOr<double>(fallback)
+                                                                 : t.attrs.GetFloat(name);
+    auto exp = role == AttrRole::kOffset && want == nullptr ? absl::StatusOr<double>(fallback)
+                                                            : expected.GetFloat(name);
     if (got.ok() && exp.ok()) {
       detail = absl::StrCat("attribute '", name, "' is ", *got, " where the spec's piece has ", *exp);
       example = absl::StrCat("attribute '", name, "': ", *got, " where the spec's piece has ", *exp);

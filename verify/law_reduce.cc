@@ -236,6 +236,27 @@ absl::StatusOr<std::map<std::string, int64_t>> ReducedExtents(const LawUse& law)
       out[l] = e / g * std::min<int64_t>(width(k), g);
     }
   }
+  // A causal op's queries and keys (attention's): which (query, key) pairs a piece
+  // holds depends on their positions together, so both shrink by one common unit,
+  // each unit two positions wide (a block on the diagonal keeps its triangle).
+  if (const std::optional<int64_t> shift = ir::CausalShift(schema, law.attrs)) {
+    const int64_t ks = LabelIndex(law, schema.causal_mask->queries);
+    const int64_t kt = LabelIndex(law, schema.causal_mask->keys);
+    if (ks >= 0 && kt >= 0 && (!IsFull(law.intervals[ks], law.extents[ks]) ||
+                               !IsFull(law.intervals[kt], law.extents[kt]))) {
+      if (law.attrs.Has("q_offset") || law.attrs.Has("k_offset")) {
+        return absl::InvalidArgumentError("a causal op placed at an offset");
+      }
+      int64_t g = 0;
+      for (int64_t k : {ks, kt}) {
+        g = std::gcd(g, std::gcd(std::gcd(law.intervals[k].begin, law.intervals[k].end),
+                                 law.extents[k]));
+      }
+      for (int64_t k : {ks, kt}) {
+        out[law.labels[k]] = law.extents[k] / g * std::min<int64_t>(2, g);
+      }
+    }
+  }
   // A dim an input is broadcast along keeps two positions (at one, the broadcast
   // input would read as the dim's own and the signature would change).
   for (const auto& [from, along] : sig.broadcasts) {

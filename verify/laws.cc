@@ -13,6 +13,7 @@
 #include "ir/status_macros.h"
 #include "smt/prove.h"
 #include "smt/term.h"
+#include "verify/sym_formulas.h"
 #include "verify/sym_ops.h"
 
 namespace loom::verify {
@@ -109,6 +110,10 @@ struct SymbolicBackend {
   Elem Zero() { return terms.Zero(); }
   Elem Sum(const std::vector<Elem>& v) { return terms.Sum(v); }
   Elem Max(const std::vector<Elem>& v) { return terms.Max(v); }
+  Elem MergeValue(const std::vector<Elem>& values, const std::vector<Elem>& lses) {
+    return internal::MergedValue(terms, values, lses);
+  }
+  Elem MergeLse(const std::vector<Elem>& lses) { return internal::MergedLogSumExp(terms, lses); }
   absl::StatusOr<std::vector<Tensor>> Eval(ir::OpKind kind, std::vector<const Tensor*> in,
                                            const ir::AttrMap& attrs) {
     return EvalSymbolic(terms, kind, in, attrs);
@@ -141,6 +146,25 @@ struct NumericBackend {
     for (double x : v) m = std::max(m, x);
     return v.empty() ? 0 : m;
   }
+  // The online-softmax merge from the largest log-sum-exp, as attention_merge.
+  Elem MergeValue(const std::vector<Elem>& values, const std::vector<Elem>& lses) {
+    const double m = Max(lses);
+    if (!std::isfinite(m)) return 0;
+    double total = 0, acc = 0;
+    for (size_t i = 0; i < lses.size(); ++i) {
+      const double w = std::exp(lses[i] - m);
+      total += w;
+      acc += values[i] * w;
+    }
+    return acc / total;
+  }
+  Elem MergeLse(const std::vector<Elem>& lses) {
+    const double m = Max(lses);
+    if (!std::isfinite(m)) return m;
+    double total = 0;
+    for (double l : lses) total += std::exp(l - m);
+    return m + std::log(total);
+  }
   absl::StatusOr<std::vector<Tensor>> Eval(ir::OpKind kind, std::vector<const Tensor*> in,
                                            const ir::AttrMap& attrs) {
     std::vector<ir::TensorType> types;
@@ -171,6 +195,7 @@ struct LawOp {
 struct SplitReductions {
   std::vector<std::string> labels;
   bool is_max = false;
+  bool is_softmax = false;  // a softmax's axis: outputs 0 and 1 merge as pairs
 };
 
 SplitReductions SplitReductionsOf(const LawUse& law, const ir::DimSignature& sig) {
@@ -179,11 +204,13 @@ SplitReductions SplitReductionsOf(const LawUse& law, const ir::DimSignature& sig
     auto kind_it = sig.kinds.find(law.labels[k]);
     if (kind_it == sig.kinds.end()) continue;
     const bool red = kind_it->second == ir::DimKind::kReduction ||
-                     kind_it->second == ir::DimKind::kMaxReduction;
+                     kind_it->second == ir::DimKind::kMaxReduction ||
+                     kind_it->second == ir::DimKind::kLogSumExpReduction;
     const bool full = law.intervals[k].begin == 0 && law.intervals[k].end == law.extents[k];
     if (red && !full) {
       reduced.labels.push_back(law.labels[k]);
       if (kind_it->second == ir::DimKind::kMaxReduction) reduced.is_max = true;
+      if (kind_it->second == ir::DimKind::kLogSumExpReduction) reduced.is_softmax = true;
     }
   }
   return reduced;
@@ -219,6 +246,25 @@ std::optional<std::vector<LabelIntervals>> SiblingPieces(
     acc = std::move(next);
   }
   return acc;
+}
+
+// A causal op's sibling pieces whose queries see none of their keys (every key
+// after the block's last query): they hold nothing, and the derivation reaches its
+// neighbours' chunks over them (verify/derive_compute.cc); the law's own piece stays.
+void DropUnseenPieces(const LawUse& law, const LabelIntervals& at,
+                      std::vector<LabelIntervals>* siblings) {
+  const ir::OpSchema& schema = ir::GetOpSchema(law.kind);
+  const std::optional<int64_t> shift = ir::CausalShift(schema, law.attrs);
+  if (!shift.has_value()) return;
+  std::vector<LabelIntervals> kept;
+  for (LabelIntervals& piece : *siblings) {
+    auto s = piece.find(schema.causal_mask->queries);
+    auto t = piece.find(schema.causal_mask->keys);
+    const bool unseen = s != piece.end() && t != piece.end() &&
+                        t->second.first.begin >= s->second.first.end + *shift;
+    if (!unseen || piece == at) kept.push_back(std::move(piece));
+  }
+  *siblings = std::move(kept);
 }
 
 // Runs the piece of `op` for label intervals `label_pat` on inputs `src` (its
@@ -330,6 +376,26 @@ std::optional<LawProof> OutputGoals(
       for (size_t e = 0; e < got.data.size(); ++e) goals.push_back({got.data[e], expect.data[e]});
       continue;
     }
+    if (reduced.is_softmax) {
+      // Output 0 holds rows of values, output 1 each row's log-sum-exp.
+      if (op.out_types.size() != 2 || k > 1 || expect.shape.rank() < 1) {
+        return Unknown("a softmax split without its value and log-sum-exp outputs");
+      }
+      const int64_t width = k == 0 ? expect.shape.dim(expect.shape.rank() - 1) : 1;
+      for (size_t e = 0; e < expect.data.size(); ++e) {
+        std::vector<typename B::Elem> values, lses;
+        const size_t row = e / static_cast<size_t>(width);
+        for (const auto& outs : piece_outs) {
+          if (outs[k].data.size() != expect.data.size() || row >= outs[1].data.size()) {
+            return Unknown("piece shape differs");
+          }
+          values.push_back(outs[k].data[e]);
+          lses.push_back(outs[1].data[row]);
+        }
+        goals.push_back({k == 0 ? b.MergeValue(values, lses) : b.MergeLse(lses), expect.data[e]});
+      }
+      continue;
+    }
     for (size_t e = 0; e < expect.data.size(); ++e) {
       std::vector<typename B::Elem> parts;
       for (const auto& outs : piece_outs) {
@@ -367,6 +433,7 @@ std::optional<LawProof> BuildGoals(
   const SplitReductions reduced = SplitReductionsOf(law, op.sig);
   std::optional<std::vector<LabelIntervals>> siblings = SiblingPieces(at, reduced.labels);
   if (!siblings.has_value()) return Unknown("an empty reduction chunk");
+  DropUnseenPieces(law, at, &*siblings);
   // Partial operands: split them into y + z.
   std::vector<Tensor> y_in = whole_in, z_in = whole_in;
   for (int p : law.partial_inputs) {

@@ -86,6 +86,22 @@ std::vector<smt::TermId> Softmax(smt::Terms& terms, absl::Span<const smt::TermId
   return e;
 }
 
+smt::TermId MergedLogSumExp(smt::Terms& terms, absl::Span<const smt::TermId> lses) {
+  std::vector<smt::TermId> weights;
+  for (smt::TermId l : lses) weights.push_back(Exp(terms, l));
+  return Log(terms, terms.Sum(weights));
+}
+
+smt::TermId MergedValue(smt::Terms& terms, absl::Span<const smt::TermId> values,
+                        absl::Span<const smt::TermId> lses) {
+  std::vector<smt::TermId> weights, weighted;
+  for (size_t i = 0; i < lses.size(); ++i) {
+    weights.push_back(Exp(terms, lses[i]));
+    weighted.push_back(terms.Mul(values[i], weights.back()));
+  }
+  return terms.Mul(terms.Sum(weighted), terms.Inv(terms.Sum(weights)));
+}
+
 smt::TermId Select(smt::Terms& terms, smt::TermId index, absl::Span<const smt::TermId> values,
                    int64_t offset) {
   std::vector<smt::TermId> picked;

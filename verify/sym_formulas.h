@@ -87,6 +87,16 @@ smt::TermId LogSumExp(smt::Terms& terms, absl::Span<const smt::TermId> row);
 // exp(row_j - max(row)) / sum_l exp(row_l - max(row)); n > 0.
 std::vector<smt::TermId> Softmax(smt::Terms& terms, absl::Span<const smt::TermId> row);
 
+// Partial softmaxes of one row merged (the online-softmax identity, the meaning of
+// attention_merge and of a softmax split over its axis): with weights w_i =
+// exp(lse_i), the merged log-sum-exp is log(sum_i w_i) and each merged value
+// element (sum_i value_i w_i) / sum_i w_i. Written without the largest lse the
+// reference kernel shifts by: equal over the reals, and it keeps exp(log(x)) = x
+// and x / x = 1 within reach of the canonical terms (smt/term.h).
+smt::TermId MergedLogSumExp(smt::Terms& terms, absl::Span<const smt::TermId> lses);
+smt::TermId MergedValue(smt::Terms& terms, absl::Span<const smt::TermId> values,
+                        absl::Span<const smt::TermId> lses);
+
 // The entry of `values` that the integer-valued `index` selects, with entry v at
 // index v + offset: sum_v Indicator(index, v + offset) * values[v] (0 when `index`
 // names no entry).

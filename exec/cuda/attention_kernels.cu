@@ -1,6 +1,6 @@
-// Kernels of the attention ops (attention_kernels.h): the masked softmax and its
-// gradient, one block per row with shared-memory reductions in double, and rotary
-// position embedding, one thread per rotated pair.
+// Kernels of the attention ops (attention_kernels.h): the masked softmax and the
+// gradient of one given its log-sum-exp, one block per row with shared-memory
+// reductions in double, and rotary position embedding, one thread per rotated pair.
 
 #include "exec/cuda/attention_kernels.h"
 
@@ -40,12 +40,20 @@ __device__ double BlockMax(double v, double* shared) {
   return top;
 }
 
+// The keys query i sees: every key, or with `causal` keys 0 .. i + shift.
+__device__ int64_t VisibleKeys(int64_t i, int64_t t, bool causal, int64_t shift) {
+  if (!causal) return t;
+  const int64_t n = i + shift + 1;
+  return n < 0 ? 0 : (n > t ? t : n);
+}
+
 template <typename T>
-__global__ void MaskedSoftmaxKernel(T* scores, int64_t rows, int64_t s, int64_t t, bool causal) {
+__global__ void MaskedSoftmaxKernel(T* scores, int64_t rows, int64_t s, int64_t t, bool causal,
+                                    int64_t shift, T* lse, int64_t lse_stride) {
   __shared__ double shared[grid::kThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* row = scores + r * t;
-    const int64_t n = causal ? (r % s) + 1 : t;
+    const int64_t n = VisibleKeys(r % s, t, causal, shift);
     double top = -INFINITY;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) top = fmax(top, static_cast<double>(row[j]));
     top = BlockMax(top, shared);
@@ -55,23 +63,41 @@ __global__ void MaskedSoftmaxKernel(T* scores, int64_t rows, int64_t s, int64_t 
     for (int64_t j = threadIdx.x; j < t; j += blockDim.x) {
       row[j] = j < n ? static_cast<T>(exp(static_cast<double>(row[j]) - top) / total) : T(0);
     }
+    if (lse != nullptr && threadIdx.x == 0) {
+      // Row r is query r % s of the group's head r / s.
+      lse[(r % s) * lse_stride + r / s] = static_cast<T>(n == 0 ? -INFINITY : top + log(total));
+    }
     __syncthreads();
   }
 }
 
+// Scores become P = exp(score - lse) on the visible keys (0 elsewhere) and dp
+// becomes dS = P * (dp - rowsum(dout * out) + dlse); row r is query r % s of head
+// r / s; dlse may be null (0).
 template <typename T>
-__global__ void SoftmaxBackwardKernel(const T* p, T* dp, int64_t rows, int64_t t) {
+__global__ void FlashSoftmaxBackwardKernel(T* p, T* dp, int64_t rows, int64_t s, int64_t t,
+                                           bool causal, int64_t shift, const T* lse,
+                                           const T* dlse, const T* out, const T* dout,
+                                           int64_t hq, int64_t dv) {
   __shared__ double shared[grid::kThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* pr = p + r * t;
-    T* dr = dp + r * t;
+    const int64_t i = r % s, head = r / s;
+    const T* o_row = out + (i * hq + head) * dv;
+    const T* do_row = dout + (i * hq + head) * dv;
     double dot = 0;
-    for (int64_t j = threadIdx.x; j < t; j += blockDim.x) {
-      dot += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
+    for (int64_t x = threadIdx.x; x < dv; x += blockDim.x) {
+      dot += static_cast<double>(do_row[x]) * static_cast<double>(o_row[x]);
     }
     dot = BlockSum(dot, shared);
+    if (dlse != nullptr) dot -= static_cast<double>(dlse[i * hq + head]);
+    const double row_lse = static_cast<double>(lse[i * hq + head]);
+    const int64_t n = VisibleKeys(i, t, causal, shift);
+    T* pr = p + r * t;
+    T* dr = dp + r * t;
     for (int64_t j = threadIdx.x; j < t; j += blockDim.x) {
-      dr[j] = static_cast<T>(static_cast<double>(pr[j]) * (static_cast<double>(dr[j]) - dot));
+      const double w = j < n ? exp(static_cast<double>(pr[j]) - row_lse) : 0.0;
+      pr[j] = static_cast<T>(w);
+      dr[j] = static_cast<T>(w * (static_cast<double>(dr[j]) - dot));
     }
     __syncthreads();
   }
@@ -85,12 +111,12 @@ int RowBlocks(int64_t rows) { return static_cast<int>(rows < 65535 ? (rows > 0 ?
 // and `i` < D/2 the pair (i, i + D/2) within it.
 template <typename T>
 __global__ void RopeKernel(const T* x, T* out, int64_t pairs, int64_t seq, int64_t heads, int64_t d,
-                           double theta, double sign) {
+                           double theta, double sign, int64_t offset) {
   const int64_t half = d / 2;
   for (int64_t p = grid::FirstIndex(); p < pairs; p += grid::Stride()) {
     const int64_t i = p % half;
     const int64_t row = p / half;
-    const int64_t pos = (row / heads) % seq;
+    const int64_t pos = offset + (row / heads) % seq;
     const double exponent = rn::Div(rn::Mul(-2.0, static_cast<double>(i)), static_cast<double>(d));
     const double angle = rn::Mul(rn::Mul(sign, static_cast<double>(pos)), pow(theta, exponent));
     const double c = cos(angle);
@@ -104,46 +130,56 @@ __global__ void RopeKernel(const T* x, T* out, int64_t pairs, int64_t seq, int64
 }
 
 template <typename T>
-cudaError_t Rope(const DeviceTensor& x, double theta, bool inverse, const DeviceTensor& out,
-                 cudaStream_t stream) {
+cudaError_t Rope(const DeviceTensor& x, double theta, bool inverse, int64_t offset,
+                 const DeviceTensor& out, cudaStream_t stream) {
   const int64_t d = x.dim(3);
   const int64_t pairs = x.Product(0, 3) * (d / 2);
   if (pairs == 0) return cudaSuccess;
   RopeKernel<T><<<grid::Blocks(pairs), grid::kThreads, 0, stream>>>(
-      x.as<const T>(), out.as<T>(), pairs, x.dim(1), x.dim(2), d, theta, inverse ? -1.0 : 1.0);
+      x.as<const T>(), out.as<T>(), pairs, x.dim(1), x.dim(2), d, theta, inverse ? -1.0 : 1.0,
+      offset);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t LaunchMaskedSoftmax(void* scores, int64_t rows, int64_t s, int64_t t, bool causal,
-                                bool f64, cudaStream_t stream) {
+                                int64_t shift, void* lse, int64_t lse_stride, bool f64,
+                                cudaStream_t stream) {
   if (f64) {
     MaskedSoftmaxKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
-        static_cast<double*>(scores), rows, s, t, causal);
+        static_cast<double*>(scores), rows, s, t, causal, shift, static_cast<double*>(lse),
+        lse_stride);
   } else {
     MaskedSoftmaxKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
-        static_cast<float*>(scores), rows, s, t, causal);
+        static_cast<float*>(scores), rows, s, t, causal, shift, static_cast<float*>(lse),
+        lse_stride);
   }
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSoftmaxBackward(const void* p, void* dp, int64_t rows, int64_t t, bool f64,
-                                  cudaStream_t stream) {
+cudaError_t LaunchFlashSoftmaxBackward(void* p, void* dp, int64_t rows, int64_t s, int64_t t,
+                                       bool causal, int64_t shift, const void* lse,
+                                       const void* dlse, const void* out, const void* dout,
+                                       int64_t hq, int64_t dv, bool f64, cudaStream_t stream) {
   if (f64) {
-    SoftmaxBackwardKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
-        static_cast<const double*>(p), static_cast<double*>(dp), rows, t);
+    FlashSoftmaxBackwardKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
+        static_cast<double*>(p), static_cast<double*>(dp), rows, s, t, causal, shift,
+        static_cast<const double*>(lse), static_cast<const double*>(dlse),
+        static_cast<const double*>(out), static_cast<const double*>(dout), hq, dv);
   } else {
-    SoftmaxBackwardKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
-        static_cast<const float*>(p), static_cast<float*>(dp), rows, t);
+    FlashSoftmaxBackwardKernel<<<RowBlocks(rows), grid::kThreads, 0, stream>>>(
+        static_cast<float*>(p), static_cast<float*>(dp), rows, s, t, causal, shift,
+        static_cast<const float*>(lse), static_cast<const float*>(dlse),
+        static_cast<const float*>(out), static_cast<const float*>(dout), hq, dv);
   }
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRope(const DeviceTensor& x, double theta, bool inverse, const DeviceTensor& out,
-                       cudaStream_t stream) {
-  return x.f64 ? Rope<double>(x, theta, inverse, out, stream)
-               : Rope<float>(x, theta, inverse, out, stream);
+cudaError_t LaunchRope(const DeviceTensor& x, double theta, bool inverse, int64_t offset,
+                       const DeviceTensor& out, cudaStream_t stream) {
+  return x.f64 ? Rope<double>(x, theta, inverse, offset, out, stream)
+               : Rope<float>(x, theta, inverse, offset, out, stream);
 }
 
 }  // namespace loom::exec::cuda

@@ -72,21 +72,22 @@ class Scratch {
     }                                         \
   } while (false)
 
-// P = softmax(scale Q K^T) for the `group` query heads of kv head g in batch b:
+// Scores scale Q K^T for the `group` query heads of kv head g in batch b:
 // [group, s, t] at `p`.
-absl::Status Weights(const AttentionDims& d, const DeviceTensor& q, const DeviceTensor& k,
-                     int64_t b, int64_t g, void* p, const OpContext& ctx) {
+absl::Status Scores(const AttentionDims& d, const DeviceTensor& q, const DeviceTensor& k,
+                    int64_t b, int64_t g, void* p, const OpContext& ctx) {
   const int64_t h0 = g * d.group();
-  LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, q.f64, false, true, d.s, d.t, d.dk, d.scale,
-                                 Offset(q, (b * d.s * d.hq + h0) * d.dk), d.hq * d.dk, d.dk,
-                                 Offset(k, (b * d.t * d.hkv + g) * d.dk), d.hkv * d.dk, 0, 0.0, p,
-                                 d.t, d.s * d.t, d.group()));
-  return CudaError(LaunchMaskedSoftmax(p, d.group() * d.s, d.s, d.t, d.causal, q.f64, ctx.stream),
-                   "attention softmax");
+  return Gemm(ctx, q.f64, false, true, d.s, d.t, d.dk, d.scale,
+              Offset(q, (b * d.s * d.hq + h0) * d.dk), d.hq * d.dk, d.dk,
+              Offset(k, (b * d.t * d.hkv + g) * d.dk), d.hkv * d.dk, 0, 0.0, p, d.t, d.s * d.t,
+              d.group());
 }
 
+// Where query i sees key j: j <= i + shift.
+int64_t Shift(const AttentionDims& d) { return d.q_offset - d.k_offset; }
+
 absl::Status Attention(absl::Span<const DeviceTensor> in, const ir::AttrMap& attrs,
-                       DeviceTensor& out, const OpContext& ctx) {
+                       absl::Span<DeviceTensor> out, const OpContext& ctx) {
   auto dims = GetDims(in, attrs);
   if (!dims.ok()) return dims.status();
   const AttentionDims& d = *dims;
@@ -95,27 +96,35 @@ absl::Status Attention(absl::Span<const DeviceTensor> in, const ir::AttrMap& att
   LOOM_CUDA_RETURN_IF_ERROR(p.status());
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t g = 0; g < d.hkv; ++g) {
-      LOOM_CUDA_RETURN_IF_ERROR(Weights(d, in[0], in[1], b, g, p.data(), ctx));
+      const int64_t h0 = g * d.group();
+      LOOM_CUDA_RETURN_IF_ERROR(Scores(d, in[0], in[1], b, g, p.data(), ctx));
+      LOOM_CUDA_RETURN_IF_ERROR(CudaError(
+          LaunchMaskedSoftmax(p.data(), d.group() * d.s, d.s, d.t, d.causal, Shift(d),
+                              Offset(out[1], b * d.s * d.hq + h0), d.hq, f64, ctx.stream),
+          "attention softmax"));
       // O_h = P_h V_g for the group's heads.
       LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, f64, false, false, d.s, d.dv, d.t, 1.0, p.data(), d.t,
                                      d.s * d.t, Offset(in[2], (b * d.t * d.hkv + g) * d.dv),
                                      d.hkv * d.dv, 0, 0.0,
-                                     Offset(out, (b * d.s * d.hq + g * d.group()) * d.dv),
+                                     Offset(out[0], (b * d.s * d.hq + h0) * d.dv),
                                      d.hq * d.dv, d.dv, d.group()));
     }
   }
   return absl::OkStatus();
 }
 
-// dv = P^T do, dP = do v^T, dS = P * (dP - rowsum(P * dP)), dq = scale dS k,
-// dk = scale dS^T q; kv gradients sum over the query heads of their group.
+// With the forward's out o and log-sum-exp L: P = exp(scale Q K^T - L), dv = P^T do,
+// dP = do v^T, dS = P * (dP - rowsum(do * o) + dL), dq = scale dS k, dk = scale dS^T q
+// (dL the log-sum-exp's gradient where given); kv gradients sum over the query heads
+// of their group.
 absl::Status AttentionGrad(absl::Span<const DeviceTensor> in, const ir::AttrMap& attrs,
                            absl::Span<DeviceTensor> out, const OpContext& ctx) {
   auto dims = GetDims(in, attrs);
   if (!dims.ok()) return dims.status();
   const AttentionDims& d = *dims;
   const bool f64 = in[0].f64;
-  const DeviceTensor &q = in[0], &k = in[1], &v = in[2], &dout = in[3];
+  const DeviceTensor &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4],
+                     &dout = in[5];
   DeviceTensor &dq = out[0], &dk = out[1], &dv = out[2];
   const size_t bytes = d.group() * d.s * d.t * ElementBytes(f64);
   Scratch p(bytes, ctx.stream), dp(bytes, ctx.stream);
@@ -126,13 +135,17 @@ absl::Status AttentionGrad(absl::Span<const DeviceTensor> in, const ir::AttrMap&
       const int64_t h0 = g * d.group();
       const int64_t qo = (b * d.s * d.hq + h0) * d.dk, ko = (b * d.t * d.hkv + g) * d.dk;
       const int64_t vo = (b * d.t * d.hkv + g) * d.dv, oo = (b * d.s * d.hq + h0) * d.dv;
-      LOOM_CUDA_RETURN_IF_ERROR(Weights(d, q, k, b, g, p.data(), ctx));
+      LOOM_CUDA_RETURN_IF_ERROR(Scores(d, q, k, b, g, p.data(), ctx));
       // dP = dO V^T for every head of the group.
       LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, f64, false, true, d.s, d.t, d.dv, 1.0, Offset(dout, oo),
                                      d.hq * d.dv, d.dv, Offset(v, vo), d.hkv * d.dv, 0, 0.0,
                                      dp.data(), d.t, d.s * d.t, d.group()));
       LOOM_CUDA_RETURN_IF_ERROR(CudaError(
-          LaunchSoftmaxBackward(p.data(), dp.data(), d.group() * d.s, d.t, f64, ctx.stream),
+          LaunchFlashSoftmaxBackward(
+              p.data(), dp.data(), d.group() * d.s, d.s, d.t, d.causal, Shift(d),
+              Offset(lse, b * d.s * d.hq + h0),
+              in.size() > 6 ? Offset(in[6], b * d.s * d.hq + h0) : nullptr, Offset(o, oo),
+              Offset(dout, oo), d.hq, d.dv, f64, ctx.stream),
           "attention_grad softmax"));
       // dQ_h = scale dS_h K_g.
       LOOM_CUDA_RETURN_IF_ERROR(Gemm(ctx, f64, false, false, d.s, d.dk, d.t, d.scale, dp.data(),
@@ -154,12 +167,14 @@ absl::Status AttentionGrad(absl::Span<const DeviceTensor> in, const ir::AttrMap&
   return absl::OkStatus();
 }
 
-// rope {theta=10000, inverse=0} on x [b, s, h, d], d even.
+// rope {theta=10000, inverse=0, offset=0} on x [b, s, h, d], d even.
 absl::Status RunRope(const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in,
                      absl::Span<DeviceTensor> out, const OpContext& ctx) {
   LOOM_RETURN_IF_ERROR(CheckTensors(OpKind::kRope, in, 1, out, 1));
   LOOM_ASSIGN_OR_RETURN(double theta, attrs.GetFloat("theta", 10000.0));
   LOOM_ASSIGN_OR_RETURN(int64_t inverse, attrs.GetInt("inverse", 0));
+  LOOM_ASSIGN_OR_RETURN(int64_t offset, attrs.GetInt("offset", 0));
+  if (offset < 0) return absl::InvalidArgumentError("attribute 'offset' is negative");
   if (!(theta > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("attribute 'theta' is ", theta, ", expected a positive number"));
@@ -177,7 +192,8 @@ absl::Status RunRope(const ir::AttrMap& attrs, absl::Span<const DeviceTensor> in
     return absl::InvalidArgumentError(
         absl::StrCat("rope input has odd head size ", x.dim(3), ", expected an even one"));
   }
-  return LaunchStatus(LaunchRope(x, theta, inverse == 1, out[0], ctx.stream), OpKind::kRope);
+  return LaunchStatus(LaunchRope(x, theta, inverse == 1, offset, out[0], ctx.stream),
+                      OpKind::kRope);
 }
 
 }  // namespace
@@ -187,7 +203,7 @@ absl::Status RunAttentionOp(ir::OpKind kind, const ir::AttrMap& attrs,
                             const OpContext& ctx) {
   switch (kind) {
     case OpKind::kAttention:
-      return Attention(in, attrs, out[0], ctx);
+      return Attention(in, attrs, out, ctx);
     case OpKind::kAttentionGrad:
       return AttentionGrad(in, attrs, out, ctx);
     case OpKind::kRope:

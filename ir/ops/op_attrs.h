@@ -31,8 +31,11 @@ absl::StatusOr<AdamWAttrs> ParseAdamWAttrs(const AttrMap& attrs);
 absl::StatusOr<double> NormEps(const AttrMap& attrs);
 
 // The sizes and attributes of one attention call: q [b, s, hq, dk], k [b, t, hkv,
-// dk], v [b, t, hkv, dv] (the first three of `in`), causal (default 1; then s ==
-// t) and scale (default 1/sqrt(dk)), checked for consistency.
+// dk], v [b, t, hkv, dv] (the first three of `in`), causal (default 1), scale
+// (default 1/sqrt(dk)) and the positions of the first query and the first key in
+// the whole sequence, q_offset and k_offset (default 0: a piece of a longer
+// attention, a chunk of the sequence under context parallelism, sets them), checked
+// for consistency. Causal: query i sees key j where k_offset + j <= q_offset + i.
 struct AttentionDims {
   int64_t batch = 0;
   int64_t s = 0;    // query positions
@@ -43,9 +46,19 @@ struct AttentionDims {
   int64_t dv = 0;   // value head size
   bool causal = true;
   double scale = 1.0;
+  int64_t q_offset = 0;
+  int64_t k_offset = 0;
 
   // Query heads sharing one kv head (grouped-query attention).
   int64_t group() const { return hq / hkv; }
+  // The keys query i sees: keys 0 .. Visible(i) - 1 (every key unless causal).
+  int64_t Visible(int64_t i) const {
+    if (!causal) return t;
+    const int64_t n = q_offset + i - k_offset + 1;
+    return n < 0 ? 0 : (n > t ? t : n);
+  }
+  // (query, key) pairs attended: the sum of Visible(i) over the queries.
+  double VisiblePairs() const;
 };
 absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const TensorType> in,
                                                const AttrMap& attrs);

@@ -15,7 +15,8 @@ SOURCE_DIRS = CORE + ["smt", "models", "exec", "api", "tools", "python", "bench"
 LONGEST_FUNCTION = 150
 # The local tasks a plan carries without a logical op (transform/): the derivation
 # knows these by kind; any other op reaches it only through its schema.
-LOCAL_TASK_KINDS = {"kSlice", "kConcat", "kFill", "kScale", "kAccumulate", "kSplit"}
+LOCAL_TASK_KINDS = {"kSlice", "kConcat", "kFill", "kScale", "kAccumulate", "kSplit",
+                    "kAttentionMerge"}
 
 
 def sources(dirs, suffixes=(".cc", ".h", ".cu")):

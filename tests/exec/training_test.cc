@@ -45,6 +45,11 @@ std::vector<RunCase> RunCases() {
   Strategy ep4 = Make(4, 1, 1, 2);
   ep4.ep = 4;
   cases.push_back({"moe_ep4", "deepseek-v3-671b", ep4, "", 2, 4});
+  // Context parallelism: every sequence in two chunks, with tensor and pipeline
+  // parallelism and a 1F1B schedule.
+  cases.push_back({"llama3_cp2_tp2_pp2_1f1b", "llama3-8b", testing::WithCp(Make(1, 2, 2, 4), 2),
+                   "1f1b"});
+  cases.push_back({"gpt2_cp2_dp2", "gpt2", testing::WithCp(Make(2, 1, 1, 2), 2), ""});
   // Activation recomputation: the forward pieces re-run before their backward.
   cases.push_back({"llama3_recompute_tp2_pp2_1f1b", "llama3-8b",
                    Make(1, 2, 2, 4, 1, false, 0, /*recompute=*/true), "1f1b"});

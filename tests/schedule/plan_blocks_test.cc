@@ -238,8 +238,9 @@ TEST(PlanBlocksTest, Llama3Pp4SpansAndMemory) {
   const CostModel defaults;
   EXPECT_DOUBLE_EQ(m.blocks.seconds_per_unit, m.blocks.costs[4].seconds / 100);
   EXPECT_DOUBLE_EQ(m.blocks.costs[4].seconds, m.blocks.costs[4].flops / defaults.flops_per_second);
-  EXPECT_EQ(m.blocks.costs[0].saved_bytes, 53248);
-  EXPECT_EQ(m.blocks.costs[3].saved_bytes, 77952);
+  // Attention keeps its output and log-sum-exp for its backward (flash attention's).
+  EXPECT_EQ(m.blocks.costs[0].saved_bytes, 58368);
+  EXPECT_EQ(m.blocks.costs[3].saved_bytes, 83072);
   // The send between ranks: 10 us of latency plus the bytes, in these tiny units.
   EXPECT_GT(model.blocks[1].preds[0].lag, 100 * model.blocks[4].span);
   // A given time unit is used as is.

@@ -2,7 +2,7 @@
 #define LOOM_TESTS_TESTING_STRATEGY_MATRIX_H_
 
 // The matrix of parallel strategies every stage is tested on: tiny gpt2, llama3
-// and DeepSeek-V3 models under dp, tp, sp, pp, vpp, ZeRO, recompute and ep.
+// and DeepSeek-V3 models under dp, tp, sp, pp, vpp, ZeRO, recompute, ep and cp.
 
 #include <cstdint>
 #include <string>
@@ -36,6 +36,12 @@ inline Strategy Make(int dp, int tp, int pp, int mb, int vpp = 1, bool sp = fals
   return s;
 }
 
+// `s` with the sequence split over cp context-parallel ranks.
+inline Strategy WithCp(Strategy s, int cp) {
+  s.cp = cp;
+  return s;
+}
+
 inline std::vector<Case> Matrix() {
   std::vector<Case> cases;
   for (const char* model : {"gpt2", "llama3-8b"}) {
@@ -56,6 +62,8 @@ inline std::vector<Case> Matrix() {
     cases.push_back({tag + "_dp2_tp2_pp2_sp_zero1_recompute", m,
                      Make(2, 2, 2, 2, 1, true, 1, true)});
     cases.push_back({tag + "_dp4_tp2_pp2", m, Make(4, 2, 2, 2), 0, 4});
+    cases.push_back({tag + "_cp2", m, WithCp(Make(1, 1, 1, 1), 2)});
+    cases.push_back({tag + "_dp2_tp2_pp2_cp2_sp", m, WithCp(Make(2, 2, 2, 2, 1, true), 2)});
   }
   // Mixture of experts: data, tensor, pipeline and expert parallelism.
   const std::string moe = "deepseek-v3-671b";

@@ -52,25 +52,33 @@ TEST(PlanConfigTest, ConfigurationsAreNeverReinterpreted) {
            Case{head + "tensor_model_paralel_size: 2\n",
                 "t.yaml:4:1: key 'tensor_model_paralel_size': unknown key (did you mean "
                 "'tensor_model_parallel_size'?)"},
-           Case{head + "tensor_model_parallel_size: 2\ncontext_parallel_size: 2\n",
-                "key 'context_parallel_size': Loom does not model context parallelism"},
+           Case{head + "tensor_model_parallel_size: 2\ncontext_parallel_size: 2\n"
+                       "cp_comm_type: p2p\n",
+                "key 'cp_comm_type': Loom does not model a context-parallel exchange other "
+                "than all-gathered keys and values"},
            Case{head + "num_layers: 2\n", "t.yaml:4:1: key 'num_layers': given twice (first at t.yaml:3:1 as 'num_layers': 1)"},
            Case{"trainer: {devices: 4, num_nodes: 2}\n" + head +
                     "tensor_model_parallel_size: 2\ndata_parallel_size: 2\n",
-                "(2 x 2 x 1) is not the job's 8 devices"},
+                "(2 x 1 x 2 x 1) is not the job's 8 devices"},
        }) {
     auto config = ParseTrainConfig(c.yaml, "t.yaml");
     ASSERT_FALSE(config.ok()) << c.yaml;
     EXPECT_TRUE(absl::StrContains(config.status().message(), c.words)) << config.status();
   }
-  // context_parallel_size 1 is no context parallelism; NeMo's job size is
-  // trainer.devices x trainer.num_nodes.
+  // NeMo's job size is trainer.devices x trainer.num_nodes: dp x cp x tp x pp of it.
   auto nemo = ParseTrainConfig("trainer: {devices: 4, num_nodes: 2}\n" + head +
                                    "tensor_model_parallel_size: 2\ncontext_parallel_size: 1\n",
                                "nemo.yaml");
   ASSERT_TRUE(nemo.ok()) << nemo.status();
   EXPECT_EQ(nemo->parallel.dp, 4);
   EXPECT_EQ(nemo->parallel.tp, 2);
+  EXPECT_EQ(nemo->parallel.cp, 1);
+  auto cp = ParseTrainConfig("trainer: {devices: 4, num_nodes: 2}\n" + head +
+                                 "tensor_model_parallel_size: 2\ncontext_parallel_size: 2\n",
+                             "nemo.yaml");
+  ASSERT_TRUE(cp.ok()) << cp.status();
+  EXPECT_EQ(cp->parallel.dp, 2);
+  EXPECT_EQ(cp->parallel.cp, 2);
 }
 
 // A configuration's architecture is the zoo model's or an error: the plan would
@@ -246,7 +254,7 @@ TEST(PlanConfigTest, MegatronCommandLineGivesTheFlagsPlan) {
   EXPECT_TRUE(absl::StrContains(a.out, "dp16 tp8 pp4 vpp2 sp zero1 mb8")) << a.out;
   EXPECT_TRUE(absl::StrContains(a.out, "architecture: 14 settings checked, as llama3-70b has "
                                        "them: --hidden-size, --ffn-hidden-size")) << a.out;
-  EXPECT_TRUE(absl::StrContains(a.out, "ignored:      25 settings")) << a.out;
+  EXPECT_TRUE(absl::StrContains(a.out, "ignored:      24 settings")) << a.out;
   Result b = RunCli({"plan", "--config", yaml, "-o", from_yaml});
   ASSERT_EQ(b.code, kExitOk) << b.err;
   EXPECT_EQ(Slurp(from_args), Slurp(from_yaml));
@@ -306,9 +314,9 @@ TEST(PlanConfigTest, EveryFormRefusesWhatItCannotRead) {
            {"yaml", "loom_model: gpt2\nmystery_parallel_width: 3\n",
             "key 'mystery_parallel_width': unknown key; it may shape the plan"},
            {"yaml", "loom_model: gpt2\nhidden_dropout: 0.1\n", "dropout is not modelled"},
-           {"args", "--tensor-model-parallel-size 2 --context-parallel-size 2",
-            "a.txt: argument 3: key '--context-parallel-size': Loom does not model context "
-            "parallelism"},
+           {"args", "--tensor-model-parallel-size 2 --context-parallel-size 2 --cp-comm-type p2p",
+            "a.txt: argument 5: key '--cp-comm-type': Loom does not model a context-parallel "
+            "exchange other than all-gathered keys and values"},
            {"args", "--tensor-model-parallel-size $TP",
             "expected an integer, got '$TP' (a shell variable Loom cannot expand"},
            {"args", "--pipline-model-parallel-size 2",

@@ -21,6 +21,7 @@ namespace loom::verify::corpus {
 namespace {
 
 using ::loom::testing::Make;
+using ::loom::testing::WithCp;
 using ir::CollectiveKind;
 using ir::OpKind;
 using ir::Phase;
@@ -124,7 +125,7 @@ std::optional<Where> RopeOnSequenceHalves(const ir::Graph& spec, ir::Plan& p) {
   concat.outputs = {rope.outputs[0]};
   AddTask(p, std::move(concat));
   return Where{ItemName(p.tasks[rope.id]), TensorName(spec, p, rope.outputs[0]), {rope.device},
-               absl::StrCat("covers [", half, ":", 2 * half, ")")};
+               absl::StrCat("attribute 'offset' is 0 where the spec's piece has ", half)};
 }
 
 // On some device, an all-reduce deferred past a later all-reduce of the same
@@ -228,6 +229,71 @@ std::vector<Mutant> Corpus() {
                  return std::nullopt;
                },
                FailureClass::kMissingPiece});
+
+  // ---- Context parallelism: the sequence in two chunks over cp ranks 0 and 1.
+  // Megatron-LM with per-token loss (the TrainVerify paper's case study): the loss
+  // multiplied by the context-parallel degree on every rank, as if each rank's
+  // loss were averaged over the cp group afterwards; loss and gradients are twice
+  // the step's.
+  m.push_back({"cp_loss_overscaled_by_cp", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2), 1, 0,
+               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
+                 ScaleTasks(spec, p, "loss", "factor", 2);
+                 std::vector<ir::TaskId> f = ScaleTasks(spec, p, "d.loss.total_nll", "factor", 2);
+                 if (f.empty()) return std::nullopt;
+                 // Reported first where the backward starts from the scaled seed.
+                 const ir::Task& t = p.tasks[f[0]];
+                 Where w{ItemName(t), "d.loss.total_nll", {t.device}, "scaled by 2"};
+                 w.every_device = {0, 1};
+                 return w;
+               },
+               FailureClass::kScaled});
+  // RoPE not offset under context parallelism: the second chunk's queries rotated
+  // as positions 0..3 instead of 4..7.
+  m.push_back({"cp_rope_positions_not_offset", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2), 1, 0,
+               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
+                 for (ir::TaskId id : TasksOfKind(p, OpKind::kRope)) {
+                   ir::Task& t = p.tasks[id];
+                   if (t.device != 1 || !t.attrs.Has("offset")) continue;
+                   t.attrs.Erase("offset");
+                   return Where{ItemName(t), TensorName(spec, p, t.outputs[0]), {1},
+                                "attribute 'offset' is 0 where the spec's piece has 4"};
+                 }
+                 return std::nullopt;
+               },
+               FailureClass::kWrongShard});
+  // A wrong permutation of the chunks: the keys gathered over the cp group in the
+  // other rank order, so every query attends to the keys of the wrong positions.
+  m.push_back({"cp_keys_gathered_in_the_wrong_order", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2),
+               1, 0,
+               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
+                 auto c = FirstCollective(p, CollectiveKind::kAllGather, Phase::kForward);
+                 if (!c) return std::nullopt;
+                 SwapMembers(p, *c, 0, 1);
+                 const ir::Collective& x = p.collectives[*c];
+                 return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), x.devices,
+                              "gathered order"};
+               },
+               FailureClass::kWrongGroup});
+  // The key gradient not reduced over the cp group: each rank keeps the part of
+  // it its own queries give, as if the keys it gathered were its own.
+  m.push_back({"cp_key_gradient_not_reduced", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2), 1, 0,
+               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
+                 for (ir::TaskId id : TasksOfKind(p, OpKind::kAttentionGrad)) {
+                   const ir::ValueId dk = p.tasks[id].outputs[1];
+                   for (const ir::Collective& c : p.collectives) {
+                     if (std::find(c.inputs.begin(), c.inputs.end(), dk) == c.inputs.end()) {
+                       continue;
+                     }
+                     const ir::CollectiveId cid = c.id;
+                     SplitIntoMembers(p, cid);
+                     const ir::Collective& x = p.collectives[cid];
+                     return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), {x.devices[0]},
+                                  ""};
+                   }
+                 }
+                 return std::nullopt;
+               },
+               FailureClass::kMissingReduction});
 
   // ---- Scaling.
   // Megatron-LM context parallelism with per-token loss (TrainVerify's case

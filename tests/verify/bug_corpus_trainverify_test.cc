@@ -210,12 +210,14 @@ std::vector<Mutant> Corpus() {
                FailureClass::kDoubledPiece});
   // 11, computation: a backward node's input list reversed (TrainVerify reversed
   // apply_rotary_emb's backward; Loom's rope backward has one input, so the
-  // attention backward's is reversed).
+  // attention backward's is reversed: its operands of one shape, q, k, v, out and
+  // dout, the log-sum-exp between them staying in place).
   m.push_back({"tv11_comp_backward_inputs_reversed", "gpt2", Make(1, 2, 1, 1), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kAttentionGrad)) {
                    ir::Task& t = p.tasks[id];
-                   std::reverse(t.inputs.begin(), t.inputs.end());
+                   std::swap(t.inputs[0], t.inputs[5]);
+                   std::swap(t.inputs[1], t.inputs[3]);
                    return Where{ItemName(t), TensorName(spec, p, t.outputs[0]), {t.device},
                                 "operand 0"};
                  }

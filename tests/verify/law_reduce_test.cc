@@ -294,7 +294,11 @@ TEST(LawReduceTest, CoupledHeadsAreCroppedTogether) {
     const ir::TensorType q{ir::Shape({1, 2, 32, 2}), ir::DType::kF64};
     const ir::TensorType kv{ir::Shape({1, 2, 8, 2}), ir::DType::kF64};
     law.inputs = {q, kv, kv};
-    if (kind == ir::OpKind::kAttentionGrad) law.inputs.push_back(q);
+    if (kind == ir::OpKind::kAttentionGrad) {
+      law.inputs.push_back(q);
+      law.inputs.push_back({ir::Shape({1, 2, 32}), ir::DType::kF64});
+      law.inputs.push_back(q);
+    }
     auto sig = ir::GetOpSchema(kind).signature(law.inputs, law.attrs);
     ASSERT_TRUE(sig.ok()) << sig.status();
     // Piece 2 of 8: heads [8:12) of 32, groups [2:3) of 8.

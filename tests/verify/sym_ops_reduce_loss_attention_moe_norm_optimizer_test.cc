@@ -39,7 +39,8 @@ const std::vector<OpKind>& FamilyKinds() {
       OpKind::kMean,          OpKind::kSoftmax,
       OpKind::kSoftmaxGrad,   OpKind::kSum,
       OpKind::kSumSquares,    OpKind::kAttention,
-      OpKind::kAttentionGrad, OpKind::kRope,
+      OpKind::kAttentionGrad, OpKind::kAttentionMerge,
+      OpKind::kRope,
       OpKind::kCrossEntropy,  OpKind::kCrossEntropyGrad,
       OpKind::kPick,          OpKind::kPickGrad,
       OpKind::kMoeCombine,    OpKind::kMoeCombineGrad,
@@ -219,6 +220,8 @@ TEST(SymOpsReductionFamiliesTest, AttributeVariantsMatchReferenceKernels) {
     std::vector<HostTensor> v{Fill(F64({1, 2, 2, 3}), rng), Fill(F64({1, 3, 1, 3}), rng),
                               Fill(F64({1, 3, 1, 2}), rng)};
     ExpectMatchesReference(OpKind::kAttention, v, {{"causal", int64_t{0}}}, "noncausal");
+    v.push_back(Fill(F64({1, 2, 2, 2}), rng));
+    v.push_back(Fill(F64({1, 2, 2}), rng));
     v.push_back(Fill(F64({1, 2, 2, 2}), rng));
     ExpectMatchesReference(OpKind::kAttentionGrad, v, {{"causal", int64_t{0}}}, "noncausal");
   }

@@ -153,11 +153,12 @@ def implied_claims(S, index, inputs, out_tensor_ids, out_dims=None, free_box=Non
     # then sequence positions over tensor parallelism: a quarter of the sum).
     part, combine = C.FULL, "sum"
     for label, kind in sig["kinds"].items():
-        if kind in ("reduction", "max_reduction") and label in fraction:
+        if kind in ("reduction", "max_reduction", "logsumexp_reduction") and label in fraction:
             lo, hi = fraction[label]
             if (lo, hi) != (0, 1):
                 part = C.refine(part, lo, hi)
-                combine = "max" if kind == "max_reduction" else "sum"
+                combine = {"max_reduction": "max",
+                           "logsumexp_reduction": "logsumexp"}.get(kind, "sum")
     if part == C.FULL:
         for v in inputs:
             if v.claim.part not in (C.FULL, C.EMPTY):

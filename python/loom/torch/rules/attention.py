@@ -59,23 +59,40 @@ def _attention_attrs(L, mask_node, q, k, dropout_p, is_causal, attn_mask, scale)
             "scale": float(scale) if scale is not None else 1.0 / math.sqrt(d)}
 
 
+def _lse_dtype(dtype):
+    """The dtype of attention's log-sum-exp: float32 for 16-bit inputs (as torch's
+    and Loom's kernels keep it)."""
+    return "f32" if dtype in ("bf16", "f16") else dtype
+
+
 def _attention(L, node, q, k, v, attrs):
     """Loom's attention on torch's [b, h, s, d] operands (GQA when q has more heads
-    than k and v): the output, and the statistics only its backward reads (which
-    recomputes them)."""
+    than k and v): the output and each query row's log-sum-exp, in torch's layouts
+    ([b, h, s, dv] and [b, h, s]; a GPU kernel's padding of the latter is left out:
+    only the backward reads it)."""
     dtype, dims = _out_n(node, 0)
     b, h, s, dv = dims
-    out = L.emit("attention", [_heads_second(L, q), _heads_second(L, k), _heads_second(L, v)],
-                 attrs, (dtype, (b, s, h, dv)))
+    lse_dtype = _lse_dtype(dtype)
+    out, lse = L.emit_n("attention",
+                        [_heads_second(L, q), _heads_second(L, k), _heads_second(L, v)], attrs,
+                        [(dtype, (b, s, h, dv)), (lse_dtype, (b, s, h))])
     o = L.emit("transpose", [out], {"perm": [0, 2, 1, 3]}, (dtype, dims))
-    return [o, ("attention_stat", node)]
+    stats = L.emit("transpose", [lse], {"perm": [0, 2, 1]}, (lse_dtype, (b, h, s)),
+                   hint=f"{L.current.name}.lse")
+    return [o, stats]
 
 
-def _attention_grad(L, node, dout, q, k, v, logsumexp, attrs):
-    if not (isinstance(logsumexp, tuple) and logsumexp[0] == "attention_stat"):
-        L.unsupported("attention backward of statistics not from the attention's forward")
-    qs, ks, vs, ds = (_heads_second(L, x) for x in (q, k, v, dout))
-    grads = L.emit_n("attention_grad", [qs, ks, vs, ds], attrs,
+def _attention_grad(L, node, dout, q, k, v, out, logsumexp, attrs):
+    """The backward from the forward's output and log-sum-exp, as torch's kernels
+    compute it."""
+    b, h, s, _ = q.dims
+    if logsumexp.dims != (b, h, s):
+        L.unsupported(f"an attention backward whose log-sum-exp has dims {logsumexp.dims}, "
+                      f"not the queries' {(b, h, s)}")
+    qs, ks, vs, os_, ds = (_heads_second(L, x) for x in (q, k, v, out, dout))
+    lse = L.emit("transpose", [logsumexp], {"perm": [0, 2, 1]}, (logsumexp.dtype, (b, s, h)),
+                 hint=f"{L.current.name}.lse")
+    grads = L.emit_n("attention_grad", [qs, ks, vs, os_, lse, ds], attrs,
                      [(qs.dtype, qs.dims), (ks.dtype, ks.dims), (vs.dtype, vs.dims)])
     return [L.emit("transpose", [g], {"perm": [0, 2, 1, 3]}, _out_n(node, i))
             for i, g in enumerate(grads)]
@@ -99,7 +116,7 @@ def _sdpa_backward(L, node, dout, q, k, v, out, logsumexp, dropout_p=0.0, is_cau
                    attn_mask=None, scale=None):
     attrs = _attention_attrs(L, _arg_node(node, 8, "attn_mask"), q, k, dropout_p, is_causal,
                              attn_mask, scale)
-    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs)
+    return _attention_grad(L, node, dout, q, k, v, out, logsumexp, attrs)
 
 
 @rule(aten._scaled_dot_product_flash_attention.default)
@@ -114,7 +131,7 @@ def _sdpa_flash(L, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_m
 def _sdpa_flash_backward(L, node, dout, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
                          max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
     attrs = _attention_attrs(L, None, q, k, dropout_p, is_causal, None, scale)
-    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs)
+    return _attention_grad(L, node, dout, q, k, v, out, logsumexp, attrs)
 
 
 @rule(aten._scaled_dot_product_efficient_attention.default,
@@ -136,7 +153,7 @@ def _sdpa_efficient_backward(L, node, dout, q, k, v, attn_bias, out, logsumexp, 
                              attn_bias, scale)
     if len(grad_input_mask) > 3 and grad_input_mask[3]:
         L.unsupported("the gradient of an attention bias (Loom's attention takes none)")
-    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs) + _unused(node, 1)
+    return _attention_grad(L, node, dout, q, k, v, out, logsumexp, attrs) + _unused(node, 1)
 
 
 @rule(aten._scaled_dot_product_cudnn_attention_backward.default)
@@ -145,4 +162,4 @@ def _sdpa_cudnn_backward(L, node, dout, q, k, v, out, logsumexp, philox_seed, ph
                          scale=None):
     attrs = _attention_attrs(L, _arg_node(node, 8, "attn_bias"), q, k, dropout_p, is_causal,
                              attn_bias, scale)
-    return _attention_grad(L, node, dout, q, k, v, logsumexp, attrs)
+    return _attention_grad(L, node, dout, q, k, v, out, logsumexp, attrs)

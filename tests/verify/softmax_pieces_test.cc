@@ -1,0 +1,159 @@
+// Attention over a sequence split in two, as context parallelism computes it: the
+// device holding the second block of queries attends to each block of keys on its
+// own (the block before it in full, its own block under the causal mask, each piece
+// placed by its q_offset and k_offset) and merges the two partial softmaxes by their
+// log-sum-exp (attention_merge). The derivation takes each piece for a chunk of the
+// reduction over the keys (the diagonal piece's chunk reaching over the keys no query
+// of the block sees) and the merge for their union; the law that the chunks merge
+// into the whole is proved with the online-softmax identity. Merging by anything
+// else, pairing a value with another piece's log-sum-exp, a wrong offset or a
+// missing piece is refuted.
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ir/graph.h"
+#include "ir/plan.h"
+#include "tests/verify/hand_plan_testutil.h"
+#include "verify/verify.h"
+
+namespace loom::verify {
+namespace {
+
+using ir::Box;
+using ir::OpKind;
+using ir::ValueId;
+using testing::Failures;
+using testing::HandPlan;
+using testing::VerifyHandPlan;
+
+// Tensors: q 0, k 1, v 2, o 3, lse 4. Op: attention 0.
+constexpr char kSpec[] = R"(
+graph "attend" {
+  %q = input f64[1,4,2,2]
+  %k = input f64[1,4,1,2]
+  %v = input f64[1,4,1,3]
+  %o, %lse = attention(%q, %k, %v) {causal=1, scale=0.5} : f64[1,4,2,3], f64[1,4,2] @forward
+  output %o
+  output %lse
+}
+)";
+
+struct Options {
+  int64_t diagonal_q_offset = 2;  // the second device's own block: queries 2..3
+  bool merge = true;              // merge the two pieces (else claim the diagonal one whole)
+  OpKind merge_kind = OpKind::kAttentionMerge;
+  bool swap_lse = false;          // pair each value with the other piece's log-sum-exp
+};
+
+Box Rows(int64_t begin, int64_t end, int64_t last) {
+  Box b{{0, 1}, {begin, end}, {0, 2}};
+  if (last > 0) b.push_back({0, last});
+  return b;
+}
+
+// Device 0 holds queries 0..1 and attends to keys 0..1 (all it sees); device 1 holds
+// queries 2..3 and attends to keys 0..1 and 2..3.
+ir::Plan SplitSequence(const Options& opt) {
+  HandPlan b(ir::Mesh({ir::MeshAxis{"cp", 2}}));
+  auto attrs = [](int64_t q_offset, int64_t k_offset) {
+    ir::AttrMap a{{"causal", int64_t{1}}, {"scale", 0.5}};
+    if (q_offset != 0) a.Set("q_offset", q_offset);
+    if (k_offset != 0) a.Set("k_offset", k_offset);
+    return a;
+  };
+  auto kv = [&](int64_t device, int64_t begin, int64_t end) {
+    const Box keys{{0, 1}, {begin, end}, {0, 1}, {0, 2}};
+    const Box values{{0, 1}, {begin, end}, {0, 1}, {0, 3}};
+    return std::vector<ValueId>{b.Value(device, 1, keys, "full"),
+                                b.Value(device, 2, values, "full")};
+  };
+  // Device 0: its block of queries against the keys it sees, complete.
+  {
+    const ValueId q = b.Value(0, 0, Rows(0, 2, 2), "full");
+    const std::vector<ValueId> k = kv(0, 0, 2);
+    const ValueId o = b.Value(0, 3, Rows(0, 2, 3), "full");
+    const ValueId l = b.Value(0, 4, Rows(0, 2, 0), "full");
+    b.Task(0, 0, OpKind::kAttention, {q, k[0], k[1]}, {o, l}, attrs(0, 0));
+    b.plan.outputs.push_back(o);
+    b.plan.outputs.push_back(l);
+  }
+  // Device 1: a partial softmax per block of keys, merged.
+  const ValueId q = b.Value(1, 0, Rows(2, 4, 2), "full");
+  const std::vector<ValueId> before = kv(1, 0, 2), own = kv(1, 2, 4);
+  auto partial = [&](int64_t tensor, int64_t last, const char* part) {
+    const ValueId id = b.Value(1, tensor, Rows(2, 4, last), opt.merge ? part : "full");
+    if (opt.merge) b.plan.values[id].sub.combine = ir::ReduceOp::kLogSumExp;
+    return id;
+  };
+  const ValueId o1 = partial(3, 3, "[0,1/2)"), l1 = partial(4, 0, "[0,1/2)");
+  b.Task(1, 0, OpKind::kAttention, {q, before[0], before[1]}, {o1, l1}, attrs(2, 0));
+  const ValueId o2 = partial(3, 3, "[1/2,1)"), l2 = partial(4, 0, "[1/2,1)");
+  b.Task(1, 0, OpKind::kAttention, {q, own[0], own[1]}, {o2, l2},
+         attrs(opt.diagonal_q_offset, 2));
+  if (!opt.merge) {
+    b.plan.outputs.push_back(o2);
+    b.plan.outputs.push_back(l2);
+    return std::move(b.plan);
+  }
+  const ValueId o = b.Value(1, 3, Rows(2, 4, 3), "full");
+  const ValueId l = b.Value(1, 4, Rows(2, 4, 0), "full");
+  if (opt.merge_kind == OpKind::kAttentionMerge) {
+    b.Task(1, ir::kNoId, OpKind::kAttentionMerge,
+           {o1, opt.swap_lse ? l2 : l1, o2, opt.swap_lse ? l1 : l2}, {o, l});
+  } else {
+    b.Task(1, ir::kNoId, opt.merge_kind, {o1, o2}, {o});
+    b.Task(1, ir::kNoId, opt.merge_kind, {l1, l2}, {l});
+  }
+  b.plan.outputs.push_back(o);
+  b.plan.outputs.push_back(l);
+  return std::move(b.plan);
+}
+
+TEST(SoftmaxPiecesTest, KeyBlocksMergedByTheirLogSumExpAreTheAttention) {
+  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence({}));
+  EXPECT_EQ(r.verdict, Verdict::kEquivalent) << Failures(r);
+}
+
+TEST(SoftmaxPiecesTest, PartialSoftmaxesSummedAreRefuted) {
+  Options opt;
+  opt.merge_kind = OpKind::kAccumulate;
+  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
+  EXPECT_NE(Failures(r).find("combines a partial softmax by sum"), std::string::npos)
+      << Failures(r);
+}
+
+TEST(SoftmaxPiecesTest, AValueMergedWithAnotherPiecesLogSumExpIsRefuted) {
+  Options opt;
+  opt.swap_lse = true;
+  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
+  EXPECT_NE(Failures(r).find("with the log-sum-exp of another piece"), std::string::npos)
+      << Failures(r);
+}
+
+// The diagonal block placed at position 0: its queries see the wrong keys (the
+// RoPE-offset class of bug for attention's mask).
+TEST(SoftmaxPiecesTest, ABlockAtTheWrongOffsetIsRefuted) {
+  Options opt;
+  opt.diagonal_q_offset = 0;
+  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
+  EXPECT_NE(
+      Failures(r).find("wrong_shard: attribute 'q_offset' is 0 where the spec's piece has 2"),
+      std::string::npos)
+      << Failures(r);
+}
+
+// The device keeps only its own block of keys: the keys before it are missing.
+TEST(SoftmaxPiecesTest, TheDiagonalBlockAloneIsRefuted) {
+  Options opt;
+  opt.merge = false;
+  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent) << Failures(r);
+}
+
+}  // namespace
+}  // namespace loom::verify
