@@ -354,12 +354,25 @@ std::optional<LawProof> OutputGoals(
   using Tensor = typename B::Tensor;
   auto& goals = *goals_out;
   for (size_t k = 0; k < op.out_types.size(); ++k) {
-    // Outputs that keep every reduced label as a dim are pieces of their own.
+    // Outputs that keep every reduced label as a dim are pieces of their own; one
+    // that keeps some of them (attention_grad's dq keeps the queries, sums the keys)
+    // sums the siblings that share the law's piece along those.
     bool sums = false;
+    std::vector<std::string> kept;
     for (const std::string& l : reduced.labels) {
       const auto& ol = op.sig.outputs[k];
-      if (std::find(ol.begin(), ol.end(), l) == ol.end()) sums = true;
+      if (std::find(ol.begin(), ol.end(), l) == ol.end()) {
+        sums = true;
+      } else {
+        kept.push_back(l);
+      }
     }
+    auto shares_kept = [&](size_t sibling) {
+      for (const std::string& l : kept) {
+        if (siblings[sibling].at(l) != at.at(l)) return false;
+      }
+      return true;
+    };
     Box box;
     if (!BoxFor(op.sig.outputs[k], op.out_types[k].shape, WithCoupled(op.sig, at), &box)) {
       return Unknown("output box");
@@ -385,7 +398,9 @@ std::optional<LawProof> OutputGoals(
       for (size_t e = 0; e < expect.data.size(); ++e) {
         std::vector<typename B::Elem> values, lses;
         const size_t row = e / static_cast<size_t>(width);
-        for (const auto& outs : piece_outs) {
+        for (size_t sibling = 0; sibling < piece_outs.size(); ++sibling) {
+          if (!shares_kept(sibling)) continue;
+          const auto& outs = piece_outs[sibling];
           if (outs[k].data.size() != expect.data.size() || row >= outs[1].data.size()) {
             return Unknown("piece shape differs");
           }
@@ -398,7 +413,9 @@ std::optional<LawProof> OutputGoals(
     }
     for (size_t e = 0; e < expect.data.size(); ++e) {
       std::vector<typename B::Elem> parts;
-      for (const auto& outs : piece_outs) {
+      for (size_t sibling = 0; sibling < piece_outs.size(); ++sibling) {
+        if (!shares_kept(sibling)) continue;
+        const auto& outs = piece_outs[sibling];
         if (outs[k].data.size() != expect.data.size()) return Unknown("piece shape differs");
         parts.push_back(outs[k].data[e]);
       }

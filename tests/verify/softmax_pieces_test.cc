@@ -155,5 +155,136 @@ TEST(SoftmaxPiecesTest, TheDiagonalBlockAloneIsRefuted) {
   EXPECT_EQ(r.verdict, Verdict::kNotEquivalent) << Failures(r);
 }
 
+// ---- the backward, over the same blocks
+
+// Tensors: q 0, k 1, v 2, dout 3, o 4, lse 5, dq 6, dk 7, dv 8. Ops: attention 0,
+// attention_grad 1.
+constexpr char kGradSpec[] = R"(
+graph "attend_grad" {
+  %q = input f64[1,4,2,2]
+  %k = input f64[1,4,1,2]
+  %v = input f64[1,4,1,3]
+  %dout = input f64[1,4,2,3]
+  %o, %lse = attention(%q, %k, %v) {causal=1, scale=0.5} : f64[1,4,2,3], f64[1,4,2] @forward
+  %dq, %dk, %dv = attention_grad(%q, %k, %v, %o, %lse, %dout) {causal=1, scale=0.5} : f64[1,4,2,2], f64[1,4,1,2], f64[1,4,1,3] @backward
+  output %dq
+  output %dk
+  output %dv
+}
+)";
+
+struct GradOptions {
+  bool reduce_first_keys = true;  // all-reduce the first block's dk and dv over both devices
+  int64_t diagonal_k_offset = 2;
+};
+
+// Device d holds queries [2d, 2d + 2) with the forward's o and lse for them (computed
+// whole on each device, from keys gathered), and the backward as context parallelism
+// runs it given the whole attention's log-sum-exp: device 0 its block against keys
+// 0..1; device 1 against keys 0..1 and 2..3, its dq summed locally. The first keys'
+// dk and dv then hold each device's queries' part, reduced over both.
+ir::Plan BackwardBlocks(const GradOptions& opt) {
+  HandPlan b(ir::Mesh({ir::MeshAxis{"cp", 2}}));
+  auto attrs = [](int64_t q_offset, int64_t k_offset) {
+    ir::AttrMap a{{"causal", int64_t{1}}, {"scale", 0.5}};
+    if (q_offset != 0) a.Set("q_offset", q_offset);
+    if (k_offset != 0) a.Set("k_offset", k_offset);
+    return a;
+  };
+  auto keys = [](int64_t begin, int64_t end, int64_t last) {
+    return Box{{0, 1}, {begin, end}, {0, 1}, {0, last}};
+  };
+  std::vector<ValueId> dk_first(2), dv_first(2);
+  for (int64_t d = 0; d < 2; ++d) {
+    const ValueId q = b.Value(d, 0, Rows(2 * d, 2 * d + 2, 2), "full");
+    const ValueId k = b.Value(d, 1, keys(0, 4, 2), "full");
+    const ValueId v = b.Value(d, 2, keys(0, 4, 3), "full");
+    const ValueId dout = b.Value(d, 3, Rows(2 * d, 2 * d + 2, 3), "full");
+    const ValueId o = b.Value(d, 4, Rows(2 * d, 2 * d + 2, 3), "full");
+    const ValueId l = b.Value(d, 5, Rows(2 * d, 2 * d + 2, 0), "full");
+    b.Task(d, 0, OpKind::kAttention, {q, k, v}, {o, l}, attrs(2 * d, 0));
+    // Keys 0..1 (all this device's queries see of them).
+    const ValueId k0 = b.Value(d, 1, keys(0, 2, 2), "full");
+    const ValueId v0 = b.Value(d, 2, keys(0, 2, 3), "full");
+    b.Task(d, ir::kNoId, OpKind::kSlice, {k}, {k0},
+           ir::AttrMap{{"dim", int64_t{1}}, {"begin", int64_t{0}}, {"end", int64_t{2}}});
+    b.Task(d, ir::kNoId, OpKind::kSlice, {v}, {v0},
+           ir::AttrMap{{"dim", int64_t{1}}, {"begin", int64_t{0}}, {"end", int64_t{2}}});
+    const char* query_part = d == 0 ? "[0,1/2)" : "[1/2,1)";
+    const ValueId dq = b.Value(d, 6, Rows(2 * d, 2 * d + 2, 2), d == 0 ? "full" : "[0,1/2)");
+    dk_first[d] = b.Value(d, 7, keys(0, 2, 2), query_part);
+    dv_first[d] = b.Value(d, 8, keys(0, 2, 3), query_part);
+    b.Task(d, 1, OpKind::kAttentionGrad, {q, k0, v0, o, l, dout}, {dq, dk_first[d], dv_first[d]},
+           attrs(2 * d, 0));
+    if (d == 0) {
+      b.plan.outputs.push_back(dq);
+      continue;
+    }
+    // Device 1's own block of keys: its dk and dv complete (queries 0..1 see none).
+    const ValueId k1 = b.Value(d, 1, keys(2, 4, 2), "full");
+    const ValueId v1 = b.Value(d, 2, keys(2, 4, 3), "full");
+    b.Task(d, ir::kNoId, OpKind::kSlice, {k}, {k1},
+           ir::AttrMap{{"dim", int64_t{1}}, {"begin", int64_t{2}}, {"end", int64_t{4}}});
+    b.Task(d, ir::kNoId, OpKind::kSlice, {v}, {v1},
+           ir::AttrMap{{"dim", int64_t{1}}, {"begin", int64_t{2}}, {"end", int64_t{4}}});
+    const ValueId dq1 = b.Value(d, 6, Rows(2, 4, 2), "[1/2,1)");
+    const ValueId dk1 = b.Value(d, 7, keys(2, 4, 2), "full");
+    const ValueId dv1 = b.Value(d, 8, keys(2, 4, 3), "full");
+    b.Task(d, 1, OpKind::kAttentionGrad, {q, k1, v1, o, l, dout}, {dq1, dk1, dv1},
+           attrs(2, opt.diagonal_k_offset));
+    const ValueId dq_all = b.Value(d, 6, Rows(2, 4, 2), "full");
+    b.Task(d, ir::kNoId, OpKind::kAccumulate, {dq, dq1}, {dq_all});
+    b.plan.outputs.push_back(dq_all);
+    b.plan.outputs.push_back(dk1);
+    b.plan.outputs.push_back(dv1);
+  }
+  for (const std::vector<ValueId>* partial : {&dk_first, &dv_first}) {
+    if (!opt.reduce_first_keys) {
+      for (ValueId v : *partial) {
+        b.plan.values[v].sub.part = ir::ValuePart::Full();
+        b.plan.outputs.push_back(v);
+      }
+      continue;
+    }
+    ir::Collective reduce;
+    reduce.id = static_cast<ir::CollectiveId>(b.plan.collectives.size());
+    reduce.devices = {0, 1};
+    reduce.inputs = *partial;
+    reduce.phase = ir::Phase::kBackward;
+    for (int64_t d = 0; d < 2; ++d) {
+      const ir::PlanValue& like = b.plan.values[(*partial)[d]];
+      reduce.outputs.push_back(b.Value(d, like.sub.tensor, like.sub.box, "full"));
+      b.plan.outputs.push_back(reduce.outputs.back());
+    }
+    b.plan.collectives.push_back(reduce);
+  }
+  return std::move(b.plan);
+}
+
+TEST(SoftmaxPiecesTest, TheBackwardOverBlocksGivenTheWholeLogSumExpIsProved) {
+  const VerifyReport r = VerifyHandPlan(kGradSpec, BackwardBlocks({}));
+  EXPECT_EQ(r.verdict, Verdict::kEquivalent) << Failures(r);
+}
+
+// Each device keeps its own queries' part of the first keys' gradient: the key
+// gradient not reduced around the cp group.
+TEST(SoftmaxPiecesTest, AKeyGradientNotReducedOverTheGroupIsRefuted) {
+  GradOptions opt;
+  opt.reduce_first_keys = false;
+  const VerifyReport r = VerifyHandPlan(kGradSpec, BackwardBlocks(opt));
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
+  EXPECT_NE(Failures(r).find("missing_reduction"), std::string::npos) << Failures(r);
+}
+
+TEST(SoftmaxPiecesTest, ABackwardBlockAtTheWrongKeyOffsetIsRefuted) {
+  GradOptions opt;
+  opt.diagonal_k_offset = 0;
+  const VerifyReport r = VerifyHandPlan(kGradSpec, BackwardBlocks(opt));
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
+  EXPECT_NE(Failures(r).find("attribute 'k_offset' is 0 where the spec's piece has 2"),
+            std::string::npos)
+      << Failures(r);
+}
+
 }  // namespace
 }  // namespace loom::verify
