@@ -411,3 +411,20 @@ def test_plan_search_by_span(example):
     assert by_span.span_optimal == (by_span.span == by_span.span_lower_bound)
     with pytest.raises(ValueError, match="unknown objective 'fastest' \\(makespan or span\\)"):
         unscheduled.copy().search(step, objective="fastest")
+
+
+def test_context_parallel_plan_is_proved_and_runs_as_the_reference():
+    """ParallelConfig(cp=2): every sequence in two chunks over a cp axis between pp and
+    tp; the plan is proved equivalent and its CPU run matches the single-device step."""
+    model = loom.ModelConfig("llama3-8b", tiny=True, layers=2)
+    parallel = loom.ParallelConfig(dp=2, tp=2, microbatches=2, cp=2)
+    assert parallel.cp == 2 and "cp=2" in repr(parallel)
+    plan = loom.make_plan(model, parallel)
+    assert plan.devices == 8
+    step = loom.step_of(plan)
+    report = loom.verify(step, plan, threads=1)
+    assert report.exit_code == 0, report
+    run = loom.run(step, plan, steps=2, check=True)
+    assert run.check.largest <= 1e-5, run.check.worst
+    with pytest.raises(ValueError, match="cp 3 does not divide the sequence length 8"):
+        loom.make_plan(model, loom.ParallelConfig(cp=3))
