@@ -49,9 +49,13 @@ def is_partial_norm(spec):
 def lower_norm(L, node, m):
     """The rank's norm `node` of its shard, matched to the step's `m`: its sum of
     squares, kept as a PartialNorm."""
+    from loom.torch import stage_norms
     from loom.torch.rules.arithmetic import vector_norm_squares
     args = [L._arg(a) for a in node.args]
-    squares = vector_norm_squares(L, node, *args)
+    if isinstance(args[0], stage_norms.RowRuns):
+        squares = stage_norms.partial_squares(L, node, *args)
+    else:
+        squares = vector_norm_squares(L, node, *args)
     return PartialNorm(squares, node, m, tuple(L.template), L.cursor, L.dcursor)
 
 

@@ -13,10 +13,12 @@ gradients by it. Lowered here:
 
 - a foreach op over some of the elements of one of the step's (`sub_foreach`): each
   element as the step's element it is (Lowering.foreach_elements: its ops);
-- a stack of consecutive ones of the step's stacked values (`stack_rows`): each
-  element as the step makes it, then a local concat that holds those rows of the
-  step's stack (the verifier reads a concat of whole consecutive inputs of one of the
-  step's concats as that region of its output);
+- a stack of some of the step's stacked values (`stack_rows`): each element as the
+  step makes it, then a local concat per run of consecutive ones that holds those rows
+  of the step's stack (the verifier reads a concat of whole consecutive inputs of one
+  of the step's concats as that region of its output); a rank with several stages
+  (interleaved, V-shaped schedules) holds several runs, whose norm is the sum of the
+  runs' sums of squares (`partial_squares`);
 - the norm of those rows, its square, the all-reduce of the square and its square
   root (`PartialNorm` -> `SquaredNorm` -> `ReducedSquares` -> the step's norm).
 """
@@ -47,6 +49,15 @@ class ReducedSquares:
     (`value`), before the step's square root."""
     partial: norm_partial.PartialNorm
     value: object
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRuns:
+    """A stack of some of the step's stacked values that are not consecutive in its
+    order (the stages of an interleaved or V-shaped pipeline rank): one local concat
+    per run of consecutive ones, each that region of the step's stack. Only the norm
+    of the stack reads it (partial_squares)."""
+    values: tuple
 
 
 def _images(R, nodes):
@@ -119,9 +130,10 @@ def element_of(R, node):
 
 
 def stack_rows(R, node):
-    """A stack along dim 0 of consecutive ones of the values a stack of the step's
-    stacks: each element as the step makes it, then a local concat holding those rows
-    of the step's stack. False where there is none."""
+    """A stack along dim 0 of some of the values a stack of the step's stacks, in its
+    order: each element as the step makes it, then a local concat per run of
+    consecutive ones holding those rows of the step's stack (RowRuns where there are
+    several). False where there is none."""
     if node.target is not aten.stack.default or not isinstance(node.args[0], (list, tuple)):
         return False
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
@@ -133,10 +145,10 @@ def stack_rows(R, node):
     for m in R.S.candidates_of(node.target):
         theirs = [canonical(a) for a in m.args[0]]
         mdim = m.args[1] if len(m.args) > 1 else m.kwargs.get("dim", 0)
-        if mdim != 0 or len(theirs) <= len(mine) or mine[0] not in theirs:
+        if mdim != 0 or len(theirs) <= len(mine) or not all(x in theirs for x in mine):
             continue
-        first = theirs.index(mine[0])
-        if theirs[first:first + len(mine)] != mine:
+        positions = [theirs.index(x) for x in mine]
+        if any(b <= a for a, b in zip(positions, positions[1:])):
             continue
         ops = R.S.L.node_ops.get(m, [])
         per, rest = divmod(len(ops) - 1, len(theirs))
@@ -145,7 +157,7 @@ def stack_rows(R, node):
         R.S.used.add(m)
         R.image[node] = m
         R.spec_node = m
-        R.template = ops[first * per:(first + len(mine)) * per]
+        R.template = [i for p in positions for i in ops[p * per:(p + 1) * per]]
         R.cursor = R.dcursor = 0
         R._bind_operands(node)
         if any(isinstance(R.env[a], (norm_partial.PartialNorm, norm_partial.WholeNorm))
@@ -162,21 +174,55 @@ def stack_rows(R, node):
             R.unsupported("the rank stacks its values with other ops than the model's step")
         concat = R.S.g.ops[ops[-1]]
         whole = R.S.dims(concat["outputs"][0])
-        box = ((first, first + len(mine)),) + tuple((0, d) for d in whole[1:])
-        claim = C.Claim(tensor=R.S.tensor_id[concat["outputs"][0]], box=box, part=C.FULL)
-        dims = (len(mine),) + tuple(whole[1:])
-        out = R.doc.value(R.device, claim, parts[0].dtype, dims)
-        R.doc.task(R.device, -1, "concat", {"dim": 0}, parts, [out], concat["phase"], -1,
-                   R.origin)
-        R.env[node] = out
+        runs, start = [], 0
+        for i in range(1, len(positions) + 1):
+            if i == len(positions) or positions[i] != positions[i - 1] + 1:
+                runs.append((start, i))
+                start = i
+        values = []
+        for a, b in runs:
+            first = positions[a]
+            box = ((first, first + b - a),) + tuple((0, d) for d in whole[1:])
+            claim = C.Claim(tensor=R.S.tensor_id[concat["outputs"][0]], box=box, part=C.FULL)
+            out = R.doc.value(R.device, claim, parts[0].dtype, (b - a,) + tuple(whole[1:]))
+            R.doc.task(R.device, -1, "concat", {"dim": 0}, parts[a:b], [out], concat["phase"],
+                       -1, R.origin)
+            values.append(out)
+        R.env[node] = values[0] if len(values) == 1 else RowRuns(tuple(values))
         return True
     return False
+
+
+def partial_squares(L, node, runs, *args):
+    """The sum of squares of a RowRuns stack: each run's, as the step's norm computes
+    it on those rows, summed locally (a share of the step's sum of squares)."""
+    from loom.torch.rules.arithmetic import vector_norm_squares
+    start = L.cursor
+    sums = []
+    for v in runs.values:
+        L.cursor = start
+        sums.append(vector_norm_squares(L, node, v, *args))
+    union = sorted(p for s in sums for p in s.claim.part)
+    merged = [list(union[0])]
+    for lo, hi in union[1:]:
+        if lo == merged[-1][1]:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi])
+    first = sums[0]
+    claim = dataclasses.replace(first.claim, part=tuple((lo, hi) for lo, hi in merged))
+    out = L.doc.value(L.device, claim, first.dtype, first.dims)
+    phase = L.S.g.ops[L.template[start]]["phase"]
+    L.doc.task(L.device, -1, "accumulate", {}, sums, [out], phase, -1, L.origin)
+    return out
 
 
 def holds_rows(R, x):
     """Whether the rank's value of `x` (the operand of its norm) holds only some of
     the positions of the step's tensor it is a piece of: the norm is partial."""
     v = R.env.get(x)
+    if isinstance(v, RowRuns):
+        return True
     if not hasattr(v, "claim"):
         return False
     whole = R.S.g.types[R._tensor_name(v.claim.tensor)][1]

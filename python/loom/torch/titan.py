@@ -341,18 +341,9 @@ def titan_job(argv, world_size=None, seed=0):
                            "(torch.distributed._composable.replicate, whose reducer runs "
                            "outside what a trace sees) is not captured; HSDP (with "
                            "data_parallel_shard_degree above 1) is")
-    if degrees["pp"] > 1:
-        from torch.distributed.pipelining.schedules import (PipelineScheduleMulti,
-                                                            get_schedule_class)
-        if p.pipeline_parallel_schedule_csv:
-            raise CaptureError("--parallelism.pipeline_parallel_schedule_csv: a schedule "
-                               "read from a file is not captured")
-        schedule = p.pipeline_parallel_schedule
-        if issubclass(get_schedule_class(schedule), PipelineScheduleMulti):
-            # Clipping stacks the norms of the rank's stages' parameters, which are
-            # not consecutive in the model's order (stage_norms.py takes those).
-            raise CaptureError(f"a pipeline rank with more than one stage ({schedule}) is "
-                               "not captured yet: torchtitan's clipping over its stages")
+    if degrees["pp"] > 1 and p.pipeline_parallel_schedule_csv:
+        raise CaptureError("--parallelism.pipeline_parallel_schedule_csv: a schedule "
+                           "read from a file is not captured")
     if job_config.compile.enable:
         raise CaptureError("--compile.enable: Loom traces the eager step; run it without "
                            "torch.compile (compile does not change what is computed)")
