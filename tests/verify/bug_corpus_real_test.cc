@@ -261,6 +261,23 @@ std::vector<Mutant> Corpus() {
                  return std::nullopt;
                },
                FailureClass::kWrongShard});
+  // TP x CP halving the loss (the class of torchtitan #3280): on a tp2 x cp2 mesh the
+  // chunks' shares of the loss averaged over the cp group where they must be summed:
+  // the loss is half the step's.
+  m.push_back({"cp_tp_loss_averaged_over_cp", "llama3-8b", WithCp(Make(1, 2, 1, 1), 2), 1, 0,
+               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
+                 std::optional<Where> w;
+                 for (ir::Collective& c : p.collectives) {
+                   if (c.kind != CollectiveKind::kAllReduce || c.phase != Phase::kForward ||
+                       TensorName(spec, p, c.outputs[0]) != "loss") {
+                     continue;
+                   }
+                   c.reduce = ir::ReduceOp::kAvg;
+                   if (!w) w = Where{ItemName(c), "loss", c.devices, "scaled by 1/2"};
+                 }
+                 return w;
+               },
+               FailureClass::kScaled});
   // A wrong permutation of the chunks: the keys gathered over the cp group in the
   // other rank order, so every query attends to the keys of the wrong positions.
   m.push_back({"cp_keys_gathered_in_the_wrong_order", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2),
