@@ -236,6 +236,11 @@ OpSchema& OpSchema::Causal(std::string queries, std::string keys) {
   return *this;
 }
 
+OpSchema& OpSchema::SameComputation(SameComputationFn fn) {
+  same_computation = fn;
+  return *this;
+}
+
 std::optional<int64_t> CausalShift(const OpSchema& schema, const AttrMap& attrs) {
   if (!schema.causal_mask.has_value() || attrs.GetInt("causal", 1).value_or(1) != 1) {
     return std::nullopt;

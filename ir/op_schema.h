@@ -102,6 +102,12 @@ using FlopsFn = double (*)(absl::Span<const TensorType> in, absl::Span<const Ten
 // `in_boxes` / `out_boxes` the index regions the piece reads and writes. Ops whose
 // attributes depend on sizes or offsets (reshape's shape, an embedding's vocabulary
 // range, the token count a loss divides by) rewrite them here.
+// Whether two attribute maps of an op compute the same on operands of types `in`
+// (a causal attention whose block sees every key of its chunk is a full one; only
+// the difference of its offsets places its mask).
+using SameComputationFn = bool (*)(const AttrMap& a, const AttrMap& b,
+                                   absl::Span<const TensorType> in);
+
 using ShardAttrsFn = absl::StatusOr<AttrMap> (*)(const AttrMap& attrs,
                                                  absl::Span<const TensorType> in,
                                                  absl::Span<const Box> in_boxes,
@@ -166,6 +172,8 @@ struct OpSchema {
   GradFn grad = nullptr;            // nullptr: the op has no backward rule
   std::string doc;                  // one line: inputs, outputs, attributes
   ShardAttrsFn shard_attrs = nullptr;  // nullptr: a piece keeps the op's attributes
+  // nullptr: attribute maps that differ compute differently.
+  SameComputationFn same_computation = nullptr;
   // The output does not depend on the order of the operands (add, mul,
   // accumulate): a piece may read them in any order.
   bool commutative = false;
@@ -204,6 +212,7 @@ struct OpSchema {
   OpSchema& Resizes(ResizeAttrsFn fn);
   OpSchema& RoutesTokens();
   OpSchema& Causal(std::string queries, std::string keys);
+  OpSchema& SameComputation(SameComputationFn fn);
 
   // The role of attribute `name`, if it has one.
   std::optional<AttrRole> RoleOf(absl::string_view name) const;

@@ -409,6 +409,14 @@ bool Deriver::PieceAttributes(ComputePiece& p) {
     }
     expected = *std::move(a);
   }
+  const ir::SameComputationFn same = ir::GetOpSchema(o.kind).same_computation;
+  if (t.attrs != expected && same != nullptr) {
+    std::vector<ir::TensorType> in;
+    for (ValueId v : t.inputs) {
+      in.push_back({ir::Shape(ir::BoxDims(facts_[v].box)), plan_.values[v].dtype});
+    }
+    if (same(t.attrs, expected, in)) return true;
+  }
   if (t.attrs != expected) {
     // A factor the output is proportional to (or a divisor it is inversely
     // proportional to), set to another value: the piece times their ratio.

@@ -276,6 +276,29 @@ absl::StatusOr<AttrMap> ShardAttention(const AttrMap& attrs, absl::Span<const Te
   return out;
 }
 
+// The same scale and the same keys seen by every query (Visible), whatever the
+// attributes say: a causal block that sees all its keys is a full attention, and
+// causal blocks with the same q_offset - k_offset mask alike.
+bool SameAttention(const AttrMap& a, const AttrMap& b, absl::Span<const TensorType> in) {
+  absl::StatusOr<AttentionDims> x = GetAttentionDims(in, a);
+  absl::StatusOr<AttentionDims> y = GetAttentionDims(in, b);
+  if (!x.ok() || !y.ok() || x->scale != y->scale) return false;
+  AttrMap rest_a = a, rest_b = b;
+  for (const char* name : {"causal", "scale", "q_offset", "k_offset"}) {
+    rest_a.Erase(name);
+    rest_b.Erase(name);
+  }
+  if (rest_a != rest_b) return false;
+  if (x->causal == y->causal && (!x->causal || x->q_offset - x->k_offset ==
+                                                   y->q_offset - y->k_offset)) {
+    return true;
+  }
+  for (int64_t i = 0; i < x->s; ++i) {
+    if (x->Visible(i) != y->Visible(i)) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<AttrMap> ShardRope(const AttrMap& attrs, absl::Span<const TensorType>,
                                   absl::Span<const Box> in_boxes, absl::Span<const TensorType>,
                                   absl::Span<const Box>) {
@@ -508,6 +531,7 @@ void RegisterAttentionOps(SchemaTable& table) {
       .Attr("q_offset", AttrRole::kOffset)
       .Attr("k_offset", AttrRole::kOffset)
       .Causal("s", "t")
+      .SameComputation(SameAttention)
       .shard_attrs = ShardAttention;
   reg(OpKind::kAttentionGrad, InferAttentionGrad, SignatureAttentionGrad, KernelAttentionGrad,
       FlopsAttentionGrad, nullptr,
@@ -517,6 +541,7 @@ void RegisterAttentionOps(SchemaTable& table) {
       .Attr("q_offset", AttrRole::kOffset)
       .Attr("k_offset", AttrRole::kOffset)
       .Causal("s", "t")
+      .SameComputation(SameAttention)
       .shard_attrs = ShardAttention;
   reg(OpKind::kAttentionMerge, InferAttentionMerge, SignatureAttentionMerge,
       KernelAttentionMerge, FlopsAttentionMerge, nullptr,

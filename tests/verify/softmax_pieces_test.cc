@@ -42,6 +42,10 @@ graph "attend" {
 
 struct Options {
   int64_t diagonal_q_offset = 2;  // the second device's own block: queries 2..3
+  // Torch's ring attention calls each chunk without offsets: the block before its
+  // own as full attention (causal 0), its own block as causal from position 0.
+  bool as_torch_calls = false;
+  int64_t before_causal = 1;  // with as_torch_calls: the earlier block's causal flag
   bool merge = true;              // merge the two pieces (else claim the diagonal one whole)
   OpKind merge_kind = OpKind::kAttentionMerge;
   bool swap_lse = false;          // pair each value with the other piece's log-sum-exp
@@ -88,10 +92,15 @@ ir::Plan SplitSequence(const Options& opt) {
     return id;
   };
   const ValueId o1 = partial(3, 3, "[0,1/2)"), l1 = partial(4, 0, "[0,1/2)");
-  b.Task(1, 0, OpKind::kAttention, {q, before[0], before[1]}, {o1, l1}, attrs(2, 0));
+  ir::AttrMap before_attrs = attrs(2, 0);
+  ir::AttrMap own_attrs = attrs(opt.diagonal_q_offset, 2);
+  if (opt.as_torch_calls) {
+    before_attrs = ir::AttrMap{{"causal", opt.before_causal}, {"scale", 0.5}};
+    own_attrs = attrs(0, 0);
+  }
+  b.Task(1, 0, OpKind::kAttention, {q, before[0], before[1]}, {o1, l1}, before_attrs);
   const ValueId o2 = partial(3, 3, "[1/2,1)"), l2 = partial(4, 0, "[1/2,1)");
-  b.Task(1, 0, OpKind::kAttention, {q, own[0], own[1]}, {o2, l2},
-         attrs(opt.diagonal_q_offset, 2));
+  b.Task(1, 0, OpKind::kAttention, {q, own[0], own[1]}, {o2, l2}, own_attrs);
   if (!opt.merge) {
     b.plan.outputs.push_back(o2);
     b.plan.outputs.push_back(l2);
@@ -114,6 +123,30 @@ ir::Plan SplitSequence(const Options& opt) {
 TEST(SoftmaxPiecesTest, KeyBlocksMergedByTheirLogSumExpAreTheAttention) {
   const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence({}));
   EXPECT_EQ(r.verdict, Verdict::kEquivalent) << Failures(r);
+}
+
+// The chunks as torch's ring attention calls them, without offsets: the block before
+// the device's own, which its queries see whole, as full attention; its own block as
+// causal from position 0, the same mask as at offsets 2 and 2.
+TEST(SoftmaxPiecesTest, ChunkCallsWithoutOffsetsComputeTheSamePieces) {
+  Options opt;
+  opt.as_torch_calls = true;
+  opt.before_causal = 0;
+  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
+  EXPECT_EQ(r.verdict, Verdict::kEquivalent) << Failures(r);
+}
+
+// The earlier block called causal from position 0 too: its queries would see only
+// part of the keys they see.
+TEST(SoftmaxPiecesTest, AnEarlierBlockMaskedAsTheDiagonalIsRefuted) {
+  Options opt;
+  opt.as_torch_calls = true;
+  opt.before_causal = 1;
+  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
+  EXPECT_NE(Failures(r).find("attribute 'q_offset' is 0 where the spec's piece has 2"),
+            std::string::npos)
+      << Failures(r);
 }
 
 TEST(SoftmaxPiecesTest, PartialSoftmaxesSummedAreRefuted) {
