@@ -422,6 +422,19 @@ void Policy::FollowShardedInputs(AxisSplit& split) const {
       if (sd >= 0 && !IsFree(spec_, op.inputs[i])) TrySplit(split, sig.inputs[i][sd]);
     }
   }
+  // Context parallelism: partial sums over cp arriving with a sequence dim (the key
+  // and value gradients of attention, to which every rank's queries contribute) are
+  // reduce-scattered into sequence chunks, as Megatron-LM does, rather than reduced
+  // whole onto every rank.
+  if (split.g == kCp && split.labels.empty() && op.info.phase != ir::Phase::kOptimizer) {
+    for (size_t i = 0; i < op.inputs.size() && split.labels.empty(); ++i) {
+      const AxisLayout* a = Produced(op, i, split.g);
+      const int sd = seq_dim_[op.inputs[i]];
+      if (a != nullptr && a->kind == AxisKind::kPartial && sd >= 0) {
+        TrySplit(split, sig.inputs[i][sd]);
+      }
+    }
+  }
 }
 
 bool Policy::RunsOnPartials(const Op& op, int g) const {

@@ -291,21 +291,42 @@ std::vector<Mutant> Corpus() {
                               "gathered order"};
                },
                FailureClass::kWrongGroup});
-  // The key gradient not reduced over the cp group: each rank keeps the part of
-  // it its own queries give, as if the keys it gathered were its own.
+  // The key gradient not reduced over the cp group: each rank keeps its own chunk of
+  // the part its own queries give (the reduce-scatter into chunks replaced by a local
+  // slice), as if the keys it gathered were its own.
   m.push_back({"cp_key_gradient_not_reduced", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kAttentionGrad)) {
                    const ir::ValueId dk = p.tasks[id].outputs[1];
                    for (const ir::Collective& c : p.collectives) {
-                     if (std::find(c.inputs.begin(), c.inputs.end(), dk) == c.inputs.end()) {
+                     if (c.kind != CollectiveKind::kReduceScatter ||
+                         std::find(c.inputs.begin(), c.inputs.end(), dk) == c.inputs.end()) {
                        continue;
                      }
-                     const ir::CollectiveId cid = c.id;
-                     SplitIntoMembers(p, cid);
-                     const ir::Collective& x = p.collectives[cid];
-                     return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), {x.devices[0]},
-                                  ""};
+                     const ir::Collective x = c;
+                     std::optional<Where> w;
+                     for (size_t i = 0; i < x.devices.size(); ++i) {
+                       const ir::PlanValue in = p.values[x.inputs[i]];
+                       ir::PlanValue kept = p.values[x.outputs[i]];
+                       const int64_t size = kept.sub.box[x.dim].size();
+                       ir::Task slice;
+                       slice.kind = OpKind::kSlice;
+                       slice.device = x.devices[i];
+                       slice.info = ir::OpInfo{x.phase, x.layer, x.microbatch};
+                       slice.attrs.Set("dim", int64_t{x.dim});
+                       slice.attrs.Set("begin", static_cast<int64_t>(i) * size);
+                       slice.attrs.Set("end", static_cast<int64_t>(i + 1) * size);
+                       slice.inputs = {in.id};
+                       slice.outputs = {AddValue(p, kept)};
+                       Rewire(p, x.outputs[i], slice.outputs[0]);
+                       const ir::TaskId t = AddTask(p, std::move(slice));
+                       if (!w) {
+                         w = Where{ItemName(p.tasks[t]), TensorName(spec, p, x.outputs[i]),
+                                   {x.devices[i]}, ""};
+                       }
+                     }
+                     Bypass(p, x.id);
+                     return w;
                    }
                  }
                  return std::nullopt;
