@@ -177,6 +177,12 @@ class SpecIndex:
         if positions:
             every = [m for m in every if all(_arg(m, i) == _arg(node, i) for i in positions)
                      and m.kwargs.get("dtype") == node.kwargs.get("dtype")] or every
+        if node.target is aten.slice.Tensor:
+            # Slices of one operand along a dim the rank holds whole (a rotary table's
+            # cosine and sine halves) are the spec's with the same bounds.
+            every = [m for m in every if not _whole_along(node, m) or
+                     tuple(_arg(m, i) for i in (1, 2, 3)) ==
+                     tuple(_arg(node, i) for i in (1, 2, 3))] or every
         # Views of one operand to different shapes share a key: the spec's of the same
         # number of dims (a rank's shape is a piece of the spec's, not another shape).
         ndim = _ndim(node)
@@ -409,6 +415,20 @@ def _flat_nodes(tree):
                 walk(y)
     walk(tree)
     return out
+
+
+def _whole_along(node, m):
+    """Whether a rank's slice reads its operand whole along the sliced dim: the same
+    size there as the spec's slice `m` reads."""
+    def size(n):
+        x = n.args[0] if n.args else None
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        dim = _arg(n, 1) or 0
+        if val is None or not hasattr(val, "shape") or not -len(val.shape) <= dim < len(val.shape):
+            return None
+        return val.shape[dim]
+    a, b = size(node), size(m)
+    return a is not None and a == b
 
 
 def _arg(node, i):
