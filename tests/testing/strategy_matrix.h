@@ -81,6 +81,7 @@ inline std::vector<Case> Matrix() {
   ep2tp2pp2.ep = 2;
   cases.push_back({"moe_ep2_tp2_pp2", moe, ep2tp2pp2});
   cases.push_back({"moe_zero3_tp2", moe, Make(2, 2, 1, 1, 1, false, 3)});
+  cases.push_back({"moe_dp2_tp2_cp2", moe, WithCp(Make(2, 2, 1, 2), 2)});
   return cases;
 }
 
