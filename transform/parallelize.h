@@ -29,7 +29,8 @@ namespace loom::transform {
 //    come back reduce-scattered; weight gradients are partial sums over cp as
 //    over dp;
 //  - ZeRO 1/2/3: optimizer updates (and, from stage 2, gradient accumulation) split
-//    over dp along a parameter dim; stage 3 also keeps parameters sharded;
+//    over dp (stages 1 and 2: over dp x cp, Megatron-LM's dp_cp group) along a
+//    parameter dim; stage 3 also keeps parameters sharded over dp;
 //  - recompute: every layer's forward is re-run before its backward.
 absl::StatusOr<PartitionSpec> MegatronPolicy(const ir::Graph& spec, const Strategy& strategy);
 

@@ -462,10 +462,17 @@ void Policy::DecideAxis(const OpView& view, int g) {
       IsFree(spec_, op.inputs[1]) && view.in[1].shape.rank() >= 3) {
     TrySplit(split, view.sig.inputs[1][0]);
   }
-  if (g == kDp && s_.zero >= 1 &&
+  // ZeRO shards over the data-parallel replicas and, as Megatron-LM's distributed
+  // optimizer does, over the context-parallel ranks inside them (its dp x cp group).
+  if ((g == kDp || g == kCp) && s_.zero >= 1 && s_.zero < 3 &&
       (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd ||
        (s_.zero >= 2 && op.kind == OpKind::kAccumulate && op.info.microbatch < 0 &&
         absl::StartsWith(spec_.tensor(op.outputs[0]).name, "grad.")))) {
+    SplitForZero(split);
+  } else if (g == kDp && s_.zero >= 3 &&
+             (op.kind == OpKind::kAdamW || op.kind == OpKind::kSgd ||
+              (op.kind == OpKind::kAccumulate && op.info.microbatch < 0 &&
+               absl::StartsWith(spec_.tensor(op.outputs[0]).name, "grad.")))) {
     SplitForZero(split);
   }
   SplitLikeParameter(split);

@@ -64,6 +64,7 @@ inline std::vector<Case> Matrix() {
     cases.push_back({tag + "_dp4_tp2_pp2", m, Make(4, 2, 2, 2), 0, 4});
     cases.push_back({tag + "_cp2", m, WithCp(Make(1, 1, 1, 1), 2)});
     cases.push_back({tag + "_dp2_tp2_pp2_cp2_sp", m, WithCp(Make(2, 2, 2, 2, 1, true), 2)});
+    cases.push_back({tag + "_dp2_cp2_zero2", m, WithCp(Make(2, 1, 1, 2, 1, false, 2), 2)});
   }
   // Mixture of experts: data, tensor, pipeline and expert parallelism.
   const std::string moe = "deepseek-v3-671b";
