@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/op_schema.h"
+#include "ir/ops/op_attrs.h"
 #include "ir/status_macros.h"
 #include "smt/prove.h"
 #include "smt/term.h"
@@ -146,24 +147,17 @@ struct NumericBackend {
     for (double x : v) m = std::max(m, x);
     return v.empty() ? 0 : m;
   }
-  // The online-softmax merge from the largest log-sum-exp, as attention_merge.
+  // The online-softmax merge, as attention_merge's kernel computes it.
   Elem MergeValue(const std::vector<Elem>& values, const std::vector<Elem>& lses) {
-    const double m = Max(lses);
-    if (!std::isfinite(m)) return 0;
-    double total = 0, acc = 0;
-    for (size_t i = 0; i < lses.size(); ++i) {
-      const double w = std::exp(lses[i] - m);
-      total += w;
-      acc += values[i] * w;
-    }
-    return acc / total;
+    std::vector<double> w;
+    ir::ops::MergeLogSumExps(lses, &w);
+    double acc = 0;
+    for (size_t i = 0; i < values.size(); ++i) acc += values[i] * w[i];
+    return acc;
   }
   Elem MergeLse(const std::vector<Elem>& lses) {
-    const double m = Max(lses);
-    if (!std::isfinite(m)) return m;
-    double total = 0;
-    for (double l : lses) total += std::exp(l - m);
-    return m + std::log(total);
+    std::vector<double> w;
+    return ir::ops::MergeLogSumExps(lses, &w);
   }
   absl::StatusOr<std::vector<Tensor>> Eval(ir::OpKind kind, std::vector<const Tensor*> in,
                                            const ir::AttrMap& attrs) {

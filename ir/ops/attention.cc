@@ -84,6 +84,18 @@ absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const TensorType> in,
 
 // Visible(i) is 0 for i < lo, c + i for lo <= i < hi and t from hi on, with
 // c = q_offset - k_offset + 1.
+double MergeLogSumExps(absl::Span<const double> lses, std::vector<double>* weights) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (double l : lses) m = std::max(m, l);
+  weights->assign(lses.size(), 0.0);
+  if (!std::isfinite(m)) return m;
+  double total = 0;
+  for (double l : lses) total += std::exp(l - m);
+  const double lse = m + std::log(total);
+  for (size_t i = 0; i < lses.size(); ++i) (*weights)[i] = std::exp(lses[i] - lse);
+  return lse;
+}
+
 double AttentionDims::VisiblePairs() const {
   if (!causal) return static_cast<double>(s) * static_cast<double>(t);
   const int64_t c = q_offset - k_offset + 1;
@@ -445,17 +457,11 @@ absl::Status KernelAttentionMerge(absl::Span<const HostTensor* const> in, const 
   const HostTensor& o2 = *in[2];
   const HostTensor& l2 = *in[3];
   const int64_t d = o1.shape.dim(3);
+  std::vector<double> w;
   for (int64_t r = 0; r < l1.shape.num_elements(); ++r) {
-    const double m = std::max(l1[r], l2[r]);
-    double w1 = 0, w2 = 0, lse = m;
-    if (std::isfinite(m)) {
-      const double e1 = std::exp(l1[r] - m), e2 = std::exp(l2[r] - m);
-      lse = m + std::log(e1 + e2);
-      w1 = std::exp(l1[r] - lse);
-      w2 = std::exp(l2[r] - lse);
-    }
-    out[1][r] = lse;
-    for (int64_t x = 0; x < d; ++x) out[0][r * d + x] = o1[r * d + x] * w1 + o2[r * d + x] * w2;
+    const double lses[2] = {l1[r], l2[r]};
+    out[1][r] = ops::MergeLogSumExps(lses, &w);
+    for (int64_t x = 0; x < d; ++x) out[0][r * d + x] = o1[r * d + x] * w[0] + o2[r * d + x] * w[1];
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 // place so that every kernel accepts and refuses the same calls.
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -68,6 +69,12 @@ absl::StatusOr<AttentionDims> GetAttentionDims(absl::Span<const TensorType> in,
 // local mean by its own), else the number of elements it reduces (the product of
 // the dims of `input` that `dims` names). Checks `dims` as the reduction does.
 absl::StatusOr<int64_t> MeanCount(const Shape& input, const AttrMap& attrs);
+
+// Partial softmaxes of one row merged (attention_merge's numbers): from the largest
+// log-sum-exp, the merged log-sum-exp L = log(sum_i exp(lses[i])), and in `weights`
+// each part's exp(lses[i] - L), by which its value counts in the merged value. Parts
+// that saw nothing (-inf) weigh 0; when all did, L is -inf and every weight 0.
+double MergeLogSumExps(absl::Span<const double> lses, std::vector<double>* weights);
 
 }  // namespace loom::ir::ops
 

@@ -128,6 +128,16 @@ std::optional<Where> RopeOnSequenceHalves(const ir::Graph& spec, ir::Plan& p) {
                absl::StrCat("attribute 'offset' is 0 where the spec's piece has ", half)};
 }
 
+// The first forward all-gather with its first two members in each other's places:
+// every member's result holds their pieces swapped.
+std::optional<Where> FirstGatherInTheWrongOrder(const ir::Graph& spec, ir::Plan& p) {
+  auto c = FirstCollective(p, CollectiveKind::kAllGather, Phase::kForward);
+  if (!c) return std::nullopt;
+  SwapMembers(p, *c, 0, 1);
+  const ir::Collective& x = p.collectives[*c];
+  return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), x.devices, "gathered order"};
+}
+
 // On some device, an all-reduce deferred past a later all-reduce of the same
 // group (nothing in between reads its outputs there): that device issues the two
 // in the other order than its peers, and they wait for each other.
@@ -282,14 +292,7 @@ std::vector<Mutant> Corpus() {
   // other rank order, so every query attends to the keys of the wrong positions.
   m.push_back({"cp_keys_gathered_in_the_wrong_order", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2),
                1, 0,
-               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
-                 auto c = FirstCollective(p, CollectiveKind::kAllGather, Phase::kForward);
-                 if (!c) return std::nullopt;
-                 SwapMembers(p, *c, 0, 1);
-                 const ir::Collective& x = p.collectives[*c];
-                 return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), x.devices,
-                              "gathered order"};
-               },
+               FirstGatherInTheWrongOrder,
                FailureClass::kWrongGroup});
   // The key gradient not reduced over the cp group: each rank keeps its own chunk of
   // the part its own queries give (the reduce-scatter into chunks replaced by a local
@@ -476,14 +479,7 @@ std::vector<Mutant> Corpus() {
   // ---- Wrong groups and peers.
   // ZeRO-3 parameter all-gather with its ranks in the wrong order.
   m.push_back({"zero3_allgather_rank_order", "gpt2", Make(2, 1, 1, 1, 1, false, 3), 1, 0,
-               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
-                 auto c = FirstCollective(p, CollectiveKind::kAllGather, Phase::kForward);
-                 if (!c) return std::nullopt;
-                 SwapMembers(p, *c, 0, 1);
-                 const ir::Collective& x = p.collectives[*c];
-                 return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), x.devices,
-                              "gathered order"};
-               },
+               FirstGatherInTheWrongOrder,
                FailureClass::kWrongGroup});
   // An expert all-to-all over a mis-assigned group (TrainVerify's Megatron
   // expert-parallel group case): two members trade places.

@@ -51,6 +51,13 @@ struct Options {
   bool swap_lse = false;          // pair each value with the other piece's log-sum-exp
 };
 
+// The plan refuted, its failures naming `words`.
+void ExpectRefuted(const char* spec, const ir::Plan& plan, const std::string& words) {
+  const VerifyReport r = VerifyHandPlan(spec, plan);
+  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
+  EXPECT_NE(Failures(r).find(words), std::string::npos) << Failures(r);
+}
+
 Box Rows(int64_t begin, int64_t end, int64_t last) {
   Box b{{0, 1}, {begin, end}, {0, 2}};
   if (last > 0) b.push_back({0, last});
@@ -142,29 +149,20 @@ TEST(SoftmaxPiecesTest, AnEarlierBlockMaskedAsTheDiagonalIsRefuted) {
   Options opt;
   opt.as_torch_calls = true;
   opt.before_causal = 1;
-  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
-  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
-  EXPECT_NE(Failures(r).find("attribute 'q_offset' is 0 where the spec's piece has 2"),
-            std::string::npos)
-      << Failures(r);
+  ExpectRefuted(kSpec, SplitSequence(opt),
+                "attribute 'q_offset' is 0 where the spec's piece has 2");
 }
 
 TEST(SoftmaxPiecesTest, PartialSoftmaxesSummedAreRefuted) {
   Options opt;
   opt.merge_kind = OpKind::kAccumulate;
-  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
-  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
-  EXPECT_NE(Failures(r).find("combines a partial softmax by sum"), std::string::npos)
-      << Failures(r);
+  ExpectRefuted(kSpec, SplitSequence(opt), "combines a partial softmax by sum");
 }
 
 TEST(SoftmaxPiecesTest, AValueMergedWithAnotherPiecesLogSumExpIsRefuted) {
   Options opt;
   opt.swap_lse = true;
-  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
-  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
-  EXPECT_NE(Failures(r).find("with the log-sum-exp of another piece"), std::string::npos)
-      << Failures(r);
+  ExpectRefuted(kSpec, SplitSequence(opt), "with the log-sum-exp of another piece");
 }
 
 // The diagonal block placed at position 0: its queries see the wrong keys (the
@@ -172,12 +170,8 @@ TEST(SoftmaxPiecesTest, AValueMergedWithAnotherPiecesLogSumExpIsRefuted) {
 TEST(SoftmaxPiecesTest, ABlockAtTheWrongOffsetIsRefuted) {
   Options opt;
   opt.diagonal_q_offset = 0;
-  const VerifyReport r = VerifyHandPlan(kSpec, SplitSequence(opt));
-  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
-  EXPECT_NE(
-      Failures(r).find("wrong_shard: attribute 'q_offset' is 0 where the spec's piece has 2"),
-      std::string::npos)
-      << Failures(r);
+  ExpectRefuted(kSpec, SplitSequence(opt),
+                "wrong_shard: attribute 'q_offset' is 0 where the spec's piece has 2");
 }
 
 // The device keeps only its own block of keys: the keys before it are missing.
@@ -304,19 +298,14 @@ TEST(SoftmaxPiecesTest, TheBackwardOverBlocksGivenTheWholeLogSumExpIsProved) {
 TEST(SoftmaxPiecesTest, AKeyGradientNotReducedOverTheGroupIsRefuted) {
   GradOptions opt;
   opt.reduce_first_keys = false;
-  const VerifyReport r = VerifyHandPlan(kGradSpec, BackwardBlocks(opt));
-  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
-  EXPECT_NE(Failures(r).find("missing_reduction"), std::string::npos) << Failures(r);
+  ExpectRefuted(kGradSpec, BackwardBlocks(opt), "missing_reduction");
 }
 
 TEST(SoftmaxPiecesTest, ABackwardBlockAtTheWrongKeyOffsetIsRefuted) {
   GradOptions opt;
   opt.diagonal_k_offset = 0;
-  const VerifyReport r = VerifyHandPlan(kGradSpec, BackwardBlocks(opt));
-  EXPECT_EQ(r.verdict, Verdict::kNotEquivalent);
-  EXPECT_NE(Failures(r).find("attribute 'k_offset' is 0 where the spec's piece has 2"),
-            std::string::npos)
-      << Failures(r);
+  ExpectRefuted(kGradSpec, BackwardBlocks(opt),
+                "attribute 'k_offset' is 0 where the spec's piece has 2");
 }
 
 }  // namespace
