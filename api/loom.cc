@@ -129,6 +129,7 @@ transform::Strategy StrategyOf(const ParallelConfig& parallel) {
   s.vpp = parallel.vpp;
   s.ep = parallel.ep;
   s.cp = parallel.cp;
+  s.cp_balanced = parallel.cp_balanced;
   s.sp = parallel.sp;
   s.zero = parallel.zero;
   s.microbatches = parallel.microbatches;

@@ -56,7 +56,9 @@ struct ParallelConfig {
   int pp = 1;
   int vpp = 1;        // virtual stages per pipeline stage
   int ep = 1;         // expert parallelism, within the dp replicas
-  int cp = 1;         // context parallelism: the sequence in cp chunks
+  int cp = 1;         // context parallelism
+  // The sequence in 2 * cp load-balanced chunks (Megatron-LM's), else cp contiguous.
+  bool cp_balanced = true;
   bool sp = false;    // sequence parallelism over the tp group
   int zero = 0;       // ZeRO stage over the dp group (distributed optimizer: 1)
   int microbatches = 1;

@@ -105,7 +105,8 @@ std::string ParallelConfigRepr(const ParallelConfig& c) {
   return absl::StrCat("ParallelConfig(dp=", c.dp, ", tp=", c.tp, ", pp=", c.pp, ", vpp=", c.vpp,
                       ", ep=", c.ep, ", cp=", c.cp, ", sp=", Bool(c.sp), ", zero=", c.zero,
                       ", microbatches=", c.microbatches, ", recompute=", Bool(c.recompute),
-                      ", factored=", Bool(c.factored), ")");
+                      ", factored=", Bool(c.factored),
+                      c.cp_balanced ? "" : ", cp_balanced=False", ")");
 }
 
 // The step a plan records as a dict: the plan file's own object (docs/formats.md).
@@ -122,7 +123,8 @@ bool Equal(const ModelConfig& a, const ModelConfig& b) {
 bool Equal(const ParallelConfig& a, const ParallelConfig& b) {
   return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.vpp == b.vpp && a.ep == b.ep &&
          a.cp == b.cp && a.sp == b.sp && a.zero == b.zero && a.microbatches == b.microbatches &&
-         a.recompute == b.recompute && a.factored == b.factored;
+         a.recompute == b.recompute && a.factored == b.factored &&
+         a.cp_balanced == b.cp_balanced;
 }
 
 // A configuration as Python gets it: named `model` when given (over the file's
@@ -273,13 +275,14 @@ void DefineModule(py::module_& m) {
                              "expert and context parallel sizes, sequence parallelism, ZeRO stage, "
                              "micro-batches, recomputation, factored plan form.")
       .def(py::init([](int dp, int tp, int pp, int vpp, int ep, bool sp, int zero, int microbatches,
-                       bool recompute, bool factored, int cp) {
+                       bool recompute, bool factored, int cp, bool cp_balanced) {
              return ParallelConfig{.dp = dp,
                                    .tp = tp,
                                    .pp = pp,
                                    .vpp = vpp,
                                    .ep = ep,
                                    .cp = cp,
+                                   .cp_balanced = cp_balanced,
                                    .sp = sp,
                                    .zero = zero,
                                    .microbatches = microbatches,
@@ -289,14 +292,16 @@ void DefineModule(py::module_& m) {
            py::arg("dp") = 1, py::arg("tp") = 1, py::arg("pp") = 1, py::arg("vpp") = 1,
            py::arg("ep") = 1, py::arg("sp") = false, py::arg("zero") = 0,
            py::arg("microbatches") = 1, py::arg("recompute") = false, py::arg("factored") = true,
-           py::arg("cp") = 1)
+           py::arg("cp") = 1, py::arg("cp_balanced") = true)
       .def_readwrite("dp", &ParallelConfig::dp)
       .def_readwrite("tp", &ParallelConfig::tp)
       .def_readwrite("pp", &ParallelConfig::pp)
       .def_readwrite("vpp", &ParallelConfig::vpp, "virtual stages per pipeline stage")
       .def_readwrite("ep", &ParallelConfig::ep, "expert parallelism, within the dp replicas")
-      .def_readwrite("cp", &ParallelConfig::cp,
-                     "context parallelism: the sequence in cp chunks")
+      .def_readwrite("cp", &ParallelConfig::cp, "context parallelism")
+      .def_readwrite("cp_balanced", &ParallelConfig::cp_balanced,
+                     "under cp: the sequence in 2 * cp load-balanced chunks, rank r holding "
+                     "chunks r and 2 * cp - 1 - r (Megatron-LM's); False: cp contiguous chunks")
       .def_readwrite("sp", &ParallelConfig::sp, "sequence parallelism over the tp group")
       .def_readwrite("zero", &ParallelConfig::zero, "ZeRO stage over the dp group")
       .def_readwrite("microbatches", &ParallelConfig::microbatches)

@@ -292,7 +292,10 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.AddString("--vpp", "V", "virtual stages per pipeline stage (default 1)");
   flags.AddBool("--sp", "sequence parallelism over the tensor-parallel group");
   flags.AddString("--ep", "E", "expert-parallel degree (default 1)");
-  flags.AddString("--cp", "C", "context-parallel degree: the sequence in C chunks (default 1)");
+  flags.AddString("--cp", "C",
+                  "context-parallel degree: the sequence in 2C load-balanced chunks, rank r "
+                  "holding chunks r and 2C-1-r, as Megatron-LM does (default 1)");
+  flags.AddBool("--cp-contiguous", "with --cp C: the sequence in C contiguous chunks instead");
   flags.AddString("--zero", "Z", "ZeRO stage 0-3 over the data-parallel group (default 0)");
   flags.AddString("--microbatches", "M", "micro-batches per step (default 1)");
   flags.AddString("--max-grad-norm", "X", kMaxGradNormHelp);
@@ -342,13 +345,20 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto cp = flags.GetInt("--cp", 1, 1, 4096);
   if (!cp.ok()) return fail(cp.status());
   parallel.cp = static_cast<int>(*cp);
+  parallel.cp_balanced = !flags.GetBool("--cp-contiguous");
   parallel.sp = flags.GetBool("--sp");
   parallel.recompute = flags.GetBool("--recompute");
   parallel.factored = !flags.GetBool("--explicit");
   if (config.has_value()) {
     const bool factored = parallel.factored;
+    const bool balanced = parallel.cp_balanced;
     parallel = config->parallel;
     parallel.factored = factored;
+    parallel.cp_balanced = balanced;
+  }
+  if (!parallel.cp_balanced && parallel.cp < 2) {
+    return fail(absl::InvalidArgumentError("--cp-contiguous needs a context-parallel degree of 2 "
+                                           "or more"));
   }
   const transform::Strategy strategy = StrategyOf(parallel);
   ModelConfig model{.name = *name, .tiny = flags.GetBool("--tiny")};

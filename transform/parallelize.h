@@ -24,7 +24,8 @@ namespace loom::transform {
 //    (attention by heads, coupled with the kv heads);
 //  - sequence parallel: ops between tensor-parallel regions split the sequence dim;
 //  - context parallel: every activation's sequence dim split over cp in contiguous
-//    chunks; attention splits its queries (each chunk placed by q_offset, RoPE's
+//    chunks (Parallelize: in 2 * cp load-balanced ones, transform/balanced_chunks.h);
+//    attention splits its queries (each chunk placed by q_offset, RoPE's
 //    by offset) and reads its keys and values gathered over cp, whose gradients
 //    come back reduce-scattered; weight gradients are partial sums over cp as
 //    over dp;

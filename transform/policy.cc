@@ -12,6 +12,7 @@
 #include "ir/autodiff.h"
 #include "ir/op_schema.h"
 #include "ir/status_macros.h"
+#include "transform/balanced_chunks.h"
 #include "transform/parallelize.h"
 
 namespace loom::transform {
@@ -624,26 +625,33 @@ absl::StatusOr<PartitionSpec> MegatronPolicy(const Graph& spec, const Strategy& 
 absl::StatusOr<ir::Plan> Parallelize(const Graph& spec, const Strategy& strategy,
                                      std::vector<std::string>* zero_whole) {
   LOOM_RETURN_IF_ERROR(ValidateStrategy(spec, strategy));
+  // Load-balanced context parallelism is planned with a virtual rank per chunk and
+  // folded onto the physical ranks (transform/balanced_chunks.h).
+  const bool balanced = strategy.cp > 1 && strategy.cp_balanced;
+  Strategy planned = strategy;
+  if (balanced) planned.cp = 2 * strategy.cp;
   // Each op runs on the devices of one stage: an explicit plan holds about
   // ops x dp x tp tasks, a factored one about (ops / micro-batches) x ep x tp.
   // Refuse what would not fit in memory rather than run out of it.
   constexpr double kMaxTasks = 3e7;
   const double ops = static_cast<double>(spec.num_ops());
-  const double width = static_cast<double>(strategy.dp) * strategy.cp * strategy.tp;
-  if (!strategy.factored && ops * width > kMaxTasks) {
+  const double width = static_cast<double>(planned.dp) * planned.cp * planned.tp;
+  if (!planned.factored && ops * width > kMaxTasks) {
     return absl::InvalidArgumentError(
         absl::StrCat("an explicit plan would hold about ", static_cast<int64_t>(ops * width),
                      " tasks; write it factored (drop --explicit)"));
   }
-  const double unit = ops / strategy.microbatches * strategy.ep * strategy.cp * strategy.tp;
-  if (strategy.factored && unit > kMaxTasks) {
+  const double unit = ops / planned.microbatches * planned.ep * planned.cp * planned.tp;
+  if (planned.factored && unit > kMaxTasks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the plan's scale unit would hold about ", static_cast<int64_t>(unit),
         " tasks; use a smaller ep x cp x tp"));
   }
-  LOOM_ASSIGN_OR_RETURN(PartitionSpec partition, MegatronPolicy(spec, strategy));
+  LOOM_ASSIGN_OR_RETURN(PartitionSpec partition, MegatronPolicy(spec, planned));
   if (zero_whole != nullptr) *zero_whole = partition.zero_whole;
-  return Materialize(spec, partition);
+  LOOM_ASSIGN_OR_RETURN(ir::Plan plan, Materialize(spec, partition));
+  if (balanced) return FoldBalancedChunks(std::move(plan), strategy.cp);
+  return plan;
 }
 
 }  // namespace loom::transform

@@ -11,7 +11,7 @@ namespace loom::transform {
 
 std::string Strategy::ToString() const {
   std::string out = absl::StrCat("dp", dp, " tp", tp, " pp", pp);
-  if (cp > 1) absl::StrAppend(&out, " cp", cp);
+  if (cp > 1) absl::StrAppend(&out, " cp", cp, cp_balanced ? "" : " contiguous");
   if (vpp > 1) absl::StrAppend(&out, " vpp", vpp);
   if (ep > 1) absl::StrAppend(&out, " ep", ep);
   if (sp) absl::StrAppend(&out, " sp");
@@ -63,6 +63,8 @@ absl::Status ValidateStrategy(const ir::Graph& spec, const Strategy& s) {
     return bad("pp ", s.pp, " x vpp ", s.vpp, " = ", s.pp * s.vpp,
                " pipeline chunks is more than the ", layers, " layers");
   }
+  // The sequence's chunks: cp, or 2 * cp under load balancing.
+  const int64_t chunks = s.cp > 1 && s.cp_balanced ? 2 * int64_t{s.cp} : s.cp;
   for (const ir::Tensor& t : spec.tensors()) {
     if (t.producer == ir::kNoId && t.role == ir::TensorRole::kInput && t.shape.rank() >= 1 &&
         t.shape.dim(0) % s.dp != 0) {
@@ -70,12 +72,14 @@ absl::Status ValidateStrategy(const ir::Graph& spec, const Strategy& s) {
                  " sequences of '", t.name, "'");
     }
     if (s.cp > 1 && t.producer == ir::kNoId && t.role == ir::TensorRole::kInput &&
-        t.shape.rank() >= 2 && t.shape.dim(1) % s.cp != 0) {
-      return bad("cp ", s.cp, " does not divide the sequence length ", t.shape.dim(1), " of '",
-                 t.name, "' (context parallelism)");
+        t.shape.rank() >= 2 && t.shape.dim(1) % chunks != 0) {
+      return bad(s.cp_balanced ? absl::StrCat("2 x cp = ", chunks, " load-balanced chunks")
+                               : absl::StrCat("cp ", s.cp),
+                 " does not divide the sequence length ", t.shape.dim(1), " of '", t.name,
+                 "' (context parallelism)");
     }
     if (s.sp && t.producer == ir::kNoId && t.role == ir::TensorRole::kInput &&
-        t.shape.rank() >= 2 && t.shape.dim(1) % (s.tp * s.cp) != 0) {
+        t.shape.rank() >= 2 && t.shape.dim(1) % (s.tp * chunks) != 0) {
       return bad("tp ", s.tp, " does not divide the sequence length ", t.shape.dim(1),
                  " (sequence parallelism)");
     }

@@ -414,8 +414,10 @@ def test_plan_search_by_span(example):
 
 
 def test_context_parallel_plan_is_proved_and_runs_as_the_reference():
-    """ParallelConfig(cp=2): every sequence in two chunks over a cp axis between pp and
-    tp; the plan is proved equivalent and its CPU run matches the single-device step."""
+    """ParallelConfig(cp=2): every sequence in four load-balanced chunks over a cp axis
+    between pp and tp (rank r holding chunks r and 3 - r); the plan is proved equivalent
+    and its CPU run matches the single-device step. cp_balanced=False: two contiguous
+    chunks, proved too."""
     model = loom.ModelConfig("llama3-8b", tiny=True, layers=2)
     parallel = loom.ParallelConfig(dp=2, tp=2, microbatches=2, cp=2)
     assert parallel.cp == 2 and "cp=2" in repr(parallel)
@@ -426,5 +428,11 @@ def test_context_parallel_plan_is_proved_and_runs_as_the_reference():
     assert report.exit_code == 0, report
     run = loom.run(step, plan, steps=2, check=True)
     assert run.check.largest <= 1e-5, run.check.worst
-    with pytest.raises(ValueError, match="cp 3 does not divide the sequence length 8"):
+    with pytest.raises(ValueError, match="2 x cp = 6 load-balanced chunks does not divide "
+                       "the sequence length 8"):
         loom.make_plan(model, loom.ParallelConfig(cp=3))
+    contiguous = loom.ParallelConfig(dp=2, tp=2, microbatches=2, cp=2, cp_balanced=False)
+    assert "cp_balanced=False" in repr(contiguous) and contiguous != parallel
+    assert loom.verify(step, loom.make_plan(model, contiguous), threads=1).exit_code == 0
+    with pytest.raises(ValueError, match="cp 3 does not divide the sequence length 8"):
+        loom.make_plan(model, loom.ParallelConfig(cp=3, cp_balanced=False))

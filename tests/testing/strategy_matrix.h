@@ -36,9 +36,11 @@ inline Strategy Make(int dp, int tp, int pp, int mb, int vpp = 1, bool sp = fals
   return s;
 }
 
-// `s` with the sequence split over cp context-parallel ranks.
-inline Strategy WithCp(Strategy s, int cp) {
+// `s` with the sequence split over cp context-parallel ranks, in 2cp load-balanced
+// chunks (`balanced`, Megatron-LM's) or cp contiguous ones.
+inline Strategy WithCp(Strategy s, int cp, bool balanced = true) {
   s.cp = cp;
+  s.cp_balanced = balanced;
   return s;
 }
 
@@ -66,6 +68,10 @@ inline std::vector<Case> Matrix() {
     cases.push_back({tag + "_dp2_tp2_pp2_cp2_sp", m, WithCp(Make(2, 2, 2, 2, 1, true), 2)});
     cases.push_back({tag + "_dp2_cp2_zero2", m, WithCp(Make(2, 1, 1, 2, 1, false, 2), 2)});
   }
+  cases.push_back({"llama3_cp4", "llama3-8b", WithCp(Make(1, 1, 1, 1), 4)});
+  cases.push_back({"llama3_cp2_contiguous", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2, false)});
+  cases.push_back({"llama3_dp2_pp2_cp2_zero1_recompute", "llama3-8b",
+                   WithCp(Make(2, 1, 2, 2, 1, false, 1, true), 2)});
   // Mixture of experts: data, tensor, pipeline and expert parallelism.
   const std::string moe = "deepseek-v3-671b";
   cases.push_back({"moe_single", moe, Make(1, 1, 1, 1)});

@@ -257,16 +257,17 @@ std::vector<Mutant> Corpus() {
                  return w;
                },
                FailureClass::kScaled});
-  // RoPE not offset under context parallelism: the second chunk's queries rotated
-  // as positions 0..3 instead of 4..7.
+  // RoPE not offset under context parallelism: the sequence is in four load-balanced
+  // chunks of two tokens, rank 0 holding chunks 0 and 3; its second chunk's queries
+  // rotated as positions 0..1 instead of 6..7.
   m.push_back({"cp_rope_positions_not_offset", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kRope)) {
                    ir::Task& t = p.tasks[id];
-                   if (t.device != 1 || !t.attrs.Has("offset")) continue;
+                   if (t.device != 0 || !t.attrs.Has("offset")) continue;
                    t.attrs.Erase("offset");
-                   return Where{ItemName(t), TensorName(spec, p, t.outputs[0]), {1},
-                                "attribute 'offset' is 0 where the spec's piece has 4"};
+                   return Where{ItemName(t), TensorName(spec, p, t.outputs[0]), {0},
+                                "attribute 'offset' is 0 where the spec's piece has 6"};
                  }
                  return std::nullopt;
                },
@@ -294,16 +295,37 @@ std::vector<Mutant> Corpus() {
                1, 0,
                FirstGatherInTheWrongOrder,
                FailureClass::kWrongGroup});
+  // A wrong load-balancing permutation: rank r holds chunks r and 2cp - 1 - r, so the
+  // second half of the keys comes from the ranks in reverse order; gathered in rank
+  // order instead (the permutation of the contiguous layout), chunks 2 and 3 trade
+  // places.
+  m.push_back({"cp_balanced_second_half_in_rank_order", "llama3-8b",
+               WithCp(Make(1, 1, 1, 1), 2), 1, 0,
+               [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
+                 for (const ir::Collective& c : p.collectives) {
+                   if (c.kind != CollectiveKind::kAllGather || c.phase != Phase::kForward ||
+                       c.devices.size() != 2 || c.devices[0] < c.devices[1]) {
+                     continue;
+                   }
+                   const ir::CollectiveId id = c.id;
+                   SwapMembers(p, id, 0, 1);
+                   const ir::Collective& x = p.collectives[id];
+                   return Where{ItemName(x), TensorName(spec, p, x.outputs[0]), x.devices,
+                                "gathered order"};
+                 }
+                 return std::nullopt;
+               },
+               FailureClass::kWrongGroup});
   // The key gradient not reduced over the cp group: each rank keeps its own chunk of
   // the part its own queries give (the reduce-scatter into chunks replaced by a local
   // slice), as if the keys it gathered were its own.
   m.push_back({"cp_key_gradient_not_reduced", "llama3-8b", WithCp(Make(1, 1, 1, 1), 2), 1, 0,
                [](const ir::Graph& spec, ir::Plan& p) -> std::optional<Where> {
                  for (ir::TaskId id : TasksOfKind(p, OpKind::kAttentionGrad)) {
-                   const ir::ValueId dk = p.tasks[id].outputs[1];
+                   const ir::TensorId dk = p.values[p.tasks[id].outputs[1]].sub.tensor;
                    for (const ir::Collective& c : p.collectives) {
                      if (c.kind != CollectiveKind::kReduceScatter ||
-                         std::find(c.inputs.begin(), c.inputs.end(), dk) == c.inputs.end()) {
+                         p.values[c.outputs[0]].sub.tensor != dk) {
                        continue;
                      }
                      const ir::Collective x = c;
@@ -317,8 +339,9 @@ std::vector<Mutant> Corpus() {
                        slice.device = x.devices[i];
                        slice.info = ir::OpInfo{x.phase, x.layer, x.microbatch};
                        slice.attrs.Set("dim", int64_t{x.dim});
-                       slice.attrs.Set("begin", static_cast<int64_t>(i) * size);
-                       slice.attrs.Set("end", static_cast<int64_t>(i + 1) * size);
+                       const int64_t at = kept.sub.box[x.dim].begin - in.sub.box[x.dim].begin;
+                       slice.attrs.Set("begin", at);
+                       slice.attrs.Set("end", at + size);
                        slice.inputs = {in.id};
                        slice.outputs = {AddValue(p, kept)};
                        Rewire(p, x.outputs[i], slice.outputs[0]);
