@@ -143,8 +143,9 @@ struct NotModelled {
 const std::vector<NotModelled>& NotModelledKeys() {
   static const auto* keys = new std::vector<NotModelled>{
       {"hierarchical_context_parallel_sizes", {}, "hierarchical context parallelism"},
-      {"cp_comm_type", {"all_gather"},
-       "a context-parallel exchange other than all-gathered keys and values"},
+      {"cp_comm_type", {"all_gather", "p2p"},
+       "a context-parallel exchange other than keys and values all-gathered or passed "
+       "around a ring (p2p, planned as all-gathered: the same values, another timing)"},
       {"expert_tensor_parallel_size", {"1"}, "tensor parallelism inside the experts"},
       {"encoder_tensor_model_parallel_size", {"0", "1"}, "an encoder's own parallelism"},
       {"encoder_pipeline_model_parallel_size", {"0", "1"}, "an encoder's own parallelism"},

@@ -419,6 +419,19 @@ int CmdPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   out << "collectives:  " << plan->collectives.size() << " (" << absl::StrJoin(kind_text, ", ")
       << ")\n";
   out << "values:       " << plan->values.size() << "\n";
+  if (strategy.cp > 1) {
+    // How the plan exchanges keys and values, stated: Megatron-LM's default (p2p)
+    // runs the same values in another order.
+    const int chunks = strategy.cp_balanced ? 2 * strategy.cp : strategy.cp;
+    out << "context:      the sequence in " << chunks
+        << (strategy.cp_balanced
+                ? absl::StrCat(" load-balanced chunks (rank r holds chunks r and ", chunks - 1,
+                               "-r)")
+                : std::string(" contiguous chunks"))
+        << "; keys and values all-gathered over cp (Megatron-LM's cp_comm_type all_gather; "
+           "p2p, its default, passes the same chunks around a ring: the same values, another "
+           "timing)\n";
+  }
   if (!zero_whole.empty()) {
     // Never silently: ZeRO asked for, and these parameters not sharded.
     const size_t shown = std::min<size_t>(zero_whole.size(), 4);

@@ -53,9 +53,9 @@ TEST(PlanConfigTest, ConfigurationsAreNeverReinterpreted) {
                 "t.yaml:4:1: key 'tensor_model_paralel_size': unknown key (did you mean "
                 "'tensor_model_parallel_size'?)"},
            Case{head + "tensor_model_parallel_size: 2\ncontext_parallel_size: 2\n"
-                       "cp_comm_type: p2p\n",
+                       "cp_comm_type: a2a\n",
                 "key 'cp_comm_type': Loom does not model a context-parallel exchange other "
-                "than all-gathered keys and values"},
+                "than keys and values all-gathered or passed around a ring"},
            Case{head + "num_layers: 2\n", "t.yaml:4:1: key 'num_layers': given twice (first at t.yaml:3:1 as 'num_layers': 1)"},
            Case{"trainer: {devices: 4, num_nodes: 2}\n" + head +
                     "tensor_model_parallel_size: 2\ndata_parallel_size: 2\n",
@@ -83,6 +83,44 @@ TEST(PlanConfigTest, ConfigurationsAreNeverReinterpreted) {
 
 // A configuration's architecture is the zoo model's or an error: the plan would
 // otherwise be of another model than the job's.
+// Megatron-LM's context-parallel exchange: p2p (its default, written or not) and
+// all_gather give one plan, keys and values all-gathered, and `loom plan` says how
+// it exchanges them; --cp-contiguous beside a configuration keeps its meaning.
+TEST(PlanConfigTest, ContextParallelExchangeIsStated) {
+  const std::string head =
+      "loom_model: llama3-8b\ntiny: true\nnum_layers: 2\ncontext_parallel_size: 2\n";
+  std::string plans[3];
+  int i = 0;
+  for (const std::string& exchange : {std::string(""), std::string("cp_comm_type: p2p\n"),
+                                      std::string("cp_comm_type: all_gather\n")}) {
+    const std::string yaml = ::testing::TempDir() + "cp.yaml";
+    std::ofstream(yaml) << head << exchange;
+    const std::string out = ::testing::TempDir() + "cp_plan.json";
+    Result r = RunCli({"plan", "--config", yaml, "-o", out});
+    ASSERT_EQ(r.code, kExitOk) << exchange << r.err;
+    EXPECT_TRUE(absl::StrContains(
+        r.out, "context:      the sequence in 4 load-balanced chunks (rank r holds chunks r "
+               "and 3-r); keys and values all-gathered over cp (Megatron-LM's cp_comm_type "
+               "all_gather; p2p, its default, passes the same chunks around a ring"))
+        << r.out;
+    plans[i++] = Slurp(out);
+  }
+  EXPECT_FALSE(plans[0].empty());
+  EXPECT_TRUE(plans[0] == plans[1] && plans[1] == plans[2]);
+  const std::string yaml = ::testing::TempDir() + "cp.yaml";
+  std::ofstream(yaml) << head;
+  Result contiguous = RunCli({"plan", "--config", yaml, "--cp-contiguous", "-o",
+                              ::testing::TempDir() + "cp_plan.json"});
+  ASSERT_EQ(contiguous.code, kExitOk) << contiguous.err;
+  EXPECT_TRUE(absl::StrContains(contiguous.out, "the sequence in 2 contiguous chunks"))
+      << contiguous.out;
+  Result alone = RunCli({"plan", "--model", "gpt2", "--tiny", "--cp-contiguous", "-o",
+                         ::testing::TempDir() + "cp_plan.json"});
+  EXPECT_EQ(alone.code, kExitBadInput);
+  EXPECT_TRUE(absl::StrContains(alone.err, "--cp-contiguous needs a context-parallel degree"))
+      << alone.err;
+}
+
 TEST(PlanConfigTest, TheArchitectureIsCheckedAgainstTheModel) {
   const std::string head = "loom_model: llama3-70b\nnum_layers: 2\n";
   auto agrees = ParseTrainConfig(head + "hidden_size: 8192\nnum-query-groups: 8\n"
@@ -314,9 +352,9 @@ TEST(PlanConfigTest, EveryFormRefusesWhatItCannotRead) {
            {"yaml", "loom_model: gpt2\nmystery_parallel_width: 3\n",
             "key 'mystery_parallel_width': unknown key; it may shape the plan"},
            {"yaml", "loom_model: gpt2\nhidden_dropout: 0.1\n", "dropout is not modelled"},
-           {"args", "--tensor-model-parallel-size 2 --context-parallel-size 2 --cp-comm-type p2p",
+           {"args", "--tensor-model-parallel-size 2 --context-parallel-size 2 --cp-comm-type a2a",
             "a.txt: argument 5: key '--cp-comm-type': Loom does not model a context-parallel "
-            "exchange other than all-gathered keys and values"},
+            "exchange other than keys and values all-gathered or passed around a ring"},
            {"args", "--tensor-model-parallel-size $TP",
             "expected an integer, got '$TP' (a shell variable Loom cannot expand"},
            {"args", "--pipline-model-parallel-size 2",
