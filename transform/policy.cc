@@ -213,14 +213,22 @@ absl::Status Policy::AssignStages() {
   for (const Op& op : spec_.ops()) {
     if (op.info.layer >= 0) stage[op.id] = stage_of_layer[op.info.layer];
   }
-  // Untagged ops: the latest stage among their producers; ops without staged
-  // producers (constants) take their first consumer's stage.
+  // Untagged ops: the stage of their largest produced input, the latest among
+  // equals (a gradient scaled by the clipping coefficient stays where the gradient
+  // is and the scalar travels, as Megatron-LM does); ops without staged producers
+  // (constants) take their first consumer's stage.
   for (const Op& op : spec_.ops()) {
     if (stage[op.id] >= 0) continue;
     int best = -1;
+    int64_t largest = -1;
     for (TensorId t : op.inputs) {
       OpId prod = spec_.tensor(t).producer;
-      if (prod != ir::kNoId) best = std::max(best, stage[prod]);
+      if (prod == ir::kNoId) continue;
+      const int64_t size = spec_.tensor(t).shape.num_elements();
+      if (size > largest || (size == largest && stage[prod] > best)) {
+        best = stage[prod];
+        largest = size;
+      }
     }
     stage[op.id] = best;
   }
