@@ -74,6 +74,27 @@ def test_titan_llama3_proved_and_run(degrees, gloo_fsdp):
     assert comparison.grads < TOLERANCE and comparison.params < TOLERANCE, comparison
 
 
+@pytest.mark.parametrize("degrees", [
+    ["--parallelism.context_parallel_degree", "2"],
+    ["--parallelism.context_parallel_degree", "2", "--parallelism.tensor_parallel_degree", "2"],
+    ["--parallelism.context_parallel_degree", "2",
+     "--parallelism.data_parallel_shard_degree", "2"],
+], ids=["cp2", "cp2_tp2", "cp2_dp_shard2"])
+def test_titan_context_parallel_runs_for_real(degrees, gloo_fsdp):
+    """torchtitan's CP (torch's context_parallel: load-balanced chunks, keys and values
+    all-gathered around its ring, partial outputs merged by their log-sum-exp) runs
+    for real on CPU processes, the CPU's attention kernel in torch's ring, and gives
+    the single device's gradients and update: the ground truth a captured CP job will
+    be held to. Capturing it is refused by name (test below)."""
+    job = titan_job(SMALL + EXACT + degrees, capture=False)
+    assert job.degrees["cp"] == 2
+    parallel, single = _real(job)
+    comparison = real_run.compare(parallel, single)
+    assert not comparison.missing and not comparison.disagreements, comparison
+    assert comparison.grads < TOLERANCE and comparison.params < TOLERANCE, comparison
+    assert abs(real_run.gradient_factor(parallel, single) - 1) < 1e-3
+
+
 def test_titan_defaults_bfloat16_fsdp_proved():
     """torchtitan's default mixed precision under FSDP (bfloat16 parameters,
     float32 reductions) and its default selective activation checkpointing."""

@@ -207,6 +207,12 @@ class TitanJob:
         def parallelize(module, device_mesh):
             from torchtitan.tools.utils import device_type
             dims = job.parallel_dims(job.world_size)
+            if dims.cp_enabled:
+                # torchtitan's CP (torch's context_parallel, whose dispatcher its
+                # parallelize_fn turns on) on the CPU's attention kernel: torch's
+                # ring over it (loom/torch/cpu_context_parallel.py).
+                from loom.torch import cpu_context_parallel
+                cpu_context_parallel.enable()
             with quiet_torchtitan():
                 if not dims.pp_enabled:
                     module = job.train_spec.parallelize_fn(module, dims, job.job_config)
@@ -295,10 +301,12 @@ class TitanJob:
                 "inputs": inputs, "optimizer": optimizer, "train_step": train_step}
 
 
-def titan_job(argv, world_size=None, seed=0):
+def titan_job(argv, world_size=None, seed=0, capture=True):
     """The TitanJob of torchtitan's command line `argv` (its trainer's arguments).
     world_size: the ranks (torchrun's processes); by default the product of the
-    degrees given, a data_parallel_shard_degree of -1 counting as 1."""
+    degrees given, a data_parallel_shard_degree of -1 counting as 1. capture: refuse
+    what Loom does not capture yet (False: a job to run for real, context
+    parallelism included)."""
     ConfigManager, train_spec_module, Trainer = _titan()
     try:
         with quiet_torchtitan():
@@ -332,7 +340,7 @@ def titan_job(argv, world_size=None, seed=0):
         raise CaptureError(f"the degrees multiply to {others * degrees['dp_shard']} ranks, "
                            f"not {world_size}")
     for key, what in (("cp", "context parallelism"), ("ep", "expert parallelism")):
-        if degrees[key] > 1:
+        if degrees[key] > 1 and (capture or key != "cp"):
             raise CaptureError(f"{what} ({key}={degrees[key]}) in a torchtitan job is not "
                                "captured yet")
     if degrees["dp_replicate"] > 1 and degrees["dp_shard"] == 1:
