@@ -440,6 +440,30 @@ TEST(ParallelizeTest, Bf16ReducesMainGradientsInF32) {
 }
 
 // An explicit plan too large to hold is refused with a pointer to the factored form.
+// Clipping under pipeline parallelism: each stage scales its own gradients by the
+// coefficient, which is the only thing that crosses stages after the backward
+// (besides the norm's pieces): no gradient travels to another stage and back.
+TEST(ParallelizeTest, ClippingMovesScalarsBetweenStagesNotGradients) {
+  for (const char* model : {"llama3-8b", "gpt2"}) {
+    ir::Graph spec = TinyStep(model, 2, 4, 2);
+    auto plan = Parallelize(spec, Make(1, 1, 2, 2));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int crossings = 0;
+    for (const ir::Collective& c : plan->collectives) {
+      if (c.kind != ir::CollectiveKind::kSendRecv || c.phase != ir::Phase::kOptimizer) continue;
+      ++crossings;
+      const ir::PlanValue& v = plan->values[c.inputs[0]];
+      const ir::Tensor& t = spec.tensor(v.sub.tensor);
+      // gpt2's tied embedding: the last stage's share of its gradient goes to the
+      // first stage once (the two uses' sum), never back.
+      if (absl::StartsWith(t.name, "grad") && std::string(model) == "gpt2") continue;
+      EXPECT_EQ(t.shape.num_elements(), 1)
+          << model << ": '" << t.name << "' crosses stages in the optimizer phase";
+    }
+    EXPECT_GT(crossings, 0) << model;
+  }
+}
+
 TEST(ParallelizeTest, RefusesHugeExplicitPlans) {
   models::ModelOptions options;
   options.batch = 1024;
