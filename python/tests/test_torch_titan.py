@@ -168,6 +168,19 @@ def _command(*args, cwd):
                           env=env, capture_output=True, text=True, timeout=600)
 
 
+def test_titan_pipeline_with_fsdp_stops_at_the_clipping(tmp_path):
+    """pp2 x dp_shard2: the stages' checkpointed blocks run their forward again in the
+    backward on the FSDP parameters the capture gives them; the job is captured up to
+    its clipping, whose stage stacks the norms of shards (not lowered yet): undecided,
+    exit 2, naming it. (Its real run's gradients are 64x the single device's, #2972's
+    class, as under pp2 alone.)"""
+    run = _command(*SMALL, *_pp2("1F1B"), "--parallelism.data_parallel_shard_degree", "2",
+                   cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "a pipeline stage's stack of the norms of shards" in run.stderr, run.stderr
+    assert "torchtitan/distributed/utils.py" in run.stderr, run.stderr
+
+
 def test_titan_command_proves_a_job_from_torchtitans_arguments(tmp_path):
     report = tmp_path / "report.json"
     run = _command(*SMALL, *DEGREES["tp2"], "--report", str(report), cwd=tmp_path)

@@ -44,6 +44,7 @@ import dataclasses
 
 import torch
 import torch.fx.traceback as fx_traceback
+from torch.nn.utils.stateless import _reparametrize_module
 
 from loom.torch.capture import Body, Placeholder, backward, compute_loss
 from loom.torch.errors import CaptureError
@@ -408,12 +409,16 @@ def pipeline_body(pipe, names_of_stage, param_names, meta_of_input, microbatch_i
             x, output, loss = state[(s, m)][:3]
             params = stage_params if kind in ("B", "W") else []
             wrt = params + ([x] if x is not None and kind in ("B", "I") else [])
-            if st.is_last:
-                grads = backward(loss, wrt, retain_graph=kind == "I")
-            else:
-                grad_out = handed.pop((s + 1, m)) if pipe.local(s + 1) and kind != "W" else \
-                    state[(s, m)][3] if kind == "W" else received[recv_name("B", s, m)]
-                grads = backward(output, wrt, [grad_out], retain_graph=kind == "I")
+            # The stage's weights are in its module through the backward too: a
+            # checkpointed block's forward runs again there, on them.
+            with _reparametrize_module(st.submod, stage_weights, tie_weights=True):
+                if st.is_last:
+                    grads = backward(loss, wrt, retain_graph=kind == "I")
+                else:
+                    grad_out = handed.pop((s + 1, m)) if pipe.local(s + 1) and kind != "W" \
+                        else state[(s, m)][3] if kind == "W" else \
+                        received[recv_name("B", s, m)]
+                    grads = backward(output, wrt, [grad_out], retain_graph=kind == "I")
             if kind == "I" and not st.is_last:
                 state[(s, m)] = (x, output, loss, grad_out)  # the weight backward's too
             if kind in ("B", "W"):
