@@ -113,9 +113,11 @@ def complete(L, marker, reduce_squares):
     from loom.torch.rules import RULES
     from loom.torch.rules.arithmetic import vector_norm_from_squares
     import torch
+    from loom.torch import stage_norms
     if isinstance(marker, WholeNorm):
         return marker.value
-    norms = marker.norms if isinstance(marker, StackedNorms) else (marker,)
+    rows = isinstance(marker, stage_norms.StackedRows)
+    norms = marker.norms if isinstance(marker, StackedNorms) or rows else (marker,)
     values = []
     saved = (L.current, L.origin, L.spec_node, L.template, L.cursor, L.dcursor)
     try:
@@ -130,6 +132,13 @@ def complete(L, marker, reduce_squares):
             values.append(vector_norm_from_squares(L, n.node, reduced))
             if L.cursor != len(L.template):
                 L.unsupported("the rank's norm lowers to other ops than the model's step's")
+        if rows:
+            # A pipeline stage's rows of the step's stack (stage_norms.py).
+            node = marker.node
+            L.current, L.spec_node = node, marker.spec_node
+            L.template, L.cursor, L.dcursor = list(marker.template), 0, 0
+            L.origin = L.origins.of(node, L.node_param.get(node))
+            return stage_norms.emit_rows(L, node, marker.spec_node, marker.positions, values)
         if isinstance(marker, StackedNorms):
             node = marker.node
             L.current, L.spec_node = node, marker.spec_node

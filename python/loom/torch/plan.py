@@ -28,6 +28,7 @@ rank_inputs.py's, its own scalings rank_scalings.py's; this file walks a rank's
 program and lowers all ranks together.
 """
 
+import collections
 import dataclasses
 import math
 from fractions import Fraction
@@ -113,7 +114,10 @@ class RankLowering(RankCollectives, Lowering):
         self.microbatch = None  # the micro-batch of the node being lowered
         self._counts = 0
         self._masked_sums = 0
-        self._functionals = 0
+        # Collectives the rank's code calls itself, counted per process group: the
+        # k-th on a group meets the k-th of every other member (ranks of different
+        # pipeline stages call different ones on other groups before).
+        self._functionals = collections.Counter()
         self.second_copy = set()  # rank nodes computed from a second copy of a shared parameter
         self.received = {}    # placeholder node -> name of what the rank receives there
         self.unbound = {}     # folded FX node -> FoldedVar, until an op reading it is matched
@@ -574,7 +578,8 @@ class RankLowering(RankCollectives, Lowering):
                 return
         if any(isinstance(self.env.get(a), (norm_partial.PartialNorm,
                                              norm_partial.StackedNorms,
-                                             norm_partial.WholeNorm))
+                                             norm_partial.WholeNorm,
+                                             stage_norms.StackedRows))
                for a in node.all_input_nodes):
             self.unsupported(f"'{node.target}' reads the norm of a shard before the ranks' "
                              "norms are combined")

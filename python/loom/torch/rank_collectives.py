@@ -112,7 +112,7 @@ class RankCollectives:
             self.env[node] = self._norm_shared(v, shared, coord)
             return
         if isinstance(v, (norm_partial.PartialNorm, norm_partial.StackedNorms,
-                          norm_partial.WholeNorm)):
+                          norm_partial.WholeNorm, stage_norms.StackedRows)):
             self.env[node] = self._complete_norm(node, r, v, infos)
             return
         # Mesh dims whose partial sums are still to be reduced: a reduction over one
@@ -227,7 +227,7 @@ class RankCollectives:
                               [zero], self.origin.get("phase", "backward"), -1, self.origin)
                 v = dataclasses.replace(v, squares=zero)
             return v
-        if isinstance(v, norm_partial.StackedNorms):
+        if isinstance(v, (norm_partial.StackedNorms, stage_norms.StackedRows)):
             self.unsupported("a stack of partial norms made a partial norm again")
         return norm_partial.WholeNorm(v)
 
@@ -313,8 +313,8 @@ class RankCollectives:
                              "rank's program does not know")
         if reduce not in ("sum", "max", "avg"):
             self.unsupported(f"an all-reduce by {reduce}")
-        key = ("functional", self._functionals)
-        self._functionals += 1
+        key = ("functional", tuple(ranks), self._functionals["functional", tuple(ranks)])
+        self._functionals["functional", tuple(ranks)] += 1
         self.env[node] = self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce},
                                           v, *collective_output("all_reduce", reduce, ranks,
                                                                 self.device, v.claim, v.dims))
@@ -341,8 +341,8 @@ class RankCollectives:
             squared = v if isinstance(v, stage_norms.SquaredNorm) else None
             if squared is not None:
                 v = squared.partial.squares
-            key = ("c10d", self._functionals)
-            self._functionals += 1
+            key = ("c10d", tuple(ranks), self._functionals["c10d", tuple(ranks)])
+            self._functionals["c10d", tuple(ranks)] += 1
             out = self._collective(key, tuple(ranks), "all_reduce", {"reduce": reduce}, v,
                                    *collective_output("all_reduce", reduce, ranks, self.device,
                                                       v.claim, v.dims))

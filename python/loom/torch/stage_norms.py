@@ -160,37 +160,64 @@ def stack_rows(R, node):
         R.template = [i for p in positions for i in ops[p * per:(p + 1) * per]]
         R.cursor = R.dcursor = 0
         R._bind_operands(node)
-        if any(isinstance(R.env[a], (norm_partial.PartialNorm, norm_partial.WholeNorm))
-               for a in node.args[0]):
-            R.unsupported("a pipeline stage's stack of the norms of shards (clipping under "
-                          "pipeline and tensor or data parallelism together) is not "
-                          "lowered yet")
-        dtype, _ = _out(node)
-        parts = []
-        for a in node.args[0]:
-            t = R.env[a]
-            parts.append(R.reshape(R.cast(t, dtype), [1] + list(t.dims)))
-        if R.cursor != len(R.template):
-            R.unsupported("the rank stacks its values with other ops than the model's step")
-        concat = R.S.g.ops[ops[-1]]
-        whole = R.S.dims(concat["outputs"][0])
-        runs, start = [], 0
-        for i in range(1, len(positions) + 1):
-            if i == len(positions) or positions[i] != positions[i - 1] + 1:
-                runs.append((start, i))
-                start = i
-        values = []
-        for a, b in runs:
-            first = positions[a]
-            box = ((first, first + b - a),) + tuple((0, d) for d in whole[1:])
-            claim = C.Claim(tensor=R.S.tensor_id[concat["outputs"][0]], box=box, part=C.FULL)
-            out = R.doc.value(R.device, claim, parts[0].dtype, (b - a,) + tuple(whole[1:]))
-            R.doc.task(R.device, -1, "concat", {"dim": 0}, parts[a:b], [out], concat["phase"],
-                       -1, R.origin)
-            values.append(out)
-        R.env[node] = values[0] if len(values) == 1 else RowRuns(tuple(values))
+        elements = [R.env[a] for a in node.args[0]]
+        norms = [isinstance(e, (norm_partial.PartialNorm, norm_partial.WholeNorm))
+                 for e in elements]
+        if any(norms):
+            # The norms of shards (FSDP's, TP's): DTensor completes the stack before
+            # its norm; each element is completed then, and the rows made of them.
+            if not all(norms):
+                R.unsupported("a pipeline stage stacks the norms of shards with other values")
+            R.env[node] = StackedRows(tuple(elements), node, m, tuple(R.template),
+                                      tuple(positions))
+            R.cursor = len(R.template)
+            return True
+        R.env[node] = emit_rows(R, node, m, positions, elements)
         return True
     return False
+
+
+@dataclasses.dataclass(frozen=True)
+class StackedRows:
+    """A stage's stack of the norms of shards (rows of the step's stack of norms), each
+    a partial norm until the redistribution that completes the stack: then each is
+    completed (norm_partial.complete) and the rows are made of them (emit_rows)."""
+    norms: tuple       # norm_partial.PartialNorm or WholeNorm
+    node: object       # the rank's stack node
+    spec_node: object  # the step's stack node
+    template: tuple    # the step's ops of those rows: each element's, then the concat
+    positions: tuple   # the rows, in the step's stack
+
+
+def emit_rows(R, node, m, positions, elements):
+    """The rows `positions` of the step's stack `m` from the rank's values `elements`
+    (complete values of the step's stacked ones, in order), on R's template of those
+    rows: each element as the step makes it, then one local concat per run of
+    consecutive rows; the value, or RowRuns where there are several runs."""
+    dtype, _ = _out(node)
+    parts = []
+    for t in elements:
+        parts.append(R.reshape(R.cast(t, dtype), [1] + list(t.dims)))
+    if R.cursor != len(R.template):
+        R.unsupported("the rank stacks its values with other ops than the model's step")
+    ops = R.S.L.node_ops.get(m, [])
+    concat = R.S.g.ops[ops[-1]]
+    whole = R.S.dims(concat["outputs"][0])
+    runs, start = [], 0
+    for i in range(1, len(positions) + 1):
+        if i == len(positions) or positions[i] != positions[i - 1] + 1:
+            runs.append((start, i))
+            start = i
+    values = []
+    for a, b in runs:
+        first = positions[a]
+        box = ((first, first + b - a),) + tuple((0, d) for d in whole[1:])
+        claim = C.Claim(tensor=R.S.tensor_id[concat["outputs"][0]], box=box, part=C.FULL)
+        out = R.doc.value(R.device, claim, parts[0].dtype, (b - a,) + tuple(whole[1:]))
+        R.doc.task(R.device, -1, "concat", {"dim": 0}, parts[a:b], [out], concat["phase"],
+                   -1, R.origin)
+        values.append(out)
+    return values[0] if len(values) == 1 else RowRuns(tuple(values))
 
 
 def partial_squares(L, node, runs, *args):
