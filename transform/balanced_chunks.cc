@@ -165,18 +165,20 @@ absl::StatusOr<ValueId> Folder::PairSum(const Collective& c, int i) {
   // chunks in one pass does.
   const ir::TaskId ta = producer_[a], tb = producer_[b];
   if (ta != ir::kNoId && tb != ir::kNoId && readers_[a] == 1 && readers_[b] == 1) {
-    Task& x = plan_.tasks[ta];
+    const Task& x = plan_.tasks[ta];
     const Task& y = plan_.tasks[tb];
     if (x.kind == ir::OpKind::kAccumulate && y.kind == ir::OpKind::kAccumulate &&
         x.op == y.op && x.inputs.size() == y.inputs.size()) {
       LOOM_ASSIGN_OR_RETURN(ir::ValuePart part,
                             plan_.values[a].sub.part.Union(plan_.values[b].sub.part));
+      // Copies: the sums below add tasks, which may move x and y.
+      const std::vector<ValueId> first = x.inputs, second = y.inputs;
       std::vector<ValueId> sums;
-      for (size_t k = 0; k < x.inputs.size(); ++k) {
+      for (size_t k = 0; k < first.size(); ++k) {
         // The sum belongs where its first term was made (a backward piece).
-        const ir::TaskId made = producer_[x.inputs[k]];
+        const ir::TaskId made = producer_[first[k]];
         const ir::OpInfo info = made == ir::kNoId ? InfoOf(c) : plan_.tasks[made].info;
-        LOOM_ASSIGN_OR_RETURN(ValueId s, SumOfTwo(x.inputs[k], y.inputs[k], c, info));
+        LOOM_ASSIGN_OR_RETURN(ValueId s, SumOfTwo(first[k], second[k], c, info));
         sums.push_back(s);
       }
       plan_.tasks[ta].inputs = std::move(sums);
