@@ -23,10 +23,7 @@ using ir::Task;
 using ir::ValueId;
 
 // A task or a collective of the plan.
-struct Item {
-  bool is_collective = false;
-  int32_t id = ir::kNoId;
-};
+using Item = ir::PlanStep;
 
 bool SameClaim(const PlanValue& a, const PlanValue& b) {
   return a.device == b.device && a.sub == b.sub && a.dtype == b.dtype &&

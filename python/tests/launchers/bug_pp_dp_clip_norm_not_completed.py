@@ -4,8 +4,6 @@ data-parallel ranks before it is summed over the pipeline group: every rank clip
 another, too small norm. (Reading the DTensor norm with `to_local()` would be no bug:
 DTensor completes the stack of shard norms before its norm.)"""
 
-import torch
-import torch.distributed as dist
 from torch.distributed.pipelining import Schedule1F1B
 from torch.distributed.tensor import DTensor
 
@@ -24,17 +22,9 @@ def parallelize(module, device_mesh):
     return tiny.pipelined(module, device_mesh, Schedule1F1B, data_parallel=True)
 
 
-def clip_grad_norm_(parameters, max_norm, pp_group=None):
-    grads = [p.grad for p in parameters if p.grad is not None]
-    # The bug: the norms of the local shards, where torchtitan takes the DTensors'.
-    local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-    total_norm = torch.nn.utils.get_total_norm(local, 2.0)
-    if pp_group is not None:
-        total_norm **= 2.0
-        dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=pp_group)
-        total_norm **= 1.0 / 2.0
-    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm)
-    return total_norm
+def local(g):
+    """The bug: the norm of the rank's own shards, where torchtitan takes the DTensor's."""
+    return g.to_local() if isinstance(g, DTensor) else g
 
 
 def train_step(model, optimizer, batch):
@@ -42,8 +32,8 @@ def train_step(model, optimizer, batch):
     params = list(model.parameters())
     if schedule is None:  # one device
         model(**batch).loss.backward()
-        clip_grad_norm_(params, MAX_NORM)
+        tiny.clip_grad_norm_(params, MAX_NORM)
     else:
         tiny.schedule_step(schedule, batch)
-        clip_grad_norm_(params, MAX_NORM, pp_group=schedule._stage.group)
+        tiny.clip_grad_norm_(params, MAX_NORM, pp_group=schedule._stage.group, norm_of=local)
     optimizer.step()

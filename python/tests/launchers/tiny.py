@@ -252,13 +252,19 @@ def schedule_step(schedule, batch):
     schedule.step(**kwargs, target=target, losses=[] if stage.is_last else None)
 
 
-def clip_grad_norm_(parameters, max_norm, pp_group=None):
-    """torchtitan's dist_utils.clip_grad_norm_ for plain tensors, norm type 2: the norm
-    of the gradients, each pipeline stage's squared and summed over `pp_group` where
-    one is given, then every gradient scaled by max_norm over it (at most 1)."""
+def clip_grad_norm_(parameters, max_norm, pp_group=None, norm_of=None):
+    """torchtitan's dist_utils.clip_grad_norm_, norm type 2: the norm of the gradients
+    (of DTensor gradients, completed over their ranks by full_tensor), each pipeline
+    stage's squared and summed over `pp_group` where one is given, then every gradient
+    scaled by max_norm over it (at most 1). `norm_of`: what the norm is taken of, per
+    gradient (the gradient itself by default)."""
     import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
     grads = [p.grad for p in parameters if p.grad is not None]
-    total_norm = torch.nn.utils.get_total_norm(grads, 2.0)
+    total_norm = torch.nn.utils.get_total_norm([norm_of(g) for g in grads] if norm_of
+                                               else grads, 2.0)
+    if isinstance(total_norm, DTensor):
+        total_norm = total_norm.full_tensor()
     if pp_group is not None:
         total_norm **= 2.0
         dist.all_reduce(total_norm, op=dist.ReduceOp.SUM, group=pp_group)
